@@ -1,0 +1,130 @@
+"""Ahead-of-time capture: no GPU needed, any target arch.
+
+``KernelSignature.from_kernel_args`` needs libcuda, so the signature is built by hand from
+argument specs (``spec``) and the kernel exported to bytecode with
+``cuda.tile.compilation.export_kernel``.  Bytecode >= 13.3 is arch-independent, so one
+bytecode serves every ``--arch``; only tileiras differs per target.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable
+
+from ..errors import CompileError, UsageError
+from ..toolchain import normalize_arch
+from . import loader as loader_mod
+from . import spec as spec_mod
+from .artifacts import KernelInfo, write_capture
+from .manifest import CaptureFolder
+
+# cuTile's user-facing error types (TileError covers type, syntax, value, compiler errors)
+_HINT_KEYS = {"num_ctas", "occupancy", "num_worker_warps", "opt_level"}
+
+
+def _cutile_error_types() -> tuple[type, ...]:
+    from cuda.tile import TileError
+    return (TileError,)
+
+
+def _describe_cutile_error(e: Exception, loaded) -> str:
+    loc = getattr(e, "loc", None)
+    msg = getattr(e, "message", None) or str(e)
+    first = " ".join(str(msg).strip().splitlines()[0].split()) if str(msg).strip() else type(e).__name__
+    where = None
+    if loc is not None and getattr(loc, "filename", None):
+        where = f"{loc.filename}:{loc.line}"
+    if where is None:
+        where = f"{loaded.path}:{loaded.line}"
+    text = f"{where}: cuTile rejected {loaded.attr}: {type(e).__name__}: {first}"
+    if "failed to compile Tile IR program" in str(msg):
+        text += " (if CUDA_HOME points at an older CUDA toolkit, unset it: tileiras then loads its libnvvm)"
+    return text
+
+
+def specs_for(loaded, given: dict | None) -> dict[str, spec_mod.ParamSpec]:
+    """Specs given by the user, else the module's ``CAPTURE_SPECS[kernel]``."""
+    if given:
+        raw = given
+    else:
+        table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
+        raw = table.get(loaded.attr)
+        if raw is None:
+            params = ", ".join(f"{n}={'128' if n in loaded.constant_params() else 'f16[M,K]'}"
+                               for n in loaded.param_names)
+            raise UsageError(f"no argument specs for {loaded.attr}",
+                             hint=f"give --arg for each parameter, e.g. {params}")
+    out = {}
+    for name, v in raw.items():
+        out[name] = v if isinstance(v, (spec_mod.ArraySpec, spec_mod.ScalarSpec, spec_mod.ConstSpec)) \
+            else spec_mod.parse_spec(v, where=f"{name}")
+    return out
+
+
+def _apply_hints(loaded, hints: dict | None):
+    if not hints:
+        return loaded.kernel
+    bad = set(hints) - _HINT_KEYS
+    if bad:
+        raise UsageError(f"unknown kernel hint {', '.join(sorted(bad))}",
+                         hint="hints are " + ", ".join(sorted(_HINT_KEYS)))
+    try:
+        return loaded.kernel.replace_hints(**hints)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"bad hint value: {e}") from None
+
+
+def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = None) -> bytes:
+    """Arch-independent TileIR bytecode for one signature (no tileiras run)."""
+    import io
+    from cuda.tile.compilation import export_kernel
+    kernel = _apply_hints(loaded, hints)
+    sig = spec_mod.build_signature(bound)
+    buf = io.BytesIO()
+    try:
+        export_kernel(kernel, [sig], buf, gpu_code=None, output_format="tileir_bytecode")
+    except _cutile_error_types() as e:
+        raise CompileError(_describe_cutile_error(e, loaded)) from None
+    except OSError as e:
+        if "source code" in str(e):
+            raise CompileError(f"{loaded.path}: cuTile cannot read the kernel's source "
+                               "(kernels must live in a real .py file)") from None
+        raise
+    except (ValueError, TypeError) as e:
+        raise CompileError(f"{loaded.path}:{loaded.line}: cannot export {loaded.attr}: {e}") from None
+    return buf.getvalue()
+
+
+def opt_level_for(kernel, arch: str) -> int:
+    try:
+        return int(kernel._compiler_options.opt_level_for_target(arch))
+    except Exception:
+        return 3
+
+
+def capture_aot(ref: str, specs: dict | None = None, *, archs: Iterable[str] = ("sm_90",),
+                out_dir: str | Path, hints: dict | None = None, name: str | None = None,
+                on_step: Callable[[str], None] | None = None) -> CaptureFolder:
+    """Capture one kernel ahead of time for each arch; returns the capture folder."""
+    archs = [normalize_arch(a) for a in archs]
+    if not archs:
+        raise UsageError("no target arch given")
+    loaded = loader_mod.load_kernel(ref)
+    bound = spec_mod.bind(loaded, specs_for(loaded, specs))
+    if on_step:
+        on_step(f"export {loaded.attr}")
+    bc = export_bytecode(loaded, bound, hints=hints)
+    kernel = _apply_hints(loaded, hints)
+    info = KernelInfo(
+        name=name or loaded.attr, function=loaded.function_name, mode="aot", ref=ref,
+        source_file=str(loaded.path), source_line=loaded.line, spec=bound.as_dict(),
+        requested_hints=dict(hints or {}),
+        opt_levels={a: opt_level_for(kernel, a) for a in archs})
+    if on_step:
+        on_step(f"compile {loaded.attr} for {', '.join(archs)}")
+    try:
+        return write_capture(Path(out_dir), info, archs=archs, bytecode=bc)
+    except Exception as e:
+        from ..errors import ToolFailedError
+        if isinstance(e, ToolFailedError) and "tileiras" in e.message:
+            raise CompileError(f"{loaded.path}:{loaded.line}: tileiras failed on {loaded.attr}: {e.message}") from None
+        raise

@@ -1,0 +1,116 @@
+"""Minimal ELF64 reader for CUDA cubins (binutils rejects EM_CUDA objects).
+
+Every cuTile cubin built with ``--lineinfo`` embeds its PTX (``.nv_debug_ptx_txt``) and
+its TileIR text (``.nv.tileir.debug_txt.<md5>``), so both are recoverable from any cubin,
+including cache blobs.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+
+from ..errors import ParseError
+
+EM_CUDA = 190
+
+
+@dataclass(frozen=True)
+class ElfSection:
+    name: str
+    type: int
+    data: bytes
+
+
+def read_sections(data: bytes, *, path: str | None = None) -> dict[str, ElfSection]:
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        raise ParseError("not an ELF file (no \\x7fELF magic)", path=path)
+    if data[4] != 2 or data[5] != 1:
+        raise ParseError("not a 64-bit little-endian ELF", path=path)
+    (e_type, e_machine, _v, _entry, _phoff, e_shoff, _flags, _ehsize, _phentsize, _phnum,
+     e_shentsize, e_shnum, e_shstrndx) = struct.unpack_from("<HHIQQQIHHHHHH", data, 16)
+    if e_machine != EM_CUDA:
+        raise ParseError(f"ELF machine {e_machine} is not CUDA ({EM_CUDA})", path=path)
+    if e_shoff == 0 or e_shoff + e_shnum * e_shentsize > len(data):
+        raise ParseError("truncated ELF section table", path=path)
+    raw = []
+    for i in range(e_shnum):
+        off = e_shoff + i * e_shentsize
+        name, stype, _fl, _addr, soff, size = struct.unpack_from("<IIQQQQ", data, off)
+        raw.append((name, stype, soff, size))
+    _, _, stroff, strsize = raw[e_shstrndx]
+    strtab = data[stroff:stroff + strsize]
+    out: dict[str, ElfSection] = {}
+    for name_off, stype, soff, size in raw:
+        end = strtab.find(b"\0", name_off)
+        name = strtab[name_off:end].decode("utf-8", "replace")
+        body = b"" if stype == 8 else data[soff:soff + size]   # SHT_NOBITS has no bytes
+        out[name] = ElfSection(name, stype, body)
+    return out
+
+
+def _text(sec: ElfSection) -> str:
+    return sec.data.replace(b"\0", b"\n").decode("utf-8", "replace")
+
+
+def embedded_ptx(sections: dict[str, ElfSection]) -> str | None:
+    sec = sections.get(".nv_debug_ptx_txt")
+    if sec is None:
+        return None
+    text = _text(sec)
+    # the trailing block is tileiras bookkeeping that ptxas cannot assemble
+    cut = text.find(".nv_intermediate_source_section")
+    if cut >= 0:
+        text = text[:cut]
+    lines = [ln for ln in text.split("\n")]
+    return "\n".join(lines).strip() + "\n"
+
+
+def embedded_tileir(sections: dict[str, ElfSection]) -> str | None:
+    for name, sec in sections.items():
+        if name.startswith(".nv.tileir.debug_txt"):
+            text = sec.data.rstrip(b"\0").decode("utf-8", "replace")
+            return text if text.endswith("\n") else text + "\n"
+    return None
+
+
+def kernel_symbols(sections: dict[str, ElfSection]) -> list[str]:
+    return [n[len(".text."):] for n in sections if n.startswith(".text.")]
+
+
+def static_shared_bytes(sections: dict[str, ElfSection], symbol: str) -> int | None:
+    return None if f".nv.shared.{symbol}" not in sections else len(sections[f".nv.shared.{symbol}"].data)
+
+
+_TARGET_RE = re.compile(r"^\s*\.target\s+(sm_\d+[a-z]?)", re.M)
+
+
+def ptx_target(ptx: str) -> str | None:
+    m = _TARGET_RE.search(ptx or "")
+    return m.group(1) if m else None
+
+
+def arch_of_ptx_target(target: str | None) -> str | None:
+    """'sm_90a' -> 'sm_90'."""
+    if not target:
+        return None
+    m = re.match(r"(sm_\d+)", target)
+    return m.group(1) if m else None
+
+
+_PTX_DIRECTIVES = {
+    "reqntid": re.compile(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?"),
+    "maxnreg": re.compile(r"\.maxnreg\s+(\d+)"),
+    "minnctapersm": re.compile(r"\.minnctapersm\s+(\d+)"),
+    "reqnctapercluster": re.compile(r"\.reqnctapercluster\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?"),
+}
+
+
+def ptx_directives(ptx: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, rx in _PTX_DIRECTIVES.items():
+        m = rx.search(ptx or "")
+        if m:
+            vals = [int(g) for g in m.groups() if g]
+            out[key] = vals if len(vals) > 1 or key in ("reqntid", "reqnctapercluster") else vals[0]
+    return out

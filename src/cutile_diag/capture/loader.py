@@ -1,0 +1,122 @@
+"""Resolve ``path/to/file.py::kernel_name`` to a ``@ct.kernel`` object."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import KernelLoadError, UsageError
+
+
+@dataclass
+class LoadedKernel:
+    ref: str            # as given
+    path: Path          # absolute source file
+    attr: str           # attribute name in the module
+    kernel: object      # cuda.tile kernel object
+    module: ModuleType
+
+    @property
+    def pyfunc(self):
+        return self.kernel._pyfunc
+
+    @property
+    def function_name(self) -> str:
+        return self.pyfunc.__name__
+
+    @property
+    def line(self) -> int:
+        return self.pyfunc.__code__.co_firstlineno
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(self.kernel._annotated_function.pysig.parameters)
+
+    def constant_params(self) -> set[str]:
+        ann = self.kernel._annotated_function
+        names = list(ann.pysig.parameters)
+        return {n for n, a in zip(names, ann.parameter_annotations) if getattr(a, "constant", False)}
+
+
+def split_ref(ref: str) -> tuple[Path, str | None]:
+    if "::" in ref:
+        path, name = ref.rsplit("::", 1)
+        return Path(path), (name or None)
+    return Path(ref), None
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import a Python file as a module of its own (source must stay on disk: cuTile reads it)."""
+    path = path.resolve()
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if path.suffix != ".py":
+        raise UsageError(f"{path}: not a Python file")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    modname = f"_cutile_diag_user_{path.stem}_{digest}"
+    if modname in sys.modules:
+        return sys.modules[modname]
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    # sibling imports (`from helpers import x`) resolve like a script run from that folder
+    added = str(path.parent) not in sys.path
+    if added:
+        sys.path.insert(0, str(path.parent))
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        del sys.modules[modname]
+        raise KernelLoadError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:  # the user's module raised at import
+        del sys.modules[modname]
+        tb = e.__traceback__
+        line = None
+        while tb is not None:
+            if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        where = f"{path}:{line}" if line else str(path)
+        raise KernelLoadError(f"{where}: importing the file raised {type(e).__name__}: {e}") from None
+    return module
+
+
+def is_kernel(obj) -> bool:
+    try:
+        from cuda.tile._execution import kernel as _kernel_cls
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, _kernel_cls)
+
+
+def kernels_in(module: ModuleType) -> dict[str, object]:
+    return {n: v for n, v in vars(module).items() if is_kernel(v) and not n.startswith("_")}
+
+
+def load_kernel(ref: str) -> LoadedKernel:
+    path, name = split_ref(ref)
+    module = import_file(path)
+    found = kernels_in(module)
+    if name is None:
+        if len(found) == 1:
+            name = next(iter(found))
+        elif not found:
+            raise KernelLoadError(f"{path}: defines no @ct.kernel function")
+        else:
+            raise UsageError(f"{path} defines several kernels; name one with ::",
+                             hint="one of " + ", ".join(sorted(found)))
+    if not hasattr(module, name):
+        hint = ("kernels here: " + ", ".join(sorted(found))) if found else "the file defines no @ct.kernel"
+        raise KernelLoadError(f"{path}: no kernel named '{name}'", hint=hint)
+    obj = getattr(module, name)
+    if not is_kernel(obj):
+        what = "a plain function" if inspect.isfunction(obj) else type(obj).__name__
+        raise KernelLoadError(f"{path}::{name} is {what}, not a @ct.kernel",
+                              hint="decorate it with @ct.kernel")
+    return LoadedKernel(ref=ref, path=path.resolve(), attr=name, kernel=obj, module=module)

@@ -1,0 +1,176 @@
+"""The capture folder: ``manifest.json`` (schema-versioned) and typed accessors.
+
+Layout of one captured kernel variant::
+
+    <name>/manifest.json
+    <name>/kernel.tileirbc            bytecode (absent when mined from a cache blob)
+    <name>/kernel.tileir              tileirdisasm text
+    <name>/kernel.loc.tileir          tileirdisasm -g text (source locations)
+    <name>/<arch>/kernel.cubin, remarks.yaml, kernel.sass, resource-usage.txt,
+                  kernel.ptx, ptxas.txt, elf-info.txt
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from ..errors import ParseError, UsageError
+
+SCHEMA = "cutile-diag.capture/1"
+SCHEMA_PREFIX = "cutile-diag.capture/"
+MANIFEST = "manifest.json"
+INDEX = "index.json"
+
+# role -> file name inside the kernel folder / the arch sub-folder
+KERNEL_FILES = {"bytecode": "kernel.tileirbc", "tileir": "kernel.tileir", "tileir_loc": "kernel.loc.tileir"}
+TARGET_FILES = {"cubin": "kernel.cubin", "remarks": "remarks.yaml", "sass": "kernel.sass",
+                "resources": "resource-usage.txt", "ptx": "kernel.ptx", "ptxas": "ptxas.txt",
+                "elf_info": "elf-info.txt"}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class CaptureFolder:
+    path: Path
+    manifest: dict
+    schema_ok: bool = True
+    problems: list[str] = field(default_factory=list)
+
+    # --- identity
+    @property
+    def name(self) -> str:
+        return self.manifest.get("kernel", {}).get("name") or self.path.name
+
+    @property
+    def symbol(self) -> str | None:
+        return self.manifest.get("kernel", {}).get("symbol")
+
+    @property
+    def targets(self) -> list[str]:
+        return sorted(self.manifest.get("targets", {}))
+
+    def target(self, arch: str | None = None) -> dict:
+        t = self.manifest.get("targets", {})
+        if not t:
+            raise UsageError(f"{self.path}: capture has no compiled target")
+        if arch is None:
+            arch = self.default_arch
+        if arch not in t:
+            raise UsageError(f"{self.path}: no target {arch}", hint="captured: " + ", ".join(sorted(t)))
+        return t[arch]
+
+    @property
+    def default_arch(self) -> str | None:
+        t = self.targets
+        if not t:
+            return None
+        return "sm_90" if "sm_90" in t else t[0]
+
+    # --- files
+    def file(self, role: str, arch: str | None = None) -> Path | None:
+        if role in KERNEL_FILES:
+            p = self.path / KERNEL_FILES[role]
+        else:
+            a = arch or self.default_arch
+            if a is None:
+                return None
+            p = self.path / a / TARGET_FILES[role]
+        return p if p.exists() else None
+
+    def read(self, role: str, arch: str | None = None) -> str | None:
+        p = self.file(role, arch)
+        return p.read_text(errors="replace") if p else None
+
+    def tileir_text(self) -> str | None:
+        return self.read("tileir")
+
+    def tileir_loc_text(self) -> str | None:
+        return self.read("tileir_loc")
+
+    @cached_property
+    def module(self):
+        """Parsed TileIR, with source locations when the -g text exists."""
+        from ..ir_parsers.tileir import parse_tileir
+        p = self.file("tileir_loc") or self.file("tileir")
+        if p is None:
+            raise UsageError(f"{self.path}: capture has no TileIR text")
+        return parse_tileir(p.read_text(errors="replace"), path=str(p))
+
+    def remarks(self, arch: str | None = None):
+        from ..ir_parsers.remarks import parse_remarks
+        p = self.file("remarks", arch)
+        return parse_remarks(p.read_text(errors="replace"), path=str(p)) if p else None
+
+    def sass(self, arch: str | None = None):
+        from ..ir_parsers.sass import parse_sass
+        t = self.read("sass", arch)
+        return parse_sass(t) if t is not None else None
+
+    def resources(self, arch: str | None = None):
+        from ..ir_parsers.resources import parse_resource_usage
+        p = self.file("resources", arch)
+        return parse_resource_usage(p.read_text(), path=str(p)) if p else None
+
+    def ptxas(self, arch: str | None = None):
+        from ..ir_parsers.resources import parse_ptxas_verbose
+        t = self.read("ptxas", arch)
+        return parse_ptxas_verbose(t) if t is not None else None
+
+    def attributes(self, arch: str | None = None):
+        from ..ir_parsers.resources import parse_elf_attributes
+        t = self.read("elf_info", arch)
+        return parse_elf_attributes(t) if t is not None else None
+
+    def facts(self, arch: str | None = None) -> dict:
+        """The cubin-side facts recorded in the manifest for one target."""
+        return self.target(arch).get("facts", {})
+
+
+def load_capture(path: str | Path) -> CaptureFolder:
+    """Open a capture folder (the kernel folder, or an output root holding exactly one)."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such capture folder")
+    if p.is_file():
+        if p.name == MANIFEST:
+            p = p.parent
+        else:
+            raise UsageError(f"{p}: not a capture folder (expected a directory with {MANIFEST})")
+    m = p / MANIFEST
+    if not m.exists():
+        subs = sorted(d for d in p.iterdir() if (d / MANIFEST).exists()) if p.is_dir() else []
+        if len(subs) == 1:
+            return load_capture(subs[0])
+        if subs:
+            raise UsageError(f"{p} holds {len(subs)} captures; name one",
+                             hint=", ".join(d.name for d in subs[:8]))
+        raise UsageError(f"{p}: not a capture folder (no {MANIFEST})")
+    try:
+        manifest = json.loads(m.read_text())
+    except json.JSONDecodeError as e:
+        raise ParseError(f"manifest is not JSON: {e.msg}", path=str(m), line=e.lineno, column=e.colno) from None
+    schema = str(manifest.get("schema", ""))
+    folder = CaptureFolder(p, manifest)
+    if schema != SCHEMA:
+        folder.schema_ok = False
+        folder.problems.append(
+            f"manifest schema '{schema or 'none'}' is not {SCHEMA}: fields may be missing; "
+            "only the files themselves are trusted")
+    return folder
+
+
+def list_captures(root: str | Path) -> list[CaptureFolder]:
+    root = Path(root)
+    if (root / MANIFEST).exists():
+        return [load_capture(root)]
+    return [load_capture(d) for d in sorted(root.iterdir()) if (d / MANIFEST).exists()]

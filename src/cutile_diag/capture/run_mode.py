@@ -1,0 +1,213 @@
+"""Capture from a real run: ``cutile-diag capture --out DIR -- python script.py …``.
+
+The command runs with ``CUDA_TILE_DUMP_BYTECODE`` set and a fresh, isolated
+``CUDA_TILE_CACHE_DIR`` (a cache hit would skip tileiras, so no cubin or remarks would be
+produced).  Afterwards every dumped bytecode is matched to the cubin the JIT produced for it
+by recomputing cuTile's cache key over (arch, opt level) — which also recovers the exact
+arch and opt level — and each kernel is written as a capture folder.  A command that fails
+or times out produces no capture; its raw dumps are kept and named in the error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import CutileDiagError, UsageError
+from .artifacts import KernelInfo, unique_name, write_capture
+from .cache import CacheEntry, read_cache
+from .cubin import embedded_tileir
+from .manifest import CaptureFolder
+
+_DUMP_NAME_RE = re.compile(r"^(?P<func>.+?)\.(?P<stem>[^.]+)\.ln(?P<line>\d+)\.[^.]+\.tileirbc$")
+
+
+class RunFailedError(CutileDiagError):
+    pass
+
+
+@dataclass
+class RunCapture:
+    command: list[str]
+    returncode: int
+    seconds: float
+    captures: list[CaptureFolder] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _run(command: list[str], env: dict, timeout: float | None, log: Path,
+         echo: Callable[[str], None] | None) -> tuple[int, float, bool]:
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, text=True, errors="replace", bufsize=1)
+    except FileNotFoundError:
+        raise UsageError(f"command not found: {command[0]}") from None
+    except PermissionError:
+        raise UsageError(f"command not executable: {command[0]}") from None
+
+    def pump():
+        with open(log, "w") as f:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                f.write(line)
+                if echo:
+                    echo(line.rstrip("\n"))
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        # the whole process group: a pytest run forks workers
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    t.join(timeout=5)
+    return proc.returncode, time.monotonic() - start, timed_out
+
+
+def _match_cache(bc: bytes, entries: list[CacheEntry], archs: list[str]) -> tuple[CacheEntry, str, int] | None:
+    """The cache entry built from this bytecode, with its arch and opt level."""
+    try:
+        from cutile_cache._cache import cache_key
+        from cuda.tile._compile import _get_compiler_version_string
+        ver = _get_compiler_version_string()
+    except Exception:
+        return None
+    if not ver:
+        return None
+    by_key = {e.key: e for e in entries}
+    for arch in archs:
+        for opt in (3, 2, 1, 0):
+            for debug in (False, True):
+                try:
+                    k = cache_key(ver, arch, opt, bc, debug, preview_features=(), linker_inputs=())
+                except TypeError:
+                    return None
+                if k in by_key:
+                    return by_key[k], arch, opt
+    return None
+
+
+def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | None = None,
+                archs: list[str] | None = None, echo: Callable[[str], None] | None = None,
+                on_step: Callable[[str], None] | None = None) -> RunCapture:
+    if not command:
+        raise UsageError("no command given after '--'", hint="e.g. cutile-diag capture --out DIR -- python script.py")
+    work = Path(tempfile.mkdtemp(prefix="cutile-diag-run-"))
+    dump, cache = work / "dump", work / "cache"
+    dump.mkdir()
+    cache.mkdir()
+    env = dict(os.environ)
+    env.update({"CUDA_TILE_DUMP_BYTECODE": str(dump), "CUDA_TILE_CACHE_DIR": str(cache),
+                "PYTHONUNBUFFERED": "1"})
+    env.pop("CUDA_TILE_DUMP_TILEIR", None)   # we disassemble ourselves (with and without -g)
+    log = work / "run.log"
+    rc, secs, timed_out = _run(command, env, timeout, log, echo)
+    if timed_out:
+        raise RunFailedError(f"command timed out after {timeout:.0f} s and was killed; no capture written "
+                             f"(raw dumps and log kept in {work})")
+    if rc != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+        hint = ""
+        if "failed to compile Tile IR program" in log.read_text(errors="replace") and os.environ.get("CUDA_HOME"):
+            hint = "; CUDA_HOME is set: an older toolkit there breaks tileiras, unset it"
+        raise RunFailedError(f"command exited with {rc}; no capture written "
+                             f"(last output: {tail[0][:200] if tail else 'none'}; raw dumps and log kept in {work}){hint}")
+    result = RunCapture(command, rc, secs)
+    entries = read_cache(cache) if (cache / "cache.db").exists() else []
+    seen_archs = sorted({a for a in (e.arch() for e in entries) if a})
+    match_archs = seen_archs or list(archs or [])
+    used: set[str] = set()
+    taken: set[str] = set()
+    bcs = sorted(dump.glob("*.tileirbc"))
+    for bc_path in bcs:
+        bc = bc_path.read_bytes()
+        m = _DUMP_NAME_RE.match(bc_path.name)
+        func = m.group("func") if m else bc_path.stem
+        hit = _match_cache(bc, entries, match_archs) if entries else None
+        info = KernelInfo(name=unique_name(Path(out_dir), func, taken), function=func, mode="run",
+                          source_line=int(m.group("line")) if m else None,
+                          extra={"command": command, "dump_file": bc_path.name,
+                                 **({"source_stem": m.group("stem")} if m else {})})
+        if on_step:
+            on_step(f"collect {func}")
+        if hit:
+            entry, arch, opt = hit
+            used.add(entry.key)
+            info.opt_levels = {arch: opt}
+            info.extra["cache_key"] = entry.key
+            result.captures.append(write_capture(Path(out_dir), info, archs=[arch], bytecode=bc,
+                                                 cubins={arch: entry.cubin}, remarks={arch: entry.remarks}))
+        else:
+            # compiled with the cache off, or by another tileiras: rebuild ourselves
+            tgt = list(archs or seen_archs or ["sm_90"])
+            info.extra["note"] = "no JIT cubin matched this bytecode; compiled by cutile-diag"
+            result.notes.append(f"{func}: no JIT cubin matched; compiled for {', '.join(tgt)}")
+            result.captures.append(write_capture(Path(out_dir), info, archs=tgt, bytecode=bc))
+    for e in entries:
+        if e.key in used:
+            continue
+        # a cubin without a dumped bytecode (e.g. an export that bypassed the dump)
+        result.captures.append(capture_cache_entry(e, Path(out_dir), taken, mode="run"))
+    if not result.captures:
+        result.notes.append("the command compiled no cuTile kernel (nothing was dumped)")
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def capture_cache_entry(e: CacheEntry, out_dir: Path, taken: set[str], mode: str = "cache") -> CaptureFolder:
+    sections = e.sections()
+    tileir = embedded_tileir(sections)
+    arch = e.arch() or "sm_unknown"
+    symbol = e.kernel_names[0] if e.kernel_names else None
+    func = None
+    if symbol:
+        mm = re.match(r"^(.*?)_K[a-z]\d", symbol)
+        func = mm.group(1) if mm else symbol
+    info = KernelInfo(name=unique_name(out_dir, func or f"kernel-{e.key[:8]}", taken), function=func,
+                      symbol=symbol, mode=mode,
+                      extra={"cache_key": e.key, "compiler_version": e.metadata.get("compiler_version"),
+                             "compilation_time_seconds": e.metadata.get("compilation_time_seconds")})
+    return write_capture(out_dir, info, archs=[arch], tileir_text=tileir,
+                         cubins={arch: e.cubin}, remarks={arch: e.remarks})
+
+
+def capture_from_cache(path: str | Path | None, *, out_dir: str | Path, kernel: str | None = None,
+                       limit: int | None = None, on_step: Callable[[str], None] | None = None) -> list[CaptureFolder]:
+    entries = read_cache(path)
+    if kernel:
+        entries = [e for e in entries if any(n == kernel or n.startswith(kernel + "_K") for n in e.kernel_names)]
+        if not entries:
+            raise UsageError(f"no cache entry for kernel '{kernel}'")
+    if limit:
+        entries = entries[:limit]
+    taken: set[str] = set()
+    out = []
+    for e in entries:
+        if on_step:
+            on_step(f"mine {(e.kernel_names or [e.key[:8]])[0][:40]}")
+        out.append(capture_cache_entry(e, Path(out_dir), taken))
+    return out

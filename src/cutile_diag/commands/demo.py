@@ -1,0 +1,107 @@
+"""``cutile-diag demo`` — the main job on the embedded default: the bundled example kernels.
+
+On any machine: captures every example kernel ahead of time for sm_90 and prints what the
+compiler made of each (ops by class, TMA vs gather loads, tensor-core use, registers /
+shared memory / spills, remarks of note); then the later pipeline stages that are present
+(structural diff of the naive vs the tuned GEMM, diagnosis of the naive kernels).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..output import console, print_json, progress
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="capture and summarise the bundled example kernels (no GPU needed)")
+    p.add_argument("--arch", default="sm_90", help="target arch (default %(default)s)")
+    p.add_argument("--out", default="cutile-diag-out/demo", help="capture folder (default %(default)s)")
+    p.add_argument("--kernel", action="append", default=None, help="only these example kernels")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _stages(out: Path, captures: dict, arch: str, show: bool) -> dict:
+    """Later stages, each only if its module is installed in this tree."""
+    results: dict = {}
+    try:
+        from .. import diff as diff_mod  # noqa: F401
+        from ..diff.core import diff_paths
+    except ImportError:
+        diff_paths = None
+    if diff_paths and "matmul" in captures and "matmul_tuned" in captures:
+        results["diff"] = ("matmul", "matmul_tuned", diff_paths(captures["matmul"].path, captures["matmul_tuned"].path))
+    try:
+        from ..diagnose.engine import diagnose_capture
+    except ImportError:
+        diagnose_capture = None
+    if diagnose_capture:
+        results["diagnoses"] = {}
+        naive = [n for n in ("gather_scale", "matmul_f32", "vector_add", "softmax", "matmul") if n in captures]
+        with progress(len(naive), "diagnosing", enabled=show) as bar:
+            for n in naive:
+                results["diagnoses"][n] = diagnose_capture(captures[n], arch=arch)
+                bar.advance()
+    return results
+
+
+def run(args) -> int:
+    from ..capture.aot import capture_aot
+    from ..capture.render import detail_lines, summary_table
+    from ..capture.summary import summarize_capture
+    from ..examples import EXAMPLES_DIR, EXAMPLE_KERNELS
+    from ..errors import UsageError
+    refs = [(k, f"{EXAMPLES_DIR / f}::{k}") for f, ks in EXAMPLE_KERNELS.items() for k in ks]
+    if args.kernel:
+        known = {k for k, _ in refs}
+        bad = [k for k in args.kernel if k not in known]
+        if bad:
+            raise UsageError(f"no example kernel {', '.join(bad)}", hint="examples: " + ", ".join(sorted(known)))
+        refs = [(k, r) for k, r in refs if k in args.kernel]
+    out = Path(args.out)
+    show = not args.json
+    captures = {}
+    with progress(len(refs), "capturing examples", enabled=show) as bar:
+        for k, ref in refs:
+            bar.update(f"capturing {k} for {args.arch}")
+            captures[k] = capture_aot(ref, archs=[args.arch], out_dir=out)
+            bar.advance()
+    summaries = {k: summarize_capture(c, args.arch) for k, c in captures.items()}
+    stages = _stages(out, captures, args.arch, show)
+    if args.json:
+        doc = {"out": str(out), "arch": args.arch, "kernels": summaries}
+        if "diff" in stages:
+            a, b, d = stages["diff"]
+            doc["diff"] = {"before": a, "after": b, "result": d.to_json() if hasattr(d, "to_json") else d}
+        if "diagnoses" in stages:
+            doc["diagnoses"] = {k: (v.to_json() if hasattr(v, "to_json") else v) for k, v in stages["diagnoses"].items()}
+        print_json(doc)
+        return 0
+    console.print(summary_table(list(summaries.values()),
+                                title=f"cutile-diag demo: {len(captures)} example kernels, {args.arch}, captured into {out}"))
+    for k, s in summaries.items():
+        console.print(f"\n[bold]{k}[/]")
+        for line in detail_lines(s):
+            console.print(line)
+    if "diff" in stages:
+        a, b, d = stages["diff"]
+        console.rule(f"structural IR diff: {a} → {b}")
+        try:
+            from ..diff.output.rich_render import render_summary
+            render_summary(d, console)
+        except ImportError:
+            console.print(str(d))
+    if "diagnoses" in stages:
+        try:
+            from ..diagnose.render import render_diagnosis
+        except ImportError:
+            render_diagnosis = None
+        for k, dg in stages["diagnoses"].items():
+            console.rule(f"diagnosis: {k}")
+            if render_diagnosis:
+                render_diagnosis(dg, console, brief=True)
+            else:
+                console.print(str(dg))
+    console.print(f"\n[dim]Artifacts: {out}/<kernel>/ (TileIR, cubin, SASS, remarks, manifest.json). "
+                  f"Next: cutile-diag ir-diff A B · cutile-diag diagnose {out}/gather_scale[/]")
+    return 0
