@@ -170,3 +170,18 @@ def test_from_cache_mines_embedded_tileir(capsys, tmp_path, export_script):
     m = json.loads((p / "manifest.json").read_text())
     assert m["kernel"]["mode"] == "cache" and m["targets"]["sm_90"]["opt_level"] is None
     assert m["targets"]["sm_90"]["facts"]["remarks"]["tensor_core_mma"] >= 1
+
+
+def test_missing_tool_names_its_package(capsys, tmp_path, monkeypatch):
+    from cutile_diag import toolchain
+    monkeypatch.setattr(toolchain, "_pip_bin_dirs", lambda: [])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    toolchain.find_tool.cache_clear()
+    try:
+        code, _, err = run_cli(capsys, "capture", f"{EXAMPLES_DIR / 'vector_add.py'}::vector_add",
+                               "--out", str(tmp_path / "o"))
+    finally:
+        toolchain.find_tool.cache_clear()
+    assert code == 2
+    assert "not found" in err and ("nvidia-cuda-" in err) and "Traceback" not in err
+    assert not (tmp_path / "o" / "vector_add").exists()

@@ -84,6 +84,12 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
         export_kernel(kernel, [sig], buf, gpu_code=None, output_format="tileir_bytecode")
     except _cutile_error_types() as e:
         raise CompileError(_describe_cutile_error(e, loaded)) from None
+    except FileNotFoundError as e:
+        if "tileiras" in str(e) or "tileirdisasm" in str(e):
+            from ..errors import ToolNotFoundError
+            raise ToolNotFoundError("'tileiras' not found (cuTile needs it to pick the bytecode version)",
+                                    hint="install nvidia-cuda-tileiras (pip install 'cuda-tile[tileiras]')") from None
+        raise
     except OSError as e:
         if "source code" in str(e):
             raise CompileError(f"{loaded.path}: cuTile cannot read the kernel's source "

@@ -234,6 +234,11 @@ def write_capture(out_root: Path, info: KernelInfo, *, archs: list[str],
                   cubins: dict[str, bytes] | None = None, remarks: dict[str, str] | None = None,
                   timeout: float = 600.0) -> CaptureFolder:
     """Write one kernel's capture folder ``out_root/info.name`` atomically."""
+    from ..toolchain import find_tool
+    # fail before writing anything when a tool is missing (the error names its pip package)
+    for tool in (("tileirdisasm",) if bytecode is not None else ()) + (("tileiras",) if bytecode is not None else ()) \
+            + ("cuobjdump", "ptxas"):
+        find_tool(tool)
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     final = out_root / info.name
