@@ -114,3 +114,68 @@ def ptx_directives(ptx: str) -> dict[str, object]:
             vals = [int(g) for g in m.groups() if g]
             out[key] = vals if len(vals) > 1 or key in ("reqntid", "reqnctapercluster") else vals[0]
     return out
+
+
+# EIATTR codes seen in cuTile cubins (cross-checked against `cuobjdump -elf` 13.5 names).
+# An older cuobjdump can refuse a newer cubin ("Unrecognized opcode"), so we decode
+# .nv.info ourselves: records are (u8 format, u8 attribute, u16 value-or-size[, bytes]).
+EIATTR_NAMES = {
+    0x0A: "EIATTR_PARAM_CBANK", 0x10: "EIATTR_REQNTID", 0x11: "EIATTR_FRAME_SIZE",
+    0x12: "EIATTR_MIN_STACK_SIZE", 0x17: "EIATTR_KPARAM_INFO", 0x19: "EIATTR_CBANK_PARAM_SIZE",
+    0x1B: "EIATTR_MAXREG_COUNT", 0x1C: "EIATTR_EXIT_INSTR_OFFSETS", 0x1E: "EIATTR_CRS_STACK_SIZE",
+    0x28: "EIATTR_COOP_GROUP_INSTR_OFFSETS", 0x29: "EIATTR_COOP_GROUP_MASK_REGIDS",
+    0x2F: "EIATTR_REGCOUNT", 0x31: "EIATTR_INT_WARP_WIDE_INSTR_OFFSETS", 0x36: "EIATTR_SW_WAR",
+    0x37: "EIATTR_CUDA_API_VERSION", 0x38: "EIATTR_NUM_MBARRIERS", 0x39: "EIATTR_MBARRIER_INSTR_OFFSETS",
+    0x3D: "EIATTR_CTA_PER_CLUSTER", 0x45: "EIATTR_KPARAM_INFO_V2", 0x4C: "EIATTR_NUM_BARRIERS",
+    0x50: "EIATTR_SPARSE_MMA_MASK", 0x54: "EIATTR_REG_RECONFIG", 0x55: "EIATTR_ANNOTATIONS",
+    0x5B: "EIATTR_BLOCKS_ARE_CLUSTERS", 0x66: "EIATTR_LANGUAGE", 0x6B: "EIATTR_NVSAL_SW_WAR",
+    0x6D: "EIATTR_PREEXIT_USED",
+}
+EIFMT = {1: "EIFMT_NVAL", 2: "EIFMT_BVAL", 3: "EIFMT_HVAL", 4: "EIFMT_SVAL"}
+_LANGUAGES = {7: "TILEIR"}
+
+
+def nv_info_records(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    recs, i = [], 0
+    while i + 4 <= len(data):
+        fmt, attr = data[i], data[i + 1]
+        if fmt == 4:
+            size = struct.unpack_from("<H", data, i + 2)[0]
+            recs.append((fmt, attr, data[i + 4:i + 4 + size]))
+            i += 4 + size
+        elif fmt in (1, 2, 3):
+            recs.append((fmt, attr, struct.unpack_from("<H", data, i + 2)[0]))
+            i += 4
+        else:   # unknown format: stop rather than misread the rest
+            break
+    return recs
+
+
+def nv_info_text(sections: dict[str, ElfSection]) -> str:
+    """The per-kernel .nv.info attributes in ``cuobjdump -elf``'s layout (parsed by
+    ``ir_parsers.resources.parse_elf_attributes``)."""
+    out = []
+    for name, sec in sections.items():
+        if not name.startswith(".nv.info."):
+            continue
+        out.append(name)
+        for k, (fmt, attr, val) in enumerate(nv_info_records(sec.data), 1):
+            nm = EIATTR_NAMES.get(attr, f"unknown Attribute 0x{attr:x}")
+            out.append(f"\t<0x{k:x}>")
+            out.append(f"\tAttribute:\t{nm}")
+            out.append(f"\tFormat:\t{EIFMT.get(fmt, fmt)}")
+            if fmt == 1:
+                continue
+            if isinstance(val, bytes):
+                if attr == 0x66 and len(val) >= 4:
+                    code = struct.unpack_from("<I", val)[0]
+                    text = f"Language:\t {_LANGUAGES.get(code, code)}"
+                elif len(val) % 4 == 0:
+                    text = " ".join(f"0x{w:x}" for w in struct.unpack_from(f"<{len(val) // 4}I", val))
+                else:
+                    text = val.hex()
+            else:
+                text = f"0x{val:x}"
+            out.append(f"\tValue:\t{text}")
+        out.append("")
+    return "\n".join(out) + "\n"

@@ -255,12 +255,11 @@ def array_constraint(a: ArraySpec):
                 raise UsageError(f"dimension {i} of {a.text()} exceeds the int32 index range",
                                  hint="add :index=i64")
     stride_div = (128 // bits) if 128 % bits == 0 else 1
-    stride_constant, shape_constant, sdiv, hdiv = [], [], [], []
+    stride_constant, sdiv, hdiv = [], [], []
     for i in range(nd):
         d, s = shape[i], strides[i]
         last = (i == order[-1])
         stride_constant.append(1 if last or s == 1 else None)
-        shape_constant.append(1 if d == 1 else None)
         hdiv.append(16 if (not isinstance(d, int) or d % 16 == 0) else 1)
         if last:
             sdiv.append(1)
@@ -275,7 +274,6 @@ def array_constraint(a: ArraySpec):
         alias_groups=(),
         may_alias_internally=False,
         stride_constant=tuple(stride_constant),
-        shape_constant=tuple(shape_constant),
         stride_divisible_by=tuple(sdiv),
         shape_divisible_by=tuple(hdiv),
         base_addr_divisible_by=a.align,
@@ -283,7 +281,9 @@ def array_constraint(a: ArraySpec):
 
 
 def build_signature(bound: BoundSpec):
-    """KernelSignature for cuTile's current calling convention."""
+    """KernelSignature in the calling convention the JIT uses (cutile_python_v1, symbol ``_Kt1_``).
+
+    v1 has no shape constants, so unit dims are not folded either (as in the JIT)."""
     ct = _ct()
     from cuda.tile.compilation import CallingConvention, KernelSignature, ScalarConstraint
     params = []
@@ -294,4 +294,4 @@ def build_signature(bound: BoundSpec):
             params.append(ScalarConstraint(getattr(ct, s.dtype)))
         else:
             params.append(s.value)
-    return KernelSignature(params, CallingConvention.cutile_python_v2())
+    return KernelSignature(params, CallingConvention.cutile_python_v1())
