@@ -61,7 +61,7 @@ def test_gemm_uses_tensor_cores_and_tma_on_both_archs(example_captures):
     c = example_captures["matmul"]
     r90 = c.facts("sm_90")["remarks"]
     assert r90["tensor_core_kinds"] == ["Tensor-core SM90"]
-    assert r90["tma_loads"] >= 2 and r90["tma_stores"] >= 1
+    assert r90["tma_loads"] == 2 and r90["tma_stores"] == 1     # one per op after de-duplication
     assert [64, 128, 16] in r90["mma_shapes"]
     assert c.facts("sm_100")["remarks"]["tensor_core_kinds"] == ["Tensor-core SM100"]
     sass90 = c.facts("sm_90")["sass"]

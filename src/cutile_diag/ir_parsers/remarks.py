@@ -147,7 +147,22 @@ class RemarkSummary:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+def dedupe(remarks: list[Remark]) -> list[Remark]:
+    """tileiras repeats identical remarks (same op, same message) under new RemarkIds; the
+    cuTile cache stores them de-duplicated.  Count each (kind, name, location, payload) once
+    so raw and cached remarks summarise the same."""
+    seen, out = set(), []
+    for r in remarks:
+        key = (r.kind, r.name, r.function, r.file, r.line, r.column, r.message, r.instruction,
+               tuple(r.shape or ()), r.num_ctas, tuple(r.reasons))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
 def summarize(remarks: list[Remark]) -> RemarkSummary:
+    remarks = dedupe(remarks)
     s = RemarkSummary()
     s.counts = dict(Counter(f"{r.kind}:{r.name}" for r in remarks))
     for r in remarks:
