@@ -1,0 +1,275 @@
+"""The timing loop: warm-up and repetition budgets in milliseconds, cold-L2 repetitions.
+
+Split the way Kernel Tuner splits it: ``measure`` owns the *policy* (how many warm-up and
+timed repetitions a budget buys, statistics), a ``TimerBackend`` owns the *mechanism*
+(CUDA events around eager launches, or around a CUDA-graph replay), and observers watch
+the timed phase (``observers.ClockObserver`` samples the SM clock through NVML).
+
+Public API::
+
+    opts = BenchOptions(warmup_ms=100, rep_ms=100, min_rep=10, max_rep=1000,
+                        flush_l2=True, cuda_graph=False)
+    m = measure(fn, opts)                    # fn() launches the kernel(s); returns Measurement
+    m.stats.record()                         # TileGym keys: mean std rel_std median min max nrep peak_mem_mb
+    m.samples_ms, m.n_warmup, m.estimate_ms, m.first_call_s, m.flush_bytes, m.observed
+
+    plan_reps(estimate_ms, opts) -> (n_warmup, n_rep)     # the budget arithmetic, GPU-free
+    CudaEventBackend / CudaGraphBackend                   # the mechanisms; tests pass a fake
+
+Per repetition on the GPU: write a flush buffer of at least 2x L2 (default max(2·L2,
+256 MiB)), spin ``torch.cuda._sleep`` long enough to cover the host's enqueue time of
+``fn`` (so the start event is not followed by an idle gap while Python launches the
+kernel), record the start event, run ``fn``, record the end event.  Event time therefore
+covers the kernel(s) and nothing else on the stream; launch gaps inside ``fn`` (several
+kernels) are included, as in TileGym's CUDA-event method.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from .stats import TimingStats, summarize
+
+MIB = 1 << 20
+
+
+@dataclass
+class BenchOptions:
+    warmup_ms: float = 100.0          # TileGym's WARMUP default
+    rep_ms: float = 100.0             # timed budget (kernel time, flush excluded)
+    min_rep: int = 10
+    max_rep: int = 1000
+    initial_rep: int = 5              # calls used to estimate one call's time
+    flush_l2: bool = True
+    flush_bytes: int | None = None    # None -> max(2 x L2, 256 MiB)
+    cuda_graph: bool = False          # replay a captured graph instead of eager launches
+    sleep: bool = True                # hide host enqueue latency behind a GPU spin
+    sample_clocks: bool = True        # NVML SM-clock sampling during the timed phase
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: dict | None) -> "BenchOptions":
+        d = dict(d or {})
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def plan_reps(estimate_ms: float, opts: BenchOptions) -> tuple[int, int]:
+    """Warm-up and timed repetition counts bought by the ms budgets."""
+    est = max(float(estimate_ms), 1e-6)
+    n_warmup = max(1, int(math.ceil(opts.warmup_ms / est))) if opts.warmup_ms > 0 else 0
+    n_warmup = min(n_warmup, max(opts.max_rep, 1) * 10)
+    n_rep = int(math.ceil(opts.rep_ms / est)) if opts.rep_ms > 0 else opts.min_rep
+    n_rep = max(opts.min_rep, min(opts.max_rep, n_rep))
+    return n_warmup, max(1, n_rep)
+
+
+class TimerBackend(Protocol):
+    name: str
+
+    def setup(self, fn: Callable[[], Any], opts: BenchOptions) -> None: ...
+    def run(self, n: int) -> None: ...                    # n untimed calls, then synchronize
+    def estimate(self, n: int) -> tuple[float, float]: ...  # (device ms per call, host enqueue ms per call)
+    def time_reps(self, n: int) -> list[float]: ...       # n cold-cache timed repetitions (ms)
+    def reset_peak_memory(self) -> None: ...
+    def peak_memory_mb(self) -> int: ...
+    def teardown(self) -> None: ...
+
+
+@dataclass
+class Measurement:
+    stats: TimingStats
+    samples_ms: list[float]
+    n_warmup: int
+    estimate_ms: float
+    host_enqueue_ms: float
+    first_call_s: float
+    backend: str
+    flush_bytes: int
+    options: BenchOptions
+    observed: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"stats": self.stats.record(), "samples_ms": self.samples_ms, "n_warmup": self.n_warmup,
+                "estimate_ms": self.estimate_ms, "host_enqueue_ms": self.host_enqueue_ms,
+                "first_call_s": self.first_call_s, "backend": self.backend,
+                "flush_bytes": self.flush_bytes, "options": self.options.to_json(),
+                "observed": self.observed}
+
+
+def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend: TimerBackend | None = None,
+            observers: Sequence[Any] = (), before_timed: Callable[[], Any] | None = None) -> Measurement:
+    """Time ``fn`` (which launches GPU work asynchronously) under ``opts``.
+
+    ``before_timed`` runs after the warm-up, just before the timed repetitions (the harness
+    poisons the outputs there, so the outputs checked afterwards come from timed runs).
+    """
+    opts = opts or BenchOptions()
+    if backend is None:
+        backend = CudaGraphBackend() if opts.cuda_graph else CudaEventBackend()
+    # the first call compiles (cuTile JIT) and autotunes (TileGym): timed apart, never sampled
+    t0 = time.perf_counter()
+    backend.setup(fn, opts)
+    first_call_s = time.perf_counter() - t0
+    try:
+        est, host = backend.estimate(max(1, opts.initial_rep))
+        n_warmup, n_rep = plan_reps(est, opts)
+        if n_warmup:
+            backend.run(n_warmup)
+        if before_timed is not None:
+            before_timed()
+        backend.reset_peak_memory()
+        for o in observers:
+            o.start()
+        try:
+            samples = backend.time_reps(n_rep)
+        finally:
+            observed = {}
+            for o in observers:
+                observed.update(o.stop())
+        stats = summarize(samples, backend.peak_memory_mb())
+        return Measurement(stats=stats, samples_ms=list(samples), n_warmup=n_warmup, estimate_ms=est,
+                           host_enqueue_ms=host, first_call_s=first_call_s, backend=backend.name,
+                           flush_bytes=getattr(backend, "flush_bytes", 0), options=opts, observed=observed)
+    finally:
+        backend.teardown()
+
+
+# ---------------------------------------------------------------------------------------
+# CUDA mechanisms
+
+def default_flush_bytes(device=None) -> int:
+    import torch
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    return max(2 * l2, 256 * MIB)
+
+
+def _sm_clock_mhz(device=None) -> float:
+    """Max SM clock for converting a sleep duration into cycles (NVML, else 2 GHz)."""
+    try:
+        from ..roofline.nvml import nvml_handle_for_torch_device
+        import pynvml
+        h = nvml_handle_for_torch_device(device)
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return 2000.0
+
+
+class CudaEventBackend:
+    name = "cuda-events"
+
+    def __init__(self, device=None):
+        self.device = device
+        self.fn: Callable[[], Any] | None = None
+        self.flush_buf = None
+        self.flush_bytes = 0
+        self.sleep_cycles = 0
+        self._mem_base = 0
+
+    # -- hooks for the graph backend --------------------------------------------------
+    def _launch(self) -> None:
+        self.fn()
+
+    def setup(self, fn, opts):
+        import torch
+        if not torch.cuda.is_available():
+            from ..errors import NoGPUError
+            raise NoGPUError("no CUDA GPU visible to torch: timing needs a GPU",
+                             hint="use the offline mode: cutile-diag roofline <kernel> --device h200 --latency-ms X")
+        self.fn = fn
+        self.opts = opts
+        fn()                                  # compile / autotune / allocate
+        torch.cuda.synchronize(self.device)
+        if opts.flush_l2:
+            self.flush_bytes = int(opts.flush_bytes or default_flush_bytes(self.device))
+            self.flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.device or "cuda")
+        self._clock_mhz = _sm_clock_mhz(self.device)
+
+    def run(self, n):
+        import torch
+        for _ in range(n):
+            self._launch()
+        torch.cuda.synchronize(self.device)
+
+    def estimate(self, n):
+        import torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(self.device)
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self._launch()
+        host_ms = (time.perf_counter() - t0) * 1e3 / n
+        end.record()
+        torch.cuda.synchronize(self.device)
+        dev_ms = start.elapsed_time(end) / n
+        # the GPU spin before each timed rep must outlast the host's enqueue of fn
+        if self.opts.sleep and hasattr(torch.cuda, "_sleep"):
+            sleep_ms = min(5.0, max(0.05, 2.0 * host_ms))
+            self.sleep_cycles = int(sleep_ms * 1e-3 * self._clock_mhz * 1e6)
+        return dev_ms, host_ms
+
+    def time_reps(self, n):
+        import torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        torch.cuda.synchronize(self.device)
+        for i in range(n):
+            if self.flush_buf is not None:
+                self.flush_buf.zero_()
+            if self.sleep_cycles:
+                torch.cuda._sleep(self.sleep_cycles)
+            starts[i].record()
+            self._launch()
+            ends[i].record()
+        torch.cuda.synchronize(self.device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def reset_peak_memory(self):
+        import torch
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory_mb(self):
+        import torch
+        peak = torch.cuda.max_memory_allocated(self.device)
+        # the flush buffer is the harness's, not the workload's
+        return max(0, int((peak - self.flush_bytes) // MIB))
+
+    def teardown(self):
+        self.flush_buf = None
+
+
+class CudaGraphBackend(CudaEventBackend):
+    """Each repetition replays a CUDA graph holding one call of ``fn`` (no host launch cost)."""
+    name = "cuda-graph"
+
+    def setup(self, fn, opts):
+        import torch
+        super().setup(fn, opts)
+        # warm the allocator and any lazy state on a side stream, as torch.cuda.graphs advises
+        s = torch.cuda.Stream(self.device)
+        s.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream(self.device).wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph):
+                fn()
+        except Exception as e:
+            from ..errors import CutileDiagError
+            raise CutileDiagError(f"CUDA-graph capture of the workload failed: {type(e).__name__}: {e}",
+                                  hint="run without --cuda-graph") from None
+        torch.cuda.synchronize(self.device)
+
+    def _launch(self):
+        self.graph.replay()
+
+    def teardown(self):
+        super().teardown()
+        self.graph = None

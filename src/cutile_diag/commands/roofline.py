@@ -1,0 +1,225 @@
+"""``cutile-diag roofline <kernel>``: achieved TB/s and TFLOP/s, class, percent of roof, verdict.
+
+    cutile-diag roofline examples:matmul [--config 4096-f16 ...] [--json] [--plot roof.svg] [--ncu]
+    cutile-diag roofline path/to/workloads.py::MyOp --config big
+    cutile-diag roofline examples:softmax --device h200 --latency-ms 0.061        # offline, no GPU
+    cutile-diag roofline examples:matmul --device h200 --latency-ms 4096-f16=0.25 2048-f16=0.04
+
+``<kernel>`` is a workload reference (``examples:<kernel>``, ``tilegym:<op>``,
+``file.py::Workload``).  Each configuration is checked for correctness, then timed in a
+subprocess that is killed after ``--timeout`` seconds.  Exit status: 0 when every
+configuration produced a valid point, 1 when one failed (mismatch, error, timeout) or was
+flagged INVALID by the above-roof guard, 2 for bad input.
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+from ..output import console, err_console, print_json, progress
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "roofline", help="place a workload's configurations on the device roofline",
+        description="Measure (or take recorded latencies for) each configuration of a workload, then report "
+                    "TB/s, TFLOP/s, arithmetic intensity, the class, percent of the applicable roof against the "
+                    "spec roof and the measured ceiling, and a verdict.")
+    p.add_argument("kernel", help="workload: examples:<kernel>, tilegym:<op> or path/file.py::Workload")
+    p.add_argument("--config", nargs="+", action="extend", metavar="NAME", help="configurations (default: all)")
+    p.add_argument("--list", action="store_true", help="list the workload's configurations and exit")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", metavar="FILE", help="write a roofline chart (.png or .svg)")
+    p.add_argument("--device", metavar="PRESET", help="offline device preset (a100, h100, h200, b200)")
+    p.add_argument("--latency-ms", nargs="+", metavar="MS|NAME=MS",
+                   help="recorded latency: one number (one configuration) or NAME=MS per configuration")
+    p.add_argument("--gpu", type=int, default=None, metavar="N", help="CUDA device index")
+    p.add_argument("--ncu", action="store_true", help="also collect Nsight Compute metrics (needs ncu on PATH)")
+    p.add_argument("--no-check", action="store_true", help="skip the correctness check (not recommended)")
+    p.add_argument("--no-static", action="store_true", help="skip the static FLOP/byte count from the TileIR")
+    p.add_argument("--no-peaks", action="store_true", help="do not measure ceilings when none are cached")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-configuration timeout (s)")
+    p.add_argument("--in-process", action="store_true", help="measure in this process (no timeout protection)")
+    p.add_argument("--warmup-ms", type=float, default=None, help="warm-up budget per configuration (ms)")
+    p.add_argument("--rep-ms", type=float, default=None, help="timed budget per configuration (ms)")
+    p.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (tiny kernels)")
+    p.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions (warm cache)")
+    p.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="argument for the workload's constructor, e.g. source=variant.py")
+    p.set_defaults(func=run)
+
+
+def _kwargs(items: list[str]) -> dict:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise UsageError(f"--workload-arg '{it}' must look like KEY=VALUE")
+        k, v = it.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _latencies(items: list[str] | None, cfgs) -> dict[str, float] | None:
+    if not items:
+        return None
+    names = [c.name for c in cfgs]
+    out: dict[str, float] = {}
+
+    def num(text, where):
+        try:
+            v = float(text)
+        except ValueError:
+            raise UsageError(f"--latency-ms {where}: '{text}' is not a number") from None
+        if not v > 0:
+            raise UsageError(f"--latency-ms {where}: must be positive, not {text}")
+        return v
+
+    if len(items) == 1 and "=" not in items[0]:
+        if len(cfgs) != 1:
+            raise UsageError(f"one --latency-ms for {len(cfgs)} configurations",
+                             hint="pick one with --config, or give NAME=MS for each of " + ", ".join(names))
+        return {names[0]: num(items[0], names[0])}
+    for it in items:
+        if "=" not in it:
+            raise UsageError(f"--latency-ms '{it}': with several values give NAME=MS",
+                             hint="configurations: " + ", ".join(names))
+        k, v = it.split("=", 1)
+        if k not in names:
+            raise UsageError(f"--latency-ms: no configuration '{k}' selected", hint="selected: " + ", ".join(names))
+        out[k] = num(v, k)
+    return out
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.0f}%"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench import BenchOptions
+    from ..roofline.analysis import roofline_workload
+    from ..roofline.device import live_device, preset
+    from ..roofline.peaks import get_ceilings
+    from ..workload import load_workload
+    wl = load_workload(args.kernel, **_kwargs(args.workload_arg))
+    if args.list:
+        if args.json:
+            print_json(wl.describe())
+        else:
+            for c in wl.configs:
+                console.print(f"{c.name}  {c.params}")
+        return 0
+    cfgs = wl.select(args.config)
+    offline = preset(args.device) if args.device else None
+    lat = _latencies(args.latency_ms, cfgs)
+    if offline is not None:
+        dev = offline
+        if lat is None:
+            raise UsageError(f"--device {args.device} is the offline mode: give the recorded latency",
+                             hint="--latency-ms X (or NAME=MS per configuration)")
+        missing = [c.name for c in cfgs if c.name not in lat]
+        if missing:
+            raise UsageError("offline mode needs a latency for every selected configuration",
+                             hint="missing: " + ", ".join(missing))
+        ceilings = None
+    else:
+        dev = live_device(args.gpu)
+        ceilings = get_ceilings(dev, measure_if_missing=not args.no_peaks and not lat)
+    if args.ncu:
+        from ..roofline.ncu import ncu_available
+        why = ncu_available()
+        if why:
+            raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
+        if dev.kind != "live":
+            raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
+    opts = BenchOptions(flush_l2=not args.no_flush, cuda_graph=args.cuda_graph)
+    if args.warmup_ms is not None:
+        opts.warmup_ms = args.warmup_ms
+    if args.rep_ms is not None:
+        opts.rep_ms = args.rep_ms
+    with progress(len(cfgs), f"roofline {wl.name}", enabled=not args.json) as bar:
+        results = roofline_workload(wl, cfgs, device=dev, ceilings=ceilings, latencies=lat, options=opts,
+                                    check=not args.no_check, isolated=not args.in_process, timeout_s=args.timeout,
+                                    static=not args.no_static, ncu=args.ncu,
+                                    on_step=lambda m: bar.update(m))
+    points = [r.point for r in results if r.point is not None]
+    plot_path = None
+    if args.plot:
+        from ..roofline.plot import plot_roofline
+        if not points:
+            err_console.print("no valid measurements: nothing to plot")
+        else:
+            plot_path = plot_roofline(points, dev, ceilings, args.plot)
+    failed = [r for r in results if r.status != "ok"]
+    invalid = [p for p in points if not p.valid]
+    if args.json:
+        print_json({"workload": wl.describe(), "device": dev.to_json(),
+                    "ceilings": ceilings.to_json() if ceilings else None,
+                    "results": [r.to_json() for r in results], "plot": str(plot_path) if plot_path else None})
+        return 1 if (failed or invalid) else 0
+    _print_table(wl, dev, ceilings, results)
+    if plot_path:
+        console.print(f"plot: {plot_path}")
+    return 1 if (failed or invalid) else 0
+
+
+def _print_table(wl, dev, ceilings, results) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    t = Table(title=escape(f"{wl.name} on {dev.name} ({dev.kind})"))
+    for col, j in (("config", "left"), ("ms", "right"), ("±%", "right"), ("TB/s", "right"), ("TFLOP/s", "right"),
+                   ("AI", "right"), ("class", "left"), ("bound", "left"), ("% spec", "right"), ("% meas.", "right"),
+                   ("verdict", "left")):
+        t.add_column(col, justify=j)
+    for r in results:
+        p = r.point
+        if p is None:
+            t.add_row(escape(r.config), "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.status.upper()}[/red]")
+            continue
+        rel = f"{p.stats['rel_std']:.2f}" if p.stats else "rec."
+        level = {"invalid": "[red]INVALID[/red]", "near": "[green]near roof[/green]",
+                 "moderate": "[yellow]headroom[/yellow]", "far": "[red]far below[/red]"}.get(p.level, p.level)
+        t.add_row(escape(p.config), f"{p.latency_ms:.4f}", rel, f"{p.achieved_tbps:.3f}", f"{p.achieved_tflops:.2f}",
+                  "-" if p.ai is None else f"{p.ai:.1f}", p.recipe_class,
+                  f"{p.bound}" + (f" (ridge {p.ridge_spec:.0f})" if p.ridge_spec else ""),
+                  _pct(p.pct_spec), _pct(p.pct_measured), level)
+    console.print(t)
+    for r in results:
+        if r.point is None:
+            console.print(f"[bold]{escape(r.config)}[/bold]: [red]{r.status}[/red]: {escape(str(r.error))}")
+            continue
+        p = r.point
+        console.print(f"[bold]{escape(p.config)}[/bold]: {escape(p.verdict)}")
+        if p.check and p.check.get("summary"):
+            console.print(f"  correctness: {escape(p.check['summary'])}")
+        st = p.static
+        if st and st.get("available"):
+            ratios = st.get("ratios") or {}
+            bt = st.get("bytes_total")
+            parts = [f"static: {bt / 1e6:.1f} MB issued" if bt is not None else "static: bytes unknown"]
+            if ratios.get("bytes") is not None:
+                parts.append(f"{ratios['bytes']:.2f}x declared")
+            if st.get("mma_flops"):
+                parts.append(f"mma {st['mma_flops'] / 1e9:.1f} GFLOP"
+                             + (f" ({ratios['mma_flops']:.2f}x declared)" if ratios.get("mma_flops") else ""))
+            parts.append(f"grid {tuple(st['grid'])}")
+            if not st.get("exact"):
+                unknown = st.get("unknown") or []
+                parts.append(("not exact: " + "; ".join(unknown)) if unknown else "upper bound")
+            console.print("  " + escape(", ".join(parts)))
+        if p.ncu and not p.ncu.get("error"):
+            ks = p.ncu.get("kernels") or []
+            for k in ks[:3]:
+                console.print(f"  ncu {escape(k['name'][:40])}: dram {((k.get('dram_bytes') or 0) / 1e6):.1f} MB, "
+                              f"SM {k.get('sm_throughput_pct') or 0:.0f}%, memory {k.get('memory_throughput_pct') or 0:.0f}%, "
+                              f"occupancy {k.get('achieved_occupancy_pct') or 0:.0f}%, "
+                              f"spills {'yes' if k.get('spills') else 'no'}")
+        elif p.ncu:
+            console.print(f"  ncu: {escape(str(p.ncu['error']))}")
+        seen = set()
+        for n in p.notes:
+            if n in seen:
+                continue
+            seen.add(n)
+            console.print(f"  [dim]- {escape(n)}[/dim]")
+    for w in dev.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}")

@@ -1,0 +1,186 @@
+"""Measured ceilings: what this GPU really delivers, measured once and cached.
+
+Public API::
+
+    c = get_ceilings(dev, refresh=False)      # cached per device + driver, measured if missing
+    c = measure_ceilings(dev, copy_bytes=1 << 30, gemm_n=8192, dtypes=("bf16", "f16"))
+    c = load_cached(dev)                      # None when never measured
+    c.dram_bw -> Quantity(B/s); c.flops["bf16:tensor"] -> Quantity(FLOP/s); c.ceiling("dram") / ("bf16:tensor")
+    cache_path() -> ~/.cache/cutile-diag/peaks.json  ($CUTILE_DIAG_CACHE_DIR overrides the folder)
+
+Bandwidth: a large device-to-device ``copy_`` (default 1 GiB, far beyond L2), counting
+bytes read **and** written; compute: a large ``torch.matmul`` (default 8192³) on random
+data (zeros run faster: less switching power) per dtype.  Each is timed with CUDA events
+after warm-up; the ceiling is the median repetition, the best one is kept alongside.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..output import write_atomic
+from .device import DeviceModel, Quantity
+
+SCHEMA = "cutile-diag.peaks/1"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("CUTILE_DIAG_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cutile-diag"
+
+
+def cache_path() -> Path:
+    return cache_dir() / "peaks.json"
+
+
+@dataclass
+class Ceilings:
+    device_key: str
+    device_name: str
+    dram_bw: Quantity | None
+    flops: dict[str, Quantity] = field(default_factory=dict)
+    measured_at: str = ""
+    torch_version: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    cached: bool = False
+
+    def ceiling(self, what: str) -> Quantity | None:
+        if what in ("dram", "bw", "dram_bw"):
+            return self.dram_bw
+        return self.flops.get(what)
+
+    def to_json(self) -> dict:
+        return {"device_key": self.device_key, "device_name": self.device_name,
+                "dram_bw": self.dram_bw.to_json() if self.dram_bw else None,
+                "flops": {k: q.to_json() for k, q in self.flops.items()}, "measured_at": self.measured_at,
+                "torch_version": self.torch_version, "details": self.details, "cached": self.cached}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Ceilings":
+        def q(x):
+            return Quantity(x["value"], x["unit"], x["source"]) if x else None
+        return cls(device_key=d["device_key"], device_name=d.get("device_name", ""), dram_bw=q(d.get("dram_bw")),
+                   flops={k: q(v) for k, v in (d.get("flops") or {}).items()}, measured_at=d.get("measured_at", ""),
+                   torch_version=d.get("torch_version"), details=d.get("details") or {}, cached=True)
+
+
+def _read_cache() -> dict:
+    p = cache_path()
+    if not p.exists():
+        return {"schema": SCHEMA, "entries": {}}
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"schema": SCHEMA, "entries": {}}   # a corrupt cache is re-measured, not fatal
+    if data.get("schema") != SCHEMA or not isinstance(data.get("entries"), dict):
+        return {"schema": SCHEMA, "entries": {}}
+    return data
+
+
+def load_cached(dev: DeviceModel) -> Ceilings | None:
+    entry = _read_cache()["entries"].get(dev.key)
+    if not entry:
+        return None
+    try:
+        return Ceilings.from_json(entry)
+    except (KeyError, TypeError):
+        return None
+
+
+def save(c: Ceilings) -> Path:
+    data = _read_cache()
+    d = c.to_json()
+    d["cached"] = False
+    data["entries"][c.device_key] = d
+    write_atomic(cache_path(), json.dumps(data, indent=2))
+    return cache_path()
+
+
+def _time_events(fn, reps: int, warmup: int) -> list[float]:
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e))
+    return out
+
+
+def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int = 8192,
+                     dtypes: tuple[str, ...] = ("bf16", "f16"), reps: int = 20) -> Ceilings:
+    import torch
+    from ..errors import NoGPUError
+    from ..workload import torch_dtype
+    if not torch.cuda.is_available():
+        raise NoGPUError("measuring ceilings needs a GPU", hint="offline: use --device h200 (no measured ceilings)")
+    device = f"cuda:{dev.index}" if dev.index is not None else "cuda"
+    details: dict[str, Any] = {}
+    from ..bench.observers import ClockObserver
+    obs = ClockObserver(dev.index)
+    obs.start()
+    try:
+        src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+        src.fill_(1)
+        dst = torch.empty_like(src)
+        ts = _time_events(lambda: dst.copy_(src), reps, warmup=3)
+        del src, dst
+        med, best = statistics.median(ts), min(ts)
+        bw = 2.0 * copy_bytes / (med * 1e-3)
+        details["copy"] = {"bytes": copy_bytes, "reps": reps, "median_ms": med, "best_ms": best,
+                           "best_bw": 2.0 * copy_bytes / (best * 1e-3)}
+        dram = Quantity(bw, "B/s", f"measured: device-to-device copy of {copy_bytes / (1 << 20):.0f} MiB, "
+                                   f"read + write, median of {reps} (torch {torch.__version__})")
+        flops: dict[str, Quantity] = {}
+        g = torch.Generator(device=device)
+        g.manual_seed(0)
+        for dt in dtypes:
+            tdt = torch_dtype(dt)
+            a = torch.randn(gemm_n, gemm_n, generator=g, device=device, dtype=torch.float32).to(tdt)
+            b = torch.randn(gemm_n, gemm_n, generator=g, device=device, dtype=torch.float32).to(tdt)
+            c = torch.empty(gemm_n, gemm_n, device=device, dtype=tdt)
+            n_reps = max(5, reps // 2)
+            ts = _time_events(lambda: torch.matmul(a, b, out=c), n_reps, warmup=3)
+            del a, b, c
+            med, best = statistics.median(ts), min(ts)
+            fl = 2.0 * gemm_n ** 3
+            flops[f"{dt}:tensor"] = Quantity(fl / (med * 1e-3), "FLOP/s",
+                                             f"measured: torch.matmul {dt} {gemm_n}^3 on random data, median of "
+                                             f"{n_reps} (torch {torch.__version__}, cuBLAS)")
+            details[f"gemm_{dt}"] = {"n": gemm_n, "reps": n_reps, "median_ms": med, "best_ms": best,
+                                     "best_flops": fl / (best * 1e-3)}
+        torch.cuda.empty_cache()
+    finally:
+        details.update(obs.stop())
+    return Ceilings(device_key=dev.key, device_name=dev.name, dram_bw=dram, flops=flops,
+                    measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    torch_version=torch.__version__, details=details)
+
+
+def get_ceilings(dev: DeviceModel, *, refresh: bool = False, measure_if_missing: bool = True,
+                 **kw) -> Ceilings | None:
+    """Cached ceilings for this device + driver; measured (and cached) when missing or refreshed."""
+    if dev.kind != "live":
+        return None
+    if not refresh:
+        c = load_cached(dev)
+        if c is not None:
+            return c
+        if not measure_if_missing:
+            return None
+    c = measure_ceilings(dev, **kw)
+    save(c)
+    return c

@@ -1,0 +1,293 @@
+"""Workloads for the shipped example kernels (``cutile_diag/examples``).
+
+Every configuration carries its AOT capture spec (kernel reference, argument specs, the
+grid the ``launch`` wrapper uses), so the static cost model can count bytes and FLOPs from
+the TileIR without a GPU.  ``source=`` points at a variant of the example module (same
+``launch`` signature); the workload then runs and captures that file instead.
+
+FLOP conventions (declared, per run): add/mul = 1, FMA = 2, GEMM = 2·M·N·K, softmax = 5 per
+element (max, subtract, exp, sum, divide).  Bytes are the minimum DRAM traffic: every input
+read once and every output written once.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from ..examples import EXAMPLES_DIR
+from ..workload import CaptureSpec, Tolerance, Workload, WorkloadConfig, WorkloadError, torch_dtype
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _bits(dtype: str) -> int:
+    return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[dtype]
+
+
+def _gen(seed: int, device: str):
+    import torch
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
+
+
+def _randn(shape, dtype, seed, device, scale=1.0):
+    import torch
+    x = torch.randn(*shape, generator=_gen(seed, device), device=device, dtype=torch.float32)
+    if scale != 1.0:
+        x = x * scale
+    return x.to(torch_dtype(dtype))
+
+
+class _Example(Workload):
+    module_file = ""
+
+    def __init__(self, source: str | None = None):
+        self.source = Path(source).resolve() if source else EXAMPLES_DIR / self.module_file
+        if not self.source.exists():
+            raise WorkloadError(f"{self.source}: no such file (source= of {self.name})")
+
+    @functools.cached_property
+    def module(self):
+        from ..capture.loader import import_file
+        mod = import_file(self.source)
+        if not hasattr(mod, "launch"):
+            raise WorkloadError(f"{self.source} has no launch(...) wrapper")
+        return mod
+
+    def kernel_ref(self, attr: str) -> str:
+        return f"{self.source}::{attr}"
+
+    def _tensors(self, cfg, seed, device) -> dict:
+        raise NotImplementedError
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        d = self._tensors(cfg, seed, device)
+        # launch parameters ride along in the inputs dict ('_' keys are opaque to the harness),
+        # so that run(inputs) needs nothing else
+        if "tiles" in cfg.params:
+            d["_tiles"] = tuple(cfg["tiles"])
+        if "tile" in cfg.params:
+            d["_tile"] = cfg["tile"]
+        if "group_size_m" in cfg.params:
+            d["_group_size_m"] = cfg["group_size_m"]
+        return d
+
+
+# ---------------------------------------------------------------------------------------
+
+class VectorAdd(_Example):
+    module_file = "vector_add.py"
+    outputs = ("c",)
+    description = "c = a + b over 1-D f32 arrays, one tile per block"
+    persistent = False
+    kernel_name = "vector_add"
+    configs = [
+        WorkloadConfig("1M-f32", {"n": 1 << 20, "dtype": "f32", "tile": 1024}),
+        WorkloadConfig("16M-f32", {"n": 1 << 24, "dtype": "f32", "tile": 1024}),
+        WorkloadConfig("64M-f32", {"n": 1 << 26, "dtype": "f32", "tile": 1024}),
+    ]
+
+    def _tensors(self, cfg, seed, device):
+        import torch
+        n, dt = cfg["n"], cfg["dtype"]
+        return {"a": _randn((n,), dt, seed, device), "b": _randn((n,), dt, seed + 1, device),
+                "c": torch.empty(n, dtype=torch_dtype(dt), device=device)}
+
+    def run(self, inputs):
+        tile = inputs.get("_tile", 1024)
+        return self.module.launch(inputs["a"], inputs["b"], inputs["c"], tile=tile, persistent=self.persistent)
+
+    def reference(self, inputs):
+        return {"c": inputs["a"].double() + inputs["b"].double()}
+
+    def flops(self, cfg):
+        return float(cfg["n"])
+
+    def bytes(self, cfg):
+        return 3.0 * cfg["n"] * _bits(cfg["dtype"]) / 8
+
+    def capture(self, cfg, num_sms):
+        n, tile, dt = cfg["n"], cfg["tile"], cfg["dtype"]
+        tiles = _cdiv(n, tile)
+        grid = (min(tiles, num_sms * 4),) if self.persistent else (tiles,)
+        arr = f"{dt}[{n}]"
+        return CaptureSpec(self.kernel_ref(self.kernel_name), {"a": arr, "b": arr, "c": arr, "TILE": tile}, grid)
+
+
+class VectorAddPersistent(VectorAdd):
+    persistent = True
+    kernel_name = "vector_add_persistent"
+    description = "c = a + b, grid-stride loop over a fixed grid of 4 blocks per SM"
+
+
+class Matmul(_Example):
+    module_file = "matmul.py"
+    outputs = ("C",)
+    kernel_name = "matmul"
+    tuned = False
+    description = "C = A @ B, 2-D grid of output tiles, K loop over ct.mma (f32 accumulator)"
+    configs = [
+        WorkloadConfig("2048-f16", {"M": 2048, "N": 2048, "K": 2048, "dtype": "f16", "tiles": (128, 128, 64)}),
+        WorkloadConfig("4096-f16", {"M": 4096, "N": 4096, "K": 4096, "dtype": "f16", "tiles": (128, 128, 64)}),
+        WorkloadConfig("8192-f16", {"M": 8192, "N": 8192, "K": 8192, "dtype": "f16", "tiles": (128, 128, 64)}),
+    ]
+
+    def _tensors(self, cfg, seed, device):
+        import torch
+        m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
+        # scaled so that C ~ N(0, 1): tolerances then mean the same at every K
+        s = k ** -0.25
+        return {"A": _randn((m, k), dt, seed, device, s), "B": _randn((k, n), dt, seed + 1, device, s),
+                "C": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
+
+    def run(self, inputs):
+        tm, tn, tk = inputs["_tiles"]
+        return self.module.launch(inputs["A"], inputs["B"], inputs["C"], tm, tn, tk, tuned=self.tuned,
+                                  group_size_m=inputs.get("_group_size_m", 8))
+
+    def reference(self, inputs):
+        import torch
+        a, b = inputs["A"], inputs["B"]
+        hi = torch.float64 if a.dtype == torch.float32 else torch.float32
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            return {"C": a.to(hi) @ b.to(hi)}
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+
+    def flops(self, cfg):
+        return 2.0 * cfg["M"] * cfg["N"] * cfg["K"]
+
+    def bytes(self, cfg):
+        m, n, k = cfg["M"], cfg["N"], cfg["K"]
+        return (m * k + k * n + m * n) * _bits(cfg["dtype"]) / 8
+
+    def compute_unit(self, cfg):
+        return (cfg["dtype"], "tensor")
+
+    def _grid(self, cfg, num_sms):
+        tm, tn, _ = cfg["tiles"]
+        return (_cdiv(cfg["M"], tm), _cdiv(cfg["N"], tn))
+
+    def capture(self, cfg, num_sms):
+        m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
+        tm, tn, tk = cfg["tiles"]
+        args = {"A": f"{dt}[{m},{k}]", "B": f"{dt}[{k},{n}]", "C": f"{dt}[{m},{n}]", "TM": tm, "TN": tn, "TK": tk}
+        if self.tuned:
+            args["GROUP_SIZE_M"] = cfg.get("group_size_m", 8)
+        return CaptureSpec(self.kernel_ref(self.kernel_name), args, self._grid(cfg, num_sms))
+
+
+class MatmulF32(Matmul):
+    kernel_name = "matmul_f32"
+    description = "the naive GEMM on f32 operands: no TF32 guard, so ct.mma falls back to FMA"
+    configs = [
+        WorkloadConfig("1024-f32", {"M": 1024, "N": 1024, "K": 1024, "dtype": "f32", "tiles": (64, 64, 32)}),
+        WorkloadConfig("2048-f32", {"M": 2048, "N": 2048, "K": 2048, "dtype": "f32", "tiles": (64, 64, 32)}),
+    ]
+    # f32 accumulation over K terms against an f64 reference: allow sqrt(K)-scale rounding
+    tolerances = {"f32": Tolerance(1e-4, 1e-5)}
+
+    def compute_unit(self, cfg):
+        return ("f32", "cuda")
+
+
+class MatmulTuned(Matmul):
+    kernel_name = "matmul_tuned"
+    tuned = True
+    description = "GEMM with TF32 guard, GROUP_SIZE_M swizzle, persistent grid and latency hints"
+    configs = [
+        WorkloadConfig("4096-f16", {"M": 4096, "N": 4096, "K": 4096, "dtype": "f16", "tiles": (128, 128, 64),
+                                    "group_size_m": 8}),
+        WorkloadConfig("8192-f16", {"M": 8192, "N": 8192, "K": 8192, "dtype": "f16", "tiles": (128, 128, 64),
+                                    "group_size_m": 8}),
+    ]
+
+    def _grid(self, cfg, num_sms):
+        tm, tn, _ = cfg["tiles"]
+        return (min(num_sms, _cdiv(cfg["M"], tm) * _cdiv(cfg["N"], tn)),)
+
+
+class Softmax(_Example):
+    module_file = "softmax.py"
+    outputs = ("Y",)
+    kernel_name = "softmax"
+    description = "row softmax, one row per block, f32 math"
+    configs = [
+        WorkloadConfig("32768x1024-f16", {"M": 32768, "N": 1024, "dtype": "f16"}),
+        WorkloadConfig("16384x2048-f16", {"M": 16384, "N": 2048, "dtype": "f16"}),
+    ]
+
+    def _tensors(self, cfg, seed, device):
+        import torch
+        m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
+        return {"X": _randn((m, n), dt, seed, device), "Y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
+
+    def run(self, inputs):
+        return self.module.launch(inputs["X"], inputs["Y"])
+
+    def reference(self, inputs):
+        import torch
+        return {"Y": torch.softmax(inputs["X"].double(), dim=1)}
+
+    def flops(self, cfg):
+        return 5.0 * cfg["M"] * cfg["N"]
+
+    def bytes(self, cfg):
+        return 2.0 * cfg["M"] * cfg["N"] * _bits(cfg["dtype"]) / 8
+
+    def capture(self, cfg, num_sms):
+        m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
+        tile_n = 1 << (n - 1).bit_length()
+        return CaptureSpec(self.kernel_ref("softmax"), {"X": f"{dt}[{m},{n}]", "Y": f"{dt}[{m},{n}]",
+                                                        "TILE_N": tile_n}, (m,))
+
+
+class GatherScale(_Example):
+    module_file = "gather_scale.py"
+    outputs = ("y",)
+    kernel_name = "gather_scale"
+    description = "y = 2x + 1 through per-element gather/scatter"
+    configs = [
+        WorkloadConfig("16M-f32", {"n": 1 << 24, "dtype": "f32", "tile": 1024}),
+        WorkloadConfig("64M-f32", {"n": 1 << 26, "dtype": "f32", "tile": 1024}),
+    ]
+
+    def _tensors(self, cfg, seed, device):
+        import torch
+        n, dt = cfg["n"], cfg["dtype"]
+        return {"x": _randn((n,), dt, seed, device), "y": torch.empty(n, dtype=torch_dtype(dt), device=device)}
+
+    def run(self, inputs):
+        return self.module.launch(inputs["x"], inputs["y"], tile=inputs.get("_tile", 1024))
+
+    def reference(self, inputs):
+        return {"y": inputs["x"].double() * 2.0 + 1.0}
+
+    def flops(self, cfg):
+        return 2.0 * cfg["n"]
+
+    def bytes(self, cfg):
+        return 2.0 * cfg["n"] * _bits(cfg["dtype"]) / 8
+
+    def capture(self, cfg, num_sms):
+        n, tile, dt = cfg["n"], cfg["tile"], cfg["dtype"]
+        return CaptureSpec(self.kernel_ref("gather_scale"), {"x": f"{dt}[{n}]", "y": f"{dt}[{n}]", "TILE": tile},
+                           (_cdiv(n, tile),))
+
+
+_CLASSES = {
+    "vector_add": VectorAdd, "vector_add_persistent": VectorAddPersistent, "matmul": Matmul,
+    "matmul_f32": MatmulF32, "matmul_tuned": MatmulTuned, "softmax": Softmax, "gather_scale": GatherScale,
+}
+
+
+def make(name: str, **kwargs) -> Workload:
+    cls = _CLASSES[name]
+    wl = cls(**kwargs)
+    wl.name = f"examples:{name}"
+    return wl

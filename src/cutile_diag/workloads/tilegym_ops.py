@@ -1,0 +1,247 @@
+"""Workloads for TileGym ops, called through ``tilegym.ops`` with ``backend="cutile"``.
+
+``tilegym`` is imported only when a workload runs.  TileGym's dispatcher silently falls back
+to the PyTorch implementation when an op has no cuTile one (it only logs a warning), which
+would time cuBLAS and call it cuTile; so every run first checks that a cuTile
+implementation is registered and refuses otherwise.
+
+Ops allocate their outputs themselves, so these workloads check the returned tensor
+(``outputs = ()``); the harness poisons the allocator's free blocks with NaN before a check
+run so that an op that leaves elements unwritten still fails.
+
+The static cost model is not wired for TileGym kernels (their modules use package-relative
+imports, which the file-based AOT capture cannot load): ``capture`` returns None and the
+roofline says so.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..workload import Workload, WorkloadConfig, WorkloadError, torch_dtype
+
+
+def _gen(seed: int, device: str):
+    import torch
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
+
+
+def _randn(shape, dtype, seed, device, scale=1.0):
+    import torch
+    x = torch.randn(*shape, generator=_gen(seed, device), device=device, dtype=torch.float32)
+    return (x * scale if scale != 1.0 else x).to(torch_dtype(dtype))
+
+
+def _bytes_of(dtype: str) -> int:
+    return {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "f8e4m3": 1, "f8e5m2": 1}[dtype]
+
+
+@functools.cache
+def _tilegym_status() -> str | None:
+    try:
+        import tilegym  # noqa: F401
+        from tilegym import ops  # noqa: F401
+    except ImportError as e:
+        return f"tilegym is not installed ({e}); pip install tilegym"
+    except Exception as e:  # tilegym raises at import without a GPU / with a broken cuTile
+        return f"importing tilegym failed: {type(e).__name__}: {e}"
+    return None
+
+
+def has_cutile_impl(op: str) -> bool:
+    from tilegym.backend import dispatcher
+    fn = getattr(dispatcher, "has_backend_impl", None)
+    if fn is not None:
+        return bool(fn(op, "cutile"))
+    return "cutile" in getattr(dispatcher, "_REGISTRY", {}).get(op, {})
+
+
+def cutile_impl_params(op: str) -> set[str] | None:
+    """Parameter names of the registered cuTile implementation (None if unknown).
+
+    TileGym's implementations take ``**kwargs`` and ignore unknown keywords, so a keyword
+    renamed between releases (rms_norm: ``static_persistent=`` -> ``mode=``) would silently
+    select another kernel; the workloads look the real parameters up instead.
+    """
+    import inspect
+    from tilegym.backend import dispatcher
+    impl = getattr(dispatcher, "_REGISTRY", {}).get(op, {}).get("cutile")
+    if impl is None:
+        return None
+    try:
+        return set(inspect.signature(impl).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+class _TileGymOp(Workload):
+    op = ""
+    outputs = ()
+
+    def available(self) -> str | None:
+        why = _tilegym_status()
+        if why:
+            return why
+        if not has_cutile_impl(self.op):
+            return f"tilegym has no cuTile implementation registered for '{self.op}'"
+        return None
+
+    def _fn(self):
+        why = self.available()
+        if why:
+            raise WorkloadError(f"{self.name}: {why}")
+        from tilegym import ops
+        return getattr(ops, self.op)
+
+
+class Softmax(_TileGymOp):
+    op = "softmax"
+    kernel_name = "_softmax_kernel"
+    description = "tilegym.ops.softmax (row softmax over the last dim)"
+    configs = [
+        WorkloadConfig("4096x4096-f16-tma", {"M": 4096, "N": 4096, "dtype": "f16", "use_tma": True}),
+        WorkloadConfig("4096x4096-f16", {"M": 4096, "N": 4096, "dtype": "f16", "use_tma": False}),
+        WorkloadConfig("16384x1024-bf16-tma", {"M": 16384, "N": 1024, "dtype": "bf16", "use_tma": True}),
+    ]
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        return {"x": _randn((cfg["M"], cfg["N"]), cfg["dtype"], seed, device), "_use_tma": cfg["use_tma"]}
+
+    def run(self, inputs):
+        return self._fn()(inputs["x"], use_tma=inputs["_use_tma"], backend="cutile")
+
+    def reference(self, inputs):
+        import torch
+        return torch.softmax(inputs["x"].double(), dim=-1)
+
+    def flops(self, cfg):
+        return 5.0 * cfg["M"] * cfg["N"]
+
+    def bytes(self, cfg):
+        return 2.0 * cfg["M"] * cfg["N"] * _bytes_of(cfg["dtype"])
+
+
+class RMSNorm(_TileGymOp):
+    op = "rms_norm"
+    kernel_name = "rms_norm_kernel"
+    description = "tilegym.ops.rms_norm (y = x * rsqrt(mean(x^2) + eps) * w)"
+    eps = 1e-6
+    # mode "static_persistent": the persistent TMA kernel; "multi_wave": one row per block
+    # (``static_persistent=False`` in older TileGym, ``mode="multi_wave_reload"`` in newer)
+    configs = [
+        WorkloadConfig("16384x4096-bf16-persistent", {"M": 16384, "N": 4096, "dtype": "bf16",
+                                                      "mode": "static_persistent"}),
+        WorkloadConfig("16384x4096-bf16-multiwave", {"M": 16384, "N": 4096, "dtype": "bf16",
+                                                     "mode": "multi_wave"}),
+    ]
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
+        return {"x": _randn((m, n), dt, seed, device), "w": _randn((n,), dt, seed + 1, device),
+                "_mode": cfg["mode"]}
+
+    def _mode_kwargs(self, mode: str) -> dict:
+        params = cutile_impl_params(self.op) or set()
+        if "mode" in params:
+            return {"mode": "static_persistent" if mode == "static_persistent" else "multi_wave_reload"}
+        if "static_persistent" in params:
+            return {"static_persistent": mode == "static_persistent"}
+        raise WorkloadError(f"{self.name}: this tilegym's rms_norm takes neither mode= nor static_persistent=")
+
+    def run(self, inputs):
+        fn = self._fn()
+        return fn(inputs["x"], None, inputs["w"], self.eps, backend="cutile", **self._mode_kwargs(inputs["_mode"]))
+
+    def reference(self, inputs):
+        import torch
+        x, w = inputs["x"].double(), inputs["w"].double()
+        return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + self.eps) * w
+
+    def flops(self, cfg):
+        return 4.0 * cfg["M"] * cfg["N"]   # square, sum, scale by rsqrt, scale by w
+
+    def bytes(self, cfg):
+        # read x and w, write y; a kernel that also stores rstd (4 B per row) moves < 0.1 % more
+        m, n, e = cfg["M"], cfg["N"], _bytes_of(cfg["dtype"])
+        return 2.0 * m * n * e + n * e
+
+
+class Matmul(_TileGymOp):
+    op = "matmul"
+    kernel_name = "matmul_kernel"
+    description = "tilegym.ops.matmul (autotuned at the first call per shape)"
+    configs = [
+        WorkloadConfig("4096-f16", {"M": 4096, "N": 4096, "K": 4096, "dtype": "f16", "static_persistent": False}),
+        WorkloadConfig("4096-f16-persistent", {"M": 4096, "N": 4096, "K": 4096, "dtype": "f16",
+                                               "static_persistent": True}),
+        WorkloadConfig("8192-bf16", {"M": 8192, "N": 8192, "K": 8192, "dtype": "bf16", "static_persistent": False}),
+    ]
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
+        s = k ** -0.25
+        return {"a": _randn((m, k), dt, seed, device, s), "b": _randn((k, n), dt, seed + 1, device, s),
+                "_static_persistent": cfg["static_persistent"]}
+
+    def run(self, inputs):
+        fn = self._fn()
+        params = cutile_impl_params(self.op)
+        if params is not None and "static_persistent" not in params and "kwargs" in params:
+            raise WorkloadError(f"{self.name}: this tilegym's matmul has no static_persistent= parameter")
+        return fn(inputs["a"], inputs["b"], static_persistent=inputs["_static_persistent"], backend="cutile")
+
+    def reference(self, inputs):
+        import torch
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            return inputs["a"].float() @ inputs["b"].float()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+
+    def flops(self, cfg):
+        return 2.0 * cfg["M"] * cfg["N"] * cfg["K"]
+
+    def bytes(self, cfg):
+        m, n, k = cfg["M"], cfg["N"], cfg["K"]
+        return float(m * k + k * n + m * n) * _bytes_of(cfg["dtype"])
+
+    def compute_unit(self, cfg):
+        return (cfg["dtype"], "tensor")
+
+
+class SiluAndMul(_TileGymOp):
+    op = "silu_and_mul"
+    kernel_name = "silu_and_mul"
+    description = "tilegym.ops.silu_and_mul (SiLU(x[..., :H]) * x[..., H:])"
+    configs = [
+        WorkloadConfig("8192x2x8192-bf16", {"M": 8192, "H": 8192, "dtype": "bf16"}),
+    ]
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        return {"x": _randn((cfg["M"], 2 * cfg["H"]), cfg["dtype"], seed, device)}
+
+    def run(self, inputs):
+        return self._fn()(inputs["x"], backend="cutile")
+
+    def reference(self, inputs):
+        import torch
+        x = inputs["x"].double()
+        h = x.shape[-1] // 2
+        return torch.nn.functional.silu(x[..., :h]) * x[..., h:]
+
+    def flops(self, cfg):
+        return 6.0 * cfg["M"] * cfg["H"]   # sigmoid = neg, exp, add, div; then two muls
+
+    def bytes(self, cfg):
+        return 3.0 * cfg["M"] * cfg["H"] * _bytes_of(cfg["dtype"])
+
+
+_CLASSES = {"softmax": Softmax, "rms_norm": RMSNorm, "matmul": Matmul, "silu_and_mul": SiluAndMul}
+
+
+def make(op: str, **kwargs) -> Workload:
+    wl = _CLASSES[op](**kwargs)
+    wl.name = f"tilegym:{op}"
+    return wl

@@ -1,0 +1,136 @@
+"""Harness statistics and budget logic on synthetic timings (no GPU)."""
+import statistics
+
+import pytest
+
+from cutile_diag.bench.stats import RECORD_KEYS, TimingStats, noise_study, summarize
+from cutile_diag.bench.timing import BenchOptions, measure, plan_reps
+
+
+def test_record_has_exactly_tilegyms_keys_in_order():
+    s = summarize([1.0, 2.0, 3.0, 4.0], peak_mem_mb=913.7)
+    rec = s.record()
+    assert tuple(rec) == RECORD_KEYS == ("mean", "std", "rel_std", "median", "min", "max", "nrep", "peak_mem_mb")
+    assert rec["mean"] == 2.5
+    assert rec["std"] == pytest.approx(statistics.stdev([1, 2, 3, 4]))        # sample std (n - 1)
+    assert rec["rel_std"] == pytest.approx(100 * statistics.stdev([1, 2, 3, 4]) / 2.5)   # percent
+    assert rec["median"] == 2.5                                                 # true median, not the lower one
+    assert (rec["min"], rec["max"], rec["nrep"], rec["peak_mem_mb"]) == (1.0, 4.0, 4, 913)
+    assert isinstance(rec["nrep"], int) and isinstance(rec["peak_mem_mb"], int)
+    assert TimingStats.from_record(rec) == s
+
+
+def test_single_sample_and_bad_samples():
+    s = summarize([0.5])
+    assert s.std == 0 and s.rel_std == 0 and s.median == 0.5
+    with pytest.raises(ValueError):
+        summarize([])
+    with pytest.raises(ValueError):
+        summarize([1.0, float("nan")])
+    with pytest.raises(ValueError):
+        summarize([1.0, -0.1])
+    with pytest.raises(ValueError, match="lacks"):
+        TimingStats.from_record({"mean": 1})
+
+
+@pytest.mark.parametrize("est,warm,rep", [
+    (0.1, 1000, 1000),       # 100 ms / 0.1 ms
+    (1.0, 100, 100),
+    (50.0, 2, 10),           # min_rep floor
+    (0.001, 10000, 1000),    # max_rep cap; warm-up capped at 10 x max_rep
+])
+def test_plan_reps_budgets(est, warm, rep):
+    assert plan_reps(est, BenchOptions(warmup_ms=100, rep_ms=100, min_rep=10, max_rep=1000)) == (warm, rep)
+
+
+def test_plan_reps_zero_warmup():
+    assert plan_reps(1.0, BenchOptions(warmup_ms=0, rep_ms=5, min_rep=3, max_rep=50)) == (0, 5)
+
+
+class FakeBackend:
+    """Deterministic timings; records what the harness asked for."""
+    name = "fake"
+
+    def __init__(self, est_ms, samples):
+        self.est_ms, self.samples = est_ms, list(samples)
+        self.calls = []
+        self.flush_bytes = 256 << 20
+
+    def setup(self, fn, opts):
+        fn()
+        self.calls.append("setup")
+
+    def run(self, n):
+        self.calls.append(("run", n))
+
+    def estimate(self, n):
+        self.calls.append(("estimate", n))
+        return self.est_ms, 0.01
+
+    def time_reps(self, n):
+        self.calls.append(("time", n))
+        return [self.samples[i % len(self.samples)] for i in range(n)]
+
+    def reset_peak_memory(self):
+        self.calls.append("reset")
+
+    def peak_memory_mb(self):
+        return 42
+
+    def teardown(self):
+        self.calls.append("teardown")
+
+
+def test_measure_follows_the_budget_and_summarises():
+    be = FakeBackend(est_ms=2.0, samples=[2.0, 2.1, 1.9, 2.0])
+    order = []
+
+    class Obs:
+        def start(self):
+            order.append("obs-start")
+
+        def stop(self):
+            order.append("obs-stop")
+            return {"sm_clock_mhz": {"median": 1980}}
+
+    ran = []
+    m = measure(lambda: ran.append(1), BenchOptions(warmup_ms=10, rep_ms=40, min_rep=3, max_rep=100, initial_rep=4),
+                backend=be, observers=[Obs()], before_timed=lambda: order.append("poison"))
+    assert ("estimate", 4) in be.calls and ("run", 5) in be.calls and ("time", 20) in be.calls
+    assert be.calls[-1] == "teardown"
+    assert m.stats.nrep == 20 and m.n_warmup == 5 and m.estimate_ms == 2.0
+    assert m.stats.median == pytest.approx(2.0) and m.stats.peak_mem_mb == 42
+    assert m.observed == {"sm_clock_mhz": {"median": 1980}}
+    assert order == ["poison", "obs-start", "obs-stop"]
+    assert ran == [1]                      # setup's single priming call
+    assert m.to_json()["stats"] == m.stats.record()
+
+
+def test_measure_tears_down_when_timing_raises():
+    class Boom(FakeBackend):
+        def time_reps(self, n):
+            raise RuntimeError("kernel crashed")
+
+    be = Boom(1.0, [1.0])
+    with pytest.raises(RuntimeError):
+        measure(lambda: None, BenchOptions(warmup_ms=1, rep_ms=1), backend=be)
+    assert be.calls[-1] == "teardown"
+
+
+def test_noise_study_spread():
+    runs = [summarize([1.0, 1.005, 0.995]), summarize([1.02, 1.025, 1.015]), summarize([0.98, 0.985, 0.975])]
+    ns = noise_study(runs)
+    assert ns.runs == 3
+    assert ns.median_of_medians_ms == pytest.approx(1.0)
+    assert ns.spread_pct == pytest.approx((1.02 - 0.98) / 1.0 * 100)
+    assert ns.runs_over_1pct == 0 and ns.max_rel_std_pct == pytest.approx(100 * 0.005 / 0.98, rel=1e-6)
+    noisy = noise_study([summarize([1.0, 1.5, 0.5])])
+    assert noisy.runs_over_1pct == 1
+    with pytest.raises(ValueError):
+        noise_study([])
+
+
+def test_options_roundtrip():
+    o = BenchOptions(warmup_ms=3, cuda_graph=True)
+    assert BenchOptions.from_json(o.to_json()) == o
+    assert BenchOptions.from_json({"rep_ms": 7, "bogus": 1}).rep_ms == 7
