@@ -1,0 +1,402 @@
+"""``cutile-diag diagnose KERNEL`` — the bottleneck and the next optimisations, with evidence.
+
+KERNEL is any of:
+
+* a capture folder (or a folder of captures)  -> static evidence: TileIR + cubin side
+* a bare TileIR file                          -> static evidence from the IR only (says what is missing)
+* ``file.py::kernel`` or an example name      -> captured ahead of time first, then as a capture folder
+* a workload: ``examples:<kernel>``, ``tilegym:<op>``, ``file.py::Workload`` (or an example name
+  with ``--gpu``) -> captured, then measured on the GPU: roofline class, % of roof, host time,
+  configurations; offline with ``--device PRESET --latency-ms X``.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from ..errors import CutileDiagError, NoGPUError, UsageError
+from ..output import console, err_console, print_json, progress
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "diagnose", help="classify the bottleneck and rank the next optimisations, with evidence",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("kernel", help="capture folder, TileIR file, FILE.py::KERNEL, example name or workload")
+    p.add_argument("--arch", default=None, help="target arch for captures (default sm_90, or the GPU's)")
+    p.add_argument("--entry", help="TileIR entry to analyse when a file holds several (name or symbol)")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=SPEC",
+                   help="argument spec for FILE.py::KERNEL without CAPTURE_SPECS (repeatable)")
+    p.add_argument("--out", help="keep the capture made for a kernel ref / workload in this folder")
+    p.add_argument("--tried", default="", help="playbook ids already tried for this kernel, e.g. B,E (demoted)")
+    p.add_argument("--ledger", help="the optimisation loop's JSON-lines ledger: tried ids are read from it")
+    p.add_argument("--gpu", action="store_true", help="treat an example name as its workload (measure it)")
+    p.add_argument("--static", action="store_true", help="never measure, even for a workload")
+    p.add_argument("--config", action="append", default=None, help="workload configuration(s) to measure")
+    p.add_argument("--device", help="offline: device preset (a100, h100, h200, b200) for --latency-ms")
+    p.add_argument("--latency-ms", type=float, help="offline: a recorded latency of the first configuration")
+    p.add_argument("--roofline", help="add GPU evidence from a saved roofline JSON (cutile-diag roofline --json)")
+    p.add_argument("--ncu", help="add Nsight Compute metrics from a JSON file ({metric: value})")
+    p.add_argument("--timeout", type=float, default=300.0, help="per-measurement timeout in seconds")
+    p.add_argument("--all", action="store_true", help="show every evidence line")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+def _tried(args) -> list[str]:
+    out = [t.strip() for t in args.tried.split(",") if t.strip()]
+    if args.ledger:
+        out += tried_from_ledger(args.ledger)
+    return out
+
+
+def tried_from_ledger(path: str) -> list[str]:
+    """Playbook ids from a JSON-lines ledger (one per iteration; the baseline row has none)."""
+    from ..diagnose.playbook import default_playbook
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such ledger")
+    ids = set(default_playbook().ids)
+    out: list[str] = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{p}:{n}: not a JSON line ({e.msg})") from None
+        if not isinstance(rec, dict):
+            continue
+        cand = [rec.get(k) for k in ("playbook_id", "entry_id", "entry", "id")]
+        chosen = rec.get("chosen") or rec.get("recommendation") or {}
+        if isinstance(chosen, dict):
+            cand.append(chosen.get("id"))
+        opt = rec.get("optimization")
+        if isinstance(opt, str):
+            cand.append(opt.split(":", 1)[0].split()[0] if opt.strip() else None)
+        for c in cand:
+            if isinstance(c, str) and c in ids:
+                out.append(c)
+                break
+    return out
+
+
+def _classify_target(args) -> tuple[str, object]:
+    """('capture'|'captures'|'tileir'|'kernel'|'workload', payload)."""
+    text = args.kernel.strip()
+    if not text:
+        raise UsageError("no kernel given")
+    from ..capture.loader import split_ref
+    from ..examples import EXAMPLE_KERNELS, EXAMPLES_DIR
+    p = Path(text)
+    if p.exists() and "::" not in text:
+        if p.is_dir():
+            from ..capture.manifest import MANIFEST
+            if (p / MANIFEST).exists():
+                return "capture", p
+            subs = sorted(d for d in p.iterdir() if (d / MANIFEST).exists())
+            if subs:
+                return "captures", subs
+            raise UsageError(f"{p}: not a capture folder (no manifest.json) and holds none",
+                             hint="capture it first: cutile-diag capture FILE.py::KERNEL --out DIR")
+        if p.name == "manifest.json":
+            return "capture", p.parent
+        if p.suffix == ".py":
+            return _py_target(p, None, args)
+        return "tileir", p
+    if "::" in text:
+        path, name = split_ref(text)
+        return _py_target(path, name, args)
+    if text.startswith(("examples:", "tilegym:")):
+        return "workload", text
+    kernels = {k: f for f, ks in EXAMPLE_KERNELS.items() for k in ks}
+    if text in kernels:
+        if args.gpu:
+            return "workload", f"examples:{text}"
+        return "kernel", f"{EXAMPLES_DIR / kernels[text]}::{text}"
+    try:
+        from ..workloads import builtin_names
+        if any(n.split(":", 1)[1] == text for n in builtin_names()):
+            return "workload", text
+    except ImportError:  # pragma: no cover
+        pass
+    raise UsageError(f"'{text}' is not a file, a FILE.py::NAME reference, an example or a workload",
+                     hint="examples: " + ", ".join(sorted(kernels)))
+
+
+def _py_target(path: Path, name: str | None, args):
+    from ..capture.loader import import_file, is_kernel, kernels_in
+    module = import_file(path)
+    if name is not None:
+        if not hasattr(module, name):
+            raise UsageError(f"{path}: no kernel or workload named '{name}'")
+        obj = getattr(module, name)
+        if is_kernel(obj):
+            return "kernel", f"{path}::{name}"
+        return "workload", f"{path}::{name}"
+    if kernels_in(module):
+        return "kernel", str(path)
+    return "workload", str(path)
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+def run(args) -> int:
+    from ..diagnose.engine import diagnose_capture, diagnose_tileir
+    tried = _tried(args)
+    kind, payload = _classify_target(args)
+    show = not args.json
+    diagnoses = []
+    if kind == "captures":
+        with progress(len(payload), "diagnosing captures", enabled=show) as bar:
+            for folder in payload:
+                diagnoses.append(_with_extra(args, diagnose_capture(folder, arch=args.arch, entry=args.entry,
+                                                                    tried=tried), folder))
+                bar.advance()
+    elif kind == "capture":
+        diagnoses.append(_with_extra(args, None, payload, tried=tried))
+    elif kind == "tileir":
+        if args.roofline or args.latency_ms:
+            raise UsageError("--roofline / --latency-ms need a capture folder or a workload, not a bare TileIR file")
+        diagnoses.append(diagnose_tileir(Path(payload), entry=args.entry, tried=tried))
+    elif kind == "kernel":
+        diagnoses.append(_diagnose_kernel_ref(args, payload, tried))
+    else:
+        diagnoses.append(_diagnose_workload(args, payload, tried))
+
+    if args.json:
+        if len(diagnoses) == 1:
+            print_json(diagnoses[0].to_json())
+        else:
+            print_json({"diagnoses": [d.to_json() for d in diagnoses]})
+        return 0
+    from ..diagnose.render import render_diagnosis
+    for i, d in enumerate(diagnoses):
+        if i:
+            console.rule()
+        render_diagnosis(d, console, all_evidence=args.all)
+    return 0
+
+
+def _with_extra(args, diag, folder, tried=None):
+    """A capture folder, plus GPU evidence from --roofline / --ncu files when given."""
+    if diag is not None and not (args.roofline or args.ncu):
+        return diag
+    from ..diagnose.collect_capture import collect_capture
+    from ..diagnose.collect_gpu import collect_gpu
+    from ..diagnose.engine import _static_only, diagnose
+    ev = collect_capture(folder, arch=args.arch, entry=args.entry)
+    _static_only(ev)
+    if args.roofline:
+        points, device = _load_roofline(args.roofline)
+        collect_gpu(ev, points=points, device=device, ncu=_load_ncu(args.ncu) if args.ncu else None)
+    elif args.ncu:
+        from ..diagnose.collect_gpu import NCU_ALIASES
+        nc = _load_ncu(args.ncu)
+        for key, names in NCU_ALIASES.items():
+            for n in names:
+                if n in nc:
+                    ev.add(key, nc[n], f"ncu: {n}", f"{n} = {nc[n]} ({args.ncu})")
+                    break
+    return diagnose(ev, tried=tried if tried is not None else _tried(args))
+
+
+def _load_json(path: str, what: str):
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such {what} file")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
+
+
+def _load_roofline(path: str):
+    doc = _load_json(path, "roofline")
+    device = None
+    if isinstance(doc, dict):
+        device = doc.get("device")
+        for key in ("points", "results", "configs", "roofline"):
+            if isinstance(doc.get(key), list):
+                doc = doc[key]
+                break
+        else:
+            doc = [doc] if "latency_ms" in doc else []
+    if not isinstance(doc, list) or not doc or not all(isinstance(x, dict) and "latency_ms" in x for x in doc):
+        raise UsageError(f"{path}: no roofline points (objects with latency_ms, bound, pct_spec ...)",
+                         hint="write it with: cutile-diag roofline WORKLOAD --json > FILE")
+    return doc, device
+
+
+def _load_ncu(path: str) -> dict:
+    doc = _load_json(path, "ncu")
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a JSON object of metric -> value")
+    return doc
+
+
+def _capture_dir(args):
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        return None, Path(args.out)
+    tmp = tempfile.TemporaryDirectory(prefix="cutile-diag-diagnose-")
+    return tmp, Path(tmp.name)
+
+
+def _diagnose_kernel_ref(args, ref: str, tried):
+    from ..capture.aot import capture_aot
+    from ..capture.spec import parse_assignments
+    from ..diagnose.engine import diagnose_capture
+    specs = parse_assignments(args.arg) if args.arg else None
+    arch = args.arch or "sm_90"
+    tmp, out = _capture_dir(args)
+    try:
+        if not args.json:
+            err_console.print(f"[dim]capturing {ref} for {arch} …[/]")
+        folder = capture_aot(ref, specs, archs=[arch], out_dir=out)
+        if args.roofline or args.ncu:
+            return _with_extra(args, None, folder.path, tried=tried)
+        d = diagnose_capture(folder, arch=arch, entry=args.entry, tried=tried)
+        if tmp is not None:
+            d.context["capture"] = None
+            d.notes.append("the capture was temporary; keep it with --out DIR")
+        return d
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _diagnose_workload(args, ref: str, tried):
+    """Capture the workload's kernel for its first configuration, then measure every configuration."""
+    from ..capture.aot import capture_aot
+    from ..diagnose.collect_capture import collect_capture
+    from ..diagnose.collect_gpu import collect_gpu
+    from ..diagnose.engine import _static_only, diagnose
+    from ..workload import load_workload
+    wl = load_workload(ref)
+    cfgs = wl.select(args.config)
+    primary = cfgs[0]
+    device, why_static = None, None
+    from ..roofline.device import live_device, preset
+    if args.device:
+        device = preset(args.device)
+        if args.latency_ms is None and not args.static:
+            raise UsageError("--device needs --latency-ms (a recorded latency of the first configuration)")
+    elif args.latency_ms is not None:
+        raise UsageError("--latency-ms needs --device PRESET (which GPU the latency was recorded on)")
+    elif not args.static:
+        try:
+            device = live_device()
+        except NoGPUError as e:
+            why_static = e.one_line()
+    sms = int(device.sm_count.value) if device is not None and device.sm_count.known else 132
+    arch = args.arch or (device.arch if device is not None else "sm_90")
+    spec = wl.capture(primary, sms)
+    tmp, out = _capture_dir(args)
+    try:
+        from ..diagnose.evidence import Evidence
+        ev = Evidence(kernel=wl.name)
+        folder = None
+        if spec is None and device is not None and device.kind == "live":
+            folder = _capture_by_running(args, wl, primary, out)
+        if folder is not None:
+            ev = collect_capture(folder, arch=None, entry=args.entry)
+            ev.kernel = f"{wl.name} ({primary.name})"
+        elif spec is None:
+            ev.missing("TileIR structure (hints, gathers, loops, mma dtypes)",
+                       f"workload {wl.name} declares no capture spec", "implement Workload.capture(cfg, num_sms)")
+        else:
+            if not args.json:
+                err_console.print(f"[dim]capturing {spec.kernel} ({primary.name}) for {arch} …[/]")
+            folder = capture_aot(spec.kernel, dict(spec.args), archs=[arch], out_dir=out,
+                                 hints=dict(spec.hints) if spec.hints else None)
+            ev = collect_capture(folder, arch=arch, entry=args.entry)
+            ev.kernel = f"{wl.name} ({primary.name})"
+        ev.context["workload"] = wl.ref or ref
+        points, host_ms = [], None
+        if device is None:
+            _static_only(ev)
+            if why_static:
+                ev.notes.append(f"static evidence only: {why_static}")
+        elif args.latency_ms is not None:
+            from ..roofline.model import analyze
+            points.append(analyze(wl.ref or ref, primary.name, latency_ms=args.latency_ms,
+                                  flops=wl.flops(primary), bytes=wl.bytes(primary), unit=wl.compute_unit(primary),
+                                  device=device, latency_source="recorded", grid=spec.grid if spec else None))
+            ev.missing("host / launch overhead", "offline: a recorded latency has no host time")
+        else:
+            points, host_ms = _measure(args, wl, cfgs, device, sms, ev)
+        if points:
+            collect_gpu(ev, points=points, primary=primary.name, device=device, host_ms=host_ms,
+                        ncu=_load_ncu(args.ncu) if args.ncu else None)
+        elif device is not None and args.latency_ms is None:
+            _static_only(ev)
+        d = diagnose(ev, tried=tried)
+        if tmp is not None:
+            d.context["capture"] = None
+        return d
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _capture_by_running(args, wl, cfg, out: Path):
+    """No AOT spec (e.g. a TileGym op): run the workload once with the dump variables set and keep
+    the capture of its main kernel (``kernel_name``, else the kernel compiled last)."""
+    import sys
+
+    from ..capture.run_mode import capture_run
+    code = ("from cutile_diag.workload import load_workload as L; import torch; "
+            f"w = L({wl.ref!r}, **{dict(wl.ref_kwargs or {})!r}); c = w.config({cfg.name!r}); "
+            "w.run(w.make_inputs(c, 0)); torch.cuda.synchronize()")
+    if not args.json:
+        err_console.print(f"[dim]capturing {wl.name} ({cfg.name}) from a run …[/]")
+    try:
+        res = capture_run([sys.executable, "-c", code], out_dir=out, timeout=args.timeout)
+    except CutileDiagError as e:
+        if not args.json:
+            err_console.print(f"[yellow]capture from a run failed: {e.one_line()}[/]")
+        return None
+    caps = res.captures
+    if wl.kernel_name:
+        named = [c for c in caps if (c.manifest.get("kernel") or {}).get("function") == wl.kernel_name]
+        caps = named or caps
+    return caps[-1] if caps else None
+
+
+def _measure(args, wl, cfgs, device, sms, ev):
+    from ..bench import measure_isolated
+    from ..roofline.model import analyze
+    try:
+        from ..roofline.peaks import load_cached
+        ceilings = load_cached(device)
+    except Exception:  # no cache yet: the spec roofs still apply
+        ceilings = None
+    if ceilings is None:
+        ev.notes.append("no measured ceilings for this GPU (run `cutile-diag peaks`): % of roof is against the spec roof")
+    points, host_ms = [], None
+    with progress(len(cfgs), "measuring", enabled=not args.json) as bar:
+        for cfg in cfgs:
+            bar.update(f"measuring {cfg.name}")
+            r = measure_isolated(wl.ref, cfg.name, workload_kwargs=dict(wl.ref_kwargs or {}),
+                                 timeout_s=args.timeout)
+            bar.advance()
+            if not r.ok or r.median_ms is None:
+                ev.notes.append(f"configuration {cfg.name}: {r.status}: {r.error or 'no timing'}")
+                continue
+            spec = wl.capture(cfg, sms)
+            p = analyze(wl.ref, cfg.name, latency_ms=r.median_ms, flops=wl.flops(cfg), bytes=wl.bytes(cfg),
+                        unit=wl.compute_unit(cfg), device=device, ceilings=ceilings,
+                        grid=spec.grid if spec else None)
+            p.stats = r.stats.record() if r.stats else None
+            points.append(p)
+            if host_ms is None and cfg is cfgs[0]:
+                host_ms = (r.measurement or {}).get("host_enqueue_ms")
+    if not points:
+        raise CutileDiagError(f"no configuration of {wl.name} could be measured",
+                              hint="; ".join(ev.notes[-3:]))
+    return points, host_ms

@@ -1,0 +1,451 @@
+"""Evidence from a capture folder: the TileIR facts plus what the compiler did with them.
+
+Adds, per target arch: remarks (TMA selection and failures with reasons, tensor-core vs FMA
+fallback), SASS instruction mix, resource usage, exact ptxas spills and advisories, threads
+per CTA, cluster size, the PTX register budget; and, from the captured argument shapes, the
+number of output tiles against the SM count (the grid of a one-tile-per-program kernel),
+the waves and the idle tail.  Files that are missing or unreadable are named in
+``not_checked``; a manifest of another schema version is read for what it still has.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from ..capture.manifest import CaptureFolder, load_capture
+from ..errors import CutileDiagError
+from ..ir_parsers.tileir_ops import STORES
+from .evidence import Evidence, Site
+
+# arch -> device preset used when there is no GPU (the SM count and per-SM limits)
+ARCH_PRESETS = {"sm_80": "a100", "sm_90": "h200", "sm_100": "b200"}
+# per-SM hardware limits for the resident-CTA estimate (Hopper/Blackwell/Ampere data-center)
+_SM_LIMITS = {"sm_80": (2048, 65536, 32, 164 * 1024), "sm_90": (2048, 65536, 32, 228 * 1024),
+              "sm_100": (2048, 65536, 32, 228 * 1024)}
+# preferred MMA tile ranges per arch: (min M/N, max M/N, allowed K)
+_MMA_PREFS = {"sm_90": (64, 256, (32, 64)), "sm_100": (64, 512, (32, 64, 128)), "sm_80": (32, 128, (32, 64))}
+
+
+def _remark_source(r, rname: str) -> tuple[str, str | None]:
+    py = f"{Path(r.file).name}:{r.line}" if r.file else None
+    return f"{rname}: {r.name}" + (f" @ {py}" if py else ""), py
+
+
+def _remark_detail(r) -> str:
+    parts = [r.message or ""]
+    if r.instruction:
+        parts.append(f"[{r.instruction}]")
+    if r.shape:
+        parts.append(f"shape {r.shape}")
+    if r.reasons:
+        parts.append("reason: " + "; ".join(r.reasons))
+    return " ".join(p for p in parts if p)
+
+
+def _dedupe(remarks):
+    """tileiras writes each remark once per pass over the function: keep one of each."""
+    seen, out = set(), []
+    for r in remarks:
+        key = (r.kind, r.name, r.file, r.line, r.column, r.instruction, tuple(r.shape or ()), tuple(r.reasons))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def _pick(table: dict | None, symbol: str | None, function: str | None):
+    if not table:
+        return None
+    if symbol and symbol in table:
+        return table[symbol]
+    if function:
+        for k, v in table.items():
+            if k.startswith(function + "_K"):
+                return v
+    return next(iter(table.values())) if len(table) == 1 else None
+
+
+def _archs_on_disk(folder: CaptureFolder) -> list[str]:
+    return sorted(d.name for d in folder.path.iterdir() if d.is_dir() and re.fullmatch(r"sm_\d+[a-z]?", d.name))
+
+
+def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = None, *,
+                    arch: str | None = None, entry: str | None = None) -> Evidence:
+    if not isinstance(folder, CaptureFolder):
+        folder = load_capture(folder)
+    ev = ev if ev is not None else Evidence(kernel=folder.name)
+    ev.context["capture"] = str(folder.path)
+    ev.add("capture.schema_ok", folder.schema_ok, f"{folder.path.name}/manifest.json",
+           str(folder.manifest.get("schema", "none")))
+    for p in folder.problems:
+        ev.notes.append(p)
+
+    # --- the TileIR
+    module = None
+    try:
+        module = folder.module
+    except CutileDiagError as e:
+        ev.missing("TileIR structure (hints, gathers, loops, mma dtypes)", e.one_line(),
+                   "re-capture the kernel")
+    symbol = folder.symbol
+    function = (folder.manifest.get("kernel") or {}).get("function")
+    if module is not None:
+        from .collect_ir import collect_tileir
+        name = entry
+        if name is None and symbol and len(module.entries) > 1:
+            name = symbol
+        try:
+            collect_tileir(module, ev, entry=name)
+        except CutileDiagError as e:
+            ev.missing("TileIR structure", e.one_line())
+            module = None
+        else:
+            if not module.has_locations:
+                ev.missing("Python source lines of IR ops", "the capture has no kernel.loc.tileir",
+                           "tileirdisasm -g output")
+        symbol = symbol or ev.context.get("symbol")
+
+    # --- which target
+    archs = folder.targets or _archs_on_disk(folder)
+    if arch is not None and arch not in archs:
+        from ..errors import UsageError
+        raise UsageError(f"{folder.path}: no target {arch}", hint="captured: " + (", ".join(archs) or "none"))
+    arch = arch or ("sm_90" if "sm_90" in archs else (archs[0] if archs else None))
+    if arch is None:
+        for what in ("remarks (TMA selection, FMA fallback)", "register spills", "SASS instruction mix",
+                     "threads per CTA / cluster"):
+            ev.missing(what, "the capture has no compiled target", "capture with --arch sm_90")
+        _grid_facts(folder, ev, module, None)
+        return ev
+    ev.add("capture.arch", arch, f"{folder.path.name}/{arch}", "targets: " + ", ".join(archs))
+    ev.context["arch"] = arch
+    ev.collected.append(f"capture: {folder.path.name} ({arch})")
+
+    def read(role: str, check: str, parse):
+        p = folder.path / arch / _role_file(role)
+        if not p.exists():
+            ev.missing(check, f"{arch}/{p.name} is not in the capture")
+            return None, p
+        try:
+            return parse(p), p
+        except CutileDiagError as e:
+            ev.missing(check, f"{arch}/{p.name}: {e.one_line()}")
+        except Exception as e:  # a corrupt file is reported, never a crash of the diagnosis
+            ev.missing(check, f"{arch}/{p.name} cannot be read: {type(e).__name__}: {e}")
+        return None, p
+
+    from ..ir_parsers.remarks import parse_remarks
+    from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
+    from ..ir_parsers.sass import parse_sass
+
+    rem, rpath = read("remarks", "remarks (TMA selection, FMA fallback)",
+                      lambda p: parse_remarks(p.read_text(errors="replace"), path=str(p)))
+    if rem is not None:
+        _remark_facts(ev, _dedupe(rem), rpath, symbol, function)
+    else:
+        ev.add("remarks.available", False, f"{arch}/remarks.yaml", "no remarks")
+
+    res, rp = read("resources", "registers / shared memory", lambda p: parse_resource_usage(p.read_text(), path=str(p)))
+    r = _pick(res, symbol, function)
+    res_src = f"{arch}/resource-usage.txt"
+    if r is not None:
+        line = f"REG:{r.registers} STACK:{r.stack} SHARED:{r.shared} LOCAL:{r.local}"
+        ev.add("cubin.registers", r.registers, res_src, line +
+               (" (a ceiling on warp-specialised kernels, not a spill signal)" if r.registers >= 255 else ""))
+        ev.add("cubin.stack", r.stack, res_src, line)
+        ev.add("cubin.shared_bytes", r.shared, res_src, line)
+        ev.add("cubin.local_bytes", r.local, res_src, line)
+    elif res is not None:
+        ev.missing("registers / shared memory", f"{res_src} has no entry for the kernel")
+
+    px, _ = read("ptxas", "register spills", lambda p: parse_ptxas_verbose(p.read_text()))
+    rep = _pick(px, symbol, function)
+    px_src = f"{arch}/ptxas.txt"
+    if rep is not None:
+        spill_line = (f"{rep.stack_frame} bytes stack frame, {rep.spill_stores} bytes spill stores, "
+                      f"{rep.spill_loads} bytes spill loads")
+        ev.add("cubin.spill_bytes", rep.spill_bytes, px_src, spill_line,
+               [Site(px_src, spill_line, file=str(folder.path / arch / "ptxas.txt"))])
+        ev.add("cubin.spill_stores", rep.spill_stores, px_src, spill_line)
+        ev.add("cubin.spill_loads", rep.spill_loads, px_src, spill_line)
+        codes = [a["code"] for a in rep.advisories]
+        ev.add("cubin.ptxas_advisories", codes, px_src,
+               "; ".join(f"{a['code']}: {a['message']}" for a in rep.advisories) or "none")
+        c7511 = [a for a in rep.advisories if a["code"] == "C7511"]
+        ev.add("cubin.wgmma_serialized", bool(c7511), px_src, c7511[0]["message"] if c7511 else "")
+    elif px is not None:
+        ev.missing("register spills", f"{px_src} has no report for the kernel")
+
+    attrs, _ = read("elf_info", "threads per CTA / cluster", lambda p: parse_elf_attributes(p.read_text()))
+    at = _pick(attrs, symbol, function)
+    el_src = f"{arch}/elf-info.txt"
+    if at is not None:
+        if at.threads:
+            ev.add("cubin.threads_per_cta", at.threads, el_src, f"EIATTR_REQNTID {at.threads_per_cta}")
+        ev.add("cubin.cluster_size", at.cluster_size, el_src,
+               f"EIATTR_CTA_PER_CLUSTER {at.cluster_shape}" if at.cluster_shape else "no cluster attribute")
+        ev.add("cubin.warp_specialised", at.reg_reconfig, el_src,
+               "EIATTR_REG_RECONFIG (setmaxnreg)" if at.reg_reconfig else "no register reconfiguration")
+    tgt = (folder.manifest.get("targets") or {}).get(arch) or {}
+    directives = tgt.get("ptx_directives")
+    if directives is None:
+        ptx = folder.path / arch / "kernel.ptx"
+        if ptx.exists():
+            from ..capture.cubin import ptx_directives
+            directives = ptx_directives(ptx.read_text(errors="replace"))
+    if directives and "maxnreg" in directives:
+        ev.add("cubin.maxnreg", int(directives["maxnreg"]), f"{arch}/kernel.ptx", f".maxnreg {directives['maxnreg']}")
+    if "cubin.threads_per_cta" not in ev and directives and directives.get("reqntid"):
+        t = directives["reqntid"]
+        n = math.prod(t) if isinstance(t, list) else int(t)
+        ev.add("cubin.threads_per_cta", n, f"{arch}/kernel.ptx", f".reqntid {t}")
+
+    sass, _ = read("sass", "SASS instruction mix", lambda p: parse_sass(p.read_text(errors="replace")))
+    f = _pick(sass, symbol, function)
+    if f is not None:
+        _sass_facts(ev, f, arch, folder.path / arch / _role_file("sass"))
+    elif sass is not None:
+        ev.missing("SASS instruction mix", f"{arch}/kernel.sass has no function for the kernel")
+
+    _grid_facts(folder, ev, module, arch)
+    return ev
+
+
+def _role_file(role: str) -> str:
+    from ..capture.manifest import TARGET_FILES
+    return TARGET_FILES[role]
+
+
+def _remark_facts(ev: Evidence, remarks, rpath: Path, symbol: str | None, function: str | None) -> None:
+    rname = rpath.name
+    mine = [r for r in remarks if not r.function or r.function in (symbol, function)
+            or (function and str(r.function).startswith(function + "_K"))]
+    ev.add("remarks.available", True, f"{rpath.parent.name}/{rname}", f"{len(mine)} distinct remarks")
+
+    def sites(rs):
+        out = []
+        for r in rs:
+            src, py = _remark_source(r, rname)
+            out.append(Site(src, _remark_detail(r), file=str(rpath), python=py, op=r.name))
+        return out
+
+    def add(key, rs, what):
+        s = sites(rs)
+        src = s[0].source if s else f"{rpath.parent.name}/{rname}"
+        ev.add(key, len(rs), src + (f" +{len(rs) - 1}" if len(rs) > 1 else ""),
+               f"{len(rs)} {what}" if rs else f"no {what}", s)
+
+    loads = [r for r in mine if r.name == "RemarkMemoryLoadInstructionSelected"]
+    add("remarks.tma_loads", [r for r in loads if "TMA" in (r.instruction or "")], "loads lowered to TMA")
+    add("remarks.ldgsts_loads", [r for r in loads if "Ldgsts" in (r.instruction or "")], "cp.async loads")
+    add("remarks.global_loads", [r for r in loads if "TMA" not in (r.instruction or "")
+                                 and "Ldgsts" not in (r.instruction or "")], "plain global loads")
+    add("remarks.tma_stores", [r for r in mine if r.is_tma_store], "stores lowered to TMA")
+    lf = [r for r in mine if r.name == "RemarkMemoryTmaLoadFailed"]
+    sf = [r for r in mine if r.name == "RemarkMemoryTmaStoreFailed"]
+    add("remarks.tma_load_failures", lf, "TMA load failures")
+    add("remarks.tma_store_failures", sf, "TMA store failures")
+    reasons = list(dict.fromkeys(x for r in lf + sf for x in r.reasons))
+    ev.add("remarks.tma_failure_reasons", reasons, f"{rpath.parent.name}/{rname}",
+           "; ".join(reasons) or "none", sites(lf + sf))
+    add("remarks.fma_fallback", [r for r in mine if r.is_fma_fallback], "mma ops falling back to FMA")
+    tc = [r for r in mine if r.is_tensor_core]
+    add("remarks.tensor_core_mma", tc, "mma ops on tensor cores")
+    ctas = [r.num_ctas for r in tc if r.num_ctas]
+    if ctas:
+        ev.add("remarks.mma_num_ctas", max(ctas), sites(tc)[0].source, f"NumCTAs {max(ctas)}")
+
+
+def _sass_facts(ev: Evidence, f, arch: str, path: Path) -> None:
+    src = str(path)
+    top = ", ".join(f"{n} {op}" for op, n in f.opcodes.most_common(6))
+
+    def add(key, value, detail):
+        ev.add(key, int(value), f"sass: {value} {detail}" if value else "sass", detail if value else f"no {detail}",
+               [Site(f"sass: {value} {detail}", f"{f.instructions} instructions; top: {top}", file=src)])
+    add("sass.instructions", f.instructions, "instructions")
+    add("sass.ffma", f.opcodes.get("FFMA", 0), "FFMA")
+    fp = f.classes.get("fp32", 0) + f.classes.get("ffma", 0)
+    fp_detail = ", ".join(f"{f.opcodes[o]} {o}" for o in ("FADD", "FMUL", "FFMA") if f.opcodes.get(o))
+    add("sass.fp32_ops", fp, f"FP32 ops ({fp_detail})" if fp_detail else "FP32 ops")
+    tcd = ", ".join(f"{n} {k}" for k, n in f.mma_forms.most_common(3)) or "tensor-core MMA"
+    add("sass.tensor_core", f.classes.get("tensor_core", 0), tcd)
+    add("sass.tma_ops", f.classes.get("tma", 0), "TMA instructions")
+    add("sass.global_loads", f.classes.get("global_load", 0), "global loads")
+    add("sass.global_stores", f.classes.get("global_store", 0), "global stores")
+    nl = sum(n for w, n in f.global_load_widths.items() if w < 128)
+    ns = sum(n for w, n in f.global_store_widths.items() if w < 128)
+    add("sass.narrow_global_loads", nl, "LDG narrower than 128 bit")
+    add("sass.narrow_global_stores", ns, "STG narrower than 128 bit")
+    add("sass.local_ops", f.classes.get("local", 0), "LDL/STL")
+    add("sass.mufu_ex2", f.mufu.get("EX2", 0), "MUFU.EX2")
+    add("sass.mufu_rcp", f.mufu.get("RCP", 0), "MUFU.RCP")
+
+
+def _param_of_args(spec: dict, entry) -> dict[str, tuple[str, str, int]]:
+    """TileIR arg name -> (param, role, dim) using the flattening rule (array: base, shapes, strides)."""
+    from ..capture.spec import ArraySpec, ScalarSpec, parse_spec
+    out: dict[str, tuple[str, str, int]] = {}
+    names = [a.name for a in entry.args]
+    i = 0
+    for pname, text in spec.items():
+        try:
+            s = parse_spec(text, where=pname)
+        except CutileDiagError:
+            return {}
+        if isinstance(s, ArraySpec):
+            if i >= len(names):
+                return {}
+            out[names[i]] = (pname, "base", -1)
+            for d in range(s.ndim):
+                if i + 1 + d < len(names):
+                    out[names[i + 1 + d]] = (pname, "shape", d)
+            i += 1 + 2 * s.ndim
+        elif isinstance(s, ScalarSpec):
+            i += 1
+    return out if i == len(names) else {}
+
+
+def _base_arg(module_entry, name: str) -> str | None:
+    """Follow assume/reshape/broadcast/make_*_view/offset back to the pointer argument."""
+    defs = {}
+    for op in module_entry.walk():
+        for r in op.results:
+            defs[r] = op
+    args = {a.name for a in module_entry.args}
+    seen = set()
+    while name not in args:
+        if name in seen:
+            return None
+        seen.add(name)
+        op = defs.get(name)
+        if op is None or not op.operands:
+            return None
+        if op.name not in ("assume", "reshape", "broadcast", "make_tensor_view", "make_partition_view",
+                           "offset", "make_gather_scatter_view", "make_strided_view"):
+            return None
+        name = op.operands[0]
+    return name
+
+
+def _grid_facts(folder: CaptureFolder, ev: Evidence, module, arch: str | None) -> None:
+    """Output tiles from the captured shapes, SM count from the arch preset, waves and tail."""
+    if arch is not None:
+        name = ARCH_PRESETS.get(arch) or ARCH_PRESETS.get(re.sub(r"[a-z]$", "", arch))
+        if name:
+            try:
+                from ..roofline.device import preset
+                dev = preset(name)
+                ev.add("device.sm_count", int(dev.sm_count.value), f"device preset {name} (no GPU)",
+                       f"{dev.name}: {dev.sm_count.value} SMs — assumed for {arch}")
+                ev.add("device.name", dev.name, f"device preset {name} (no GPU)", f"assumed for {arch}")
+            except Exception as e:   # the device model is someone else's module: degrade, don't fail
+                ev.missing("grid size vs SMs", f"no device preset for {arch}: {e}")
+        else:
+            ev.missing("grid size vs SMs", f"no device preset for {arch}", "diagnose on a GPU")
+        warn = _tile_warnings(ev, arch)
+        ev.add("static.tile_arch_warnings", warn, f"knob catalog limits for {arch}", "; ".join(warn) or "none")
+    spec = (folder.manifest.get("signature") or {}).get("spec") or {}
+    if module is None or not spec:
+        ev.missing("grid size vs SMs", "no argument shapes in the capture manifest" if module is not None
+                   else "no TileIR")
+        return
+    entry = module.entries[0]
+    sym = ev.context.get("symbol")
+    for e in module.entries:
+        if e.symbol == sym:
+            entry = e
+    pmap = _param_of_args(spec, entry)
+    if not pmap:
+        ev.missing("grid size vs SMs", "cannot map the TileIR arguments to the captured parameters")
+        return
+    from ..capture.spec import ArraySpec, parse_spec
+    best = None
+    for op in entry.walk():
+        if op.name not in STORES or not op.operands:
+            continue
+        if op.name == "store_view_tko":
+            view = op.operands[1] if len(op.operands) > 1 else None
+            vt = op.operand_types[1] if len(op.operand_types) > 1 else None
+            tile = vt.tile_shape if vt is not None else None
+        else:
+            view = op.operands[0]
+            t = op.operand_types[0] if op.operand_types else None
+            tile = t.shape if t is not None else None
+        base = _base_arg(entry, view) if view else None
+        if not base or base not in pmap or not tile:
+            continue
+        pname = pmap[base][0]
+        s = parse_spec(spec[pname], where=pname)
+        if not isinstance(s, ArraySpec) or not s.concrete:
+            ev.missing("grid size vs SMs", f"the shape of {pname} is symbolic ({spec[pname]})")
+            return
+        shape = s.shape[-len(tile):] if len(tile) <= len(s.shape) else s.shape
+        lead = math.prod(s.shape[:-len(tile)]) if len(tile) < len(s.shape) else 1
+        tiles = lead * math.prod(math.ceil(d / t) for d, t in zip(shape, tile) if t)
+        if best is None or tiles > best[0]:
+            best = (tiles, op, pname, s, tile)
+    if best is None:
+        ev.missing("grid size vs SMs", "no store whose array shape is known")
+        return
+    tiles, op, pname, s, tile = best
+    ir_name = Path(module.path).name if module.path else "kernel.tileir"
+    py = op.source.short if op.source else None
+    ev.add("static.output_tiles", int(tiles), f"manifest spec {pname}={s.text()} / tile {tile}",
+           f"{tiles} tiles of {'x'.join(map(str, tile))} over {pname} {list(s.shape)}",
+           [Site(f"{ir_name}:{op.line}", op.text, file=module.path, line=op.line, python=py, op=op.name)])
+    sms = ev.value("device.sm_count")
+    if not sms or arch is None:
+        return
+    per_sm, why = _ctas_per_sm(ev, arch)
+    if per_sm is None:
+        ev.missing("waves / tail effect", why)
+        return
+    slots = sms * per_sm
+    waves = tiles / slots
+    full = math.ceil(waves)
+    tail = (full - waves) / full if full else 0.0
+    ev.add("static.waves", round(waves, 3), f"static: {tiles} tiles / ({sms} SMs x {per_sm} CTAs/SM)",
+           f"resident CTAs per SM estimated from {why}")
+    ev.add("static.tail_idle", round(tail, 3), f"static: {tiles} tiles / ({sms} SMs x {per_sm} CTAs/SM)",
+           f"last wave holds {tiles - (full - 1) * slots} of {slots} slots")
+
+
+def _ctas_per_sm(ev: Evidence, arch: str) -> tuple[int | None, str]:
+    lim = _SM_LIMITS.get(re.sub(r"[a-z]$", "", arch))
+    threads, regs, smem = (ev.value("cubin.threads_per_cta"), ev.value("cubin.registers"),
+                           ev.value("cubin.shared_bytes"))
+    if lim is None:
+        return None, f"no per-SM limits for {arch}"
+    if not threads or regs is None:
+        return None, "threads per CTA / registers unknown"
+    max_thr, max_regs, max_blocks, max_smem = lim
+    warps = math.ceil(threads / 32)
+    regs_per_warp = math.ceil(max(regs, 1) * 32 / 256) * 256
+    by = {"threads": max_thr // threads, "registers": max_regs // (regs_per_warp * warps),
+          "blocks": max_blocks, "shared memory": (max_smem // smem) if smem else max_blocks}
+    occ = ev.value("ir.hint_occupancy") or 0
+    n = max(1, min(by.values()))
+    limiter = min(by, key=by.get)
+    txt = f"{threads} threads, {regs} regs, {smem or 0} B smem (limit: {limiter})"
+    if occ:
+        n = max(1, min(n, int(occ)))
+        txt += f", occupancy hint {occ}"
+    return n, txt
+
+
+def _tile_warnings(ev: Evidence, arch: str) -> list[str]:
+    out = []
+    prefs = _MMA_PREFS.get(re.sub(r"[a-z]$", "", arch))
+    for m, n, k in ev.value("ir.mma_shapes") or []:
+        if prefs is None or None in (m, n, k):
+            continue
+        lo, hi, ks = prefs
+        if min(m, n) < lo:
+            out.append(f"mma {m}x{n}x{k}: M/N below {lo} on {arch}")
+        if max(m, n) > hi:
+            out.append(f"mma {m}x{n}x{k}: M/N above {hi} on {arch}")
+        if k not in ks:
+            out.append(f"mma {m}x{n}x{k}: K not in {list(ks)} on {arch}")
+    return out

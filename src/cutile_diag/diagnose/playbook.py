@@ -1,0 +1,253 @@
+"""The machine-readable playbook: ``references/playbook/<ID>-<slug>.toml``, one entry each.
+
+Entry schema (see ``references/playbook/README.md``)::
+
+    id, name, summary, transform ("" = manual), alternatives, changes, risk, risks, verify,
+    references, bounded_by_roof, already_applied (predicate), last_resort
+    [[applies_when]]  expr, reason, cite, penalty      # any clause true -> the entry applies
+    [[adjust]]        when, note, effect_high, effect_low
+    [priority]        <class> = rank (lower = earlier), default = rank
+    [expected_effect] low, high   # speedup fraction: t_before / t_after - 1
+
+Every predicate is parsed at load time and every fact key checked against the vocabulary,
+so a typo in a TOML fails loudly (``PlaybookError`` naming file and field) instead of
+silently never matching.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import CutileDiagError
+from .classes import CLASSES
+from .evidence import FACTS
+from .predicates import Predicate, PredicateError
+
+REFERENCES_ENV = "CUTILE_DIAG_REFERENCES"
+
+# Names of the loop's automatic transforms (cutile_diag.loop.transforms).
+KNOWN_TRANSFORMS = frozenset({
+    "latency_hints", "store_allow_tma_false", "flush_to_zero", "approx_div", "exp_to_exp2",
+    "tf32_guard", "kernel_hints", "tile_size_sweep", "group_m_swizzle", "persistent_grid",
+    "gather_to_load",
+})
+RISK_LEVELS = ("none", "low", "medium", "high")
+
+
+class PlaybookError(CutileDiagError):
+    """A playbook file is missing, malformed or uses unknown facts / classes / transforms."""
+
+
+@dataclass(frozen=True)
+class Clause:
+    predicate: Predicate
+    reason: str
+    cite: tuple[str, ...] = ()
+    penalty: float = 0.0
+
+
+@dataclass(frozen=True)
+class Adjust:
+    predicate: Predicate
+    note: str
+    effect_high: float | None = None
+    effect_low: float | None = None
+
+
+@dataclass
+class Entry:
+    id: str
+    slug: str
+    name: str
+    summary: str
+    path: Path
+    clauses: list[Clause]
+    priority: dict[str, float]
+    effect_low: float
+    effect_high: float
+    transform: str = ""
+    alternatives: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    risk: str = "low"
+    risks: list[str] = field(default_factory=list)
+    verify: list[str] = field(default_factory=list)
+    references: list[str] = field(default_factory=list)
+    bounded_by_roof: bool = True
+    already_applied: Predicate | None = None
+    adjust: list[Adjust] = field(default_factory=list)
+    last_resort: bool = False      # offered only when nothing else is left
+
+    @property
+    def automatic(self) -> bool:
+        return bool(self.transform)
+
+    def rank(self, cls: str) -> float:
+        return self.priority.get(cls, self.priority.get("default", 100.0))
+
+    def fact_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for c in self.clauses:
+            keys |= c.predicate.names | set(c.cite)
+        for a in self.adjust:
+            keys |= a.predicate.names
+        if self.already_applied:
+            keys |= self.already_applied.names
+        return keys
+
+
+@dataclass
+class Playbook:
+    entries: list[Entry]
+    root: Path
+
+    def by_id(self, id_: str) -> Entry:
+        for e in self.entries:
+            if e.id == id_:
+                return e
+        raise KeyError(id_)
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.entries]
+
+
+def references_dir() -> Path:
+    """The repo's references/ folder: $CUTILE_DIAG_REFERENCES, else found from the package."""
+    env = os.environ.get(REFERENCES_ENV)
+    if env:
+        p = Path(env).expanduser()
+        if not (p / "playbook").is_dir():
+            raise PlaybookError(f"{REFERENCES_ENV}={env} has no playbook/ folder")
+        return p
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        cand = parent / "references"
+        if (cand / "playbook").is_dir():
+            return cand
+        # an installed package may carry a copy as package data
+        cand = parent / "data" / "references"
+        if (cand / "playbook").is_dir():
+            return cand
+    raise PlaybookError("cannot find the references/ folder with the playbook",
+                        hint=f"set {REFERENCES_ENV} to the cutile-diag checkout's references/ folder")
+
+
+def _pred(expr, where: str) -> Predicate:
+    if not isinstance(expr, str):
+        raise PlaybookError(f"{where}: predicate must be a string")
+    try:
+        p = Predicate(expr)
+    except PredicateError as e:
+        raise PlaybookError(f"{where}: {e.message}") from None
+    unknown = sorted(n for n in p.names if n not in FACTS)
+    if unknown:
+        raise PlaybookError(f"{where}: unknown fact{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}",
+                            hint="facts are listed in references/evidence-facts.md")
+    return p
+
+
+def _str_list(d: dict, key: str, where: str) -> list[str]:
+    v = d.get(key, [])
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise PlaybookError(f"{where}: '{key}' must be a list of strings")
+    return v
+
+
+def load_entry(path: Path) -> Entry:
+    where = str(path)
+    try:
+        d = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise PlaybookError(f"{where}: not valid TOML: {e}") from None
+    for req in ("id", "name", "summary", "applies_when", "priority", "expected_effect"):
+        if req not in d:
+            raise PlaybookError(f"{where}: missing '{req}'")
+    id_ = str(d["id"])
+    stem_id, _, slug = path.stem.partition("-")
+    if stem_id != id_:
+        raise PlaybookError(f"{where}: file name starts with '{stem_id}' but id is '{id_}'")
+    clauses = []
+    raw_clauses = d["applies_when"]
+    if not isinstance(raw_clauses, list) or not raw_clauses:
+        raise PlaybookError(f"{where}: 'applies_when' must be a non-empty array of tables")
+    for i, c in enumerate(raw_clauses):
+        cw = f"{where}: applies_when[{i}]"
+        if not isinstance(c, dict) or "expr" not in c or "reason" not in c:
+            raise PlaybookError(f"{cw}: needs 'expr' and 'reason'")
+        cite = tuple(_str_list(c, "cite", cw))
+        bad = [k for k in cite if k not in FACTS]
+        if bad:
+            raise PlaybookError(f"{cw}: cites unknown fact {', '.join(bad)}")
+        clauses.append(Clause(_pred(c["expr"], cw), str(c["reason"]), cite, float(c.get("penalty", 0))))
+    prio = d["priority"]
+    if not isinstance(prio, dict) or not prio:
+        raise PlaybookError(f"{where}: 'priority' must be a table of class = rank")
+    for k, v in prio.items():
+        if k != "default" and k not in CLASSES:
+            raise PlaybookError(f"{where}: priority for unknown class '{k}'",
+                                hint="classes: " + ", ".join(CLASSES))
+        if not isinstance(v, (int, float)):
+            raise PlaybookError(f"{where}: priority.{k} must be a number")
+    eff = d["expected_effect"]
+    try:
+        lo, hi = float(eff["low"]), float(eff["high"])
+    except (KeyError, TypeError, ValueError):
+        raise PlaybookError(f"{where}: expected_effect needs numeric 'low' and 'high'") from None
+    if lo > hi:
+        raise PlaybookError(f"{where}: expected_effect low > high")
+    transform = str(d.get("transform", ""))
+    alternatives = _str_list(d, "alternatives", where)
+    for t in [transform, *alternatives]:
+        if t and t not in KNOWN_TRANSFORMS:
+            raise PlaybookError(f"{where}: unknown transform '{t}'",
+                                hint="transforms: " + ", ".join(sorted(KNOWN_TRANSFORMS)))
+    risk = str(d.get("risk", "low"))
+    if risk not in RISK_LEVELS:
+        raise PlaybookError(f"{where}: risk must be one of {', '.join(RISK_LEVELS)}")
+    adjust = []
+    for i, a in enumerate(d.get("adjust", [])):
+        aw = f"{where}: adjust[{i}]"
+        if not isinstance(a, dict) or "when" not in a or "note" not in a:
+            raise PlaybookError(f"{aw}: needs 'when' and 'note'")
+        adjust.append(Adjust(_pred(a["when"], aw), str(a["note"]),
+                             float(a["effect_high"]) if "effect_high" in a else None,
+                             float(a["effect_low"]) if "effect_low" in a else None))
+    applied = d.get("already_applied")
+    return Entry(
+        id=id_, slug=slug, name=str(d["name"]), summary=str(d["summary"]), path=path,
+        clauses=clauses, priority={k: float(v) for k, v in prio.items()}, effect_low=lo, effect_high=hi,
+        transform=transform, alternatives=alternatives, changes=_str_list(d, "changes", where),
+        risk=risk, risks=_str_list(d, "risks", where), verify=_str_list(d, "verify", where),
+        references=_str_list(d, "references", where), bounded_by_roof=bool(d.get("bounded_by_roof", True)),
+        already_applied=_pred(applied, f"{where}: already_applied") if applied else None,
+        adjust=adjust, last_resort=bool(d.get("last_resort", False)))
+
+
+def load_playbook(root: str | Path | None = None) -> Playbook:
+    base = Path(root) if root is not None else references_dir()
+    pdir = base / "playbook" if (base / "playbook").is_dir() else base
+    files = sorted(p for p in pdir.glob("*.toml"))
+    if not files:
+        raise PlaybookError(f"{pdir}: no playbook entries (*.toml)")
+    entries, seen = [], {}
+    for f in files:
+        e = load_entry(f)
+        if e.id in seen:
+            raise PlaybookError(f"{f}: id '{e.id}' already used by {seen[e.id].name}")
+        seen[e.id] = f
+        entries.append(e)
+    return Playbook(entries, base)
+
+
+@lru_cache(maxsize=4)
+def _cached(root: str) -> Playbook:
+    return load_playbook(root)
+
+
+def default_playbook() -> Playbook:
+    return _cached(str(references_dir()))

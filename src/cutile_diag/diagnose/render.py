@@ -1,0 +1,100 @@
+"""Rich rendering of a ``Diagnosis``: the class and why, the ranked recommendations with their
+evidence, what is already applied, what needs more evidence, and what was not checked."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .classes import CLASSES
+from .engine import Diagnosis, Recommendation
+from .evidence import FACTS
+
+_RISK_STYLE = {"none": "green", "low": "green", "medium": "yellow", "high": "red"}
+
+
+def effect_text(pe: dict) -> str:
+    lo, hi = pe.get("low", 0.0), pe.get("high", 0.0)
+    if hi >= 1.0:
+        return f"{lo:+.0%} … {1 + hi:.1f}x"
+    return f"{lo:+.0%} … {hi:+.0%}"
+
+
+_NEEDS = {"gpu": "GPU measurement", "ncu": "Nsight Compute", "static": "argument shapes + cubin",
+          "remarks": "remarks", "cubin": "cubin", "sass": "SASS", "device": "device", "ir": "TileIR",
+          "capture": "capture folder"}
+
+
+def _producers(missing: list[str]) -> str:
+    needs = sorted({_NEEDS.get(m.split(".", 1)[0], m) for m in missing if m in FACTS})
+    return ", ".join(needs) or "more evidence"
+
+
+def render_diagnosis(d: Diagnosis, console: Console, *, brief: bool = False, all_evidence: bool = False) -> None:
+    title = CLASSES[d.bottleneck].title
+    style = "bold red" if d.escalate else "bold cyan"
+    where = ", ".join(d.collected) or "no evidence collectors ran"
+    console.print(f"[bold]{escape(d.kernel or '?')}[/]  [dim]{escape(where)}[/]")
+    console.print(f"bottleneck: [{style}]{escape(title)}[/] ({d.confidence} confidence) — "
+                  f"{escape('; '.join(d.reasons[:2]))}")
+    if d.escalate:
+        console.print(f"[bold red]escalate:[/] {escape(CLASSES[d.bottleneck].description)}")
+    if d.alternatives and not brief:
+        alts = "; ".join(f"{a['class']} ({a['score']:.2f}): {a['reason']}" for a in d.alternatives[:3])
+        console.print(f"[dim]also considered: {escape(alts)}[/]")
+
+    recs = d.recommendations[:3] if brief else d.recommendations
+    if recs:
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
+        for col in ("#", "id", "recommendation", "why", "effect", "risk", "apply"):
+            t.add_column(col, overflow="fold")
+        for i, r in enumerate(recs, 1):
+            tried = f" [dim](tried {r.tried}x)[/]" if r.tried else ""
+            apply = f"auto: {r.transform}" if r.automatic else "manual"
+            t.add_row(str(i), f"[bold]{r.id}[/]", escape(r.name) + tried, escape(r.reason),
+                      effect_text(r.predicted_effect),
+                      f"[{_RISK_STYLE.get(r.risk, 'white')}]{r.risk}[/]", apply)
+        console.print(t)
+        for i, r in enumerate(recs, 1):
+            _evidence_block(console, i, r, brief=brief, all_evidence=all_evidence)
+    else:
+        console.print("[yellow]no playbook entry applies[/]")
+    if brief:
+        if len(d.recommendations) > len(recs):
+            console.print(f"[dim]+{len(d.recommendations) - len(recs)} more: "
+                          f"{', '.join(r.id for r in d.recommendations[len(recs):])}[/]")
+        return
+    if d.already_applied:
+        console.print("[bold]already applied:[/] " + ", ".join(
+            f"{a['id']} ({escape(a['name'])})" for a in d.already_applied))
+    if d.possible:
+        groups: dict[str, list[str]] = {}
+        for p in d.possible:
+            groups.setdefault(_producers(p["missing"]), []).append(p["id"])
+        console.print("[bold]need more evidence:[/] " + "; ".join(
+            f"{', '.join(ids)} (needs {what})" for what, ids in groups.items()))
+    if d.not_checked:
+        console.print("[bold]not checked:[/]")
+        groups: dict[tuple[str, str], list[str]] = {}
+        for n in d.not_checked:
+            groups.setdefault((n.missing, n.how), []).append(n.check)
+        for (missing, how), checks in groups.items():
+            tail = f" [dim]({escape(how)})[/]" if how else ""
+            console.print(f"  [dim]-[/] {escape('; '.join(checks))}: {escape(missing)}{tail}")
+    for note in d.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+
+
+def _evidence_block(console: Console, i: int, r: Recommendation, *, brief: bool, all_evidence: bool) -> None:
+    lines = r.evidence if all_evidence else r.evidence[: (4 if brief else 8)]
+    if not lines and not r.predicted_effect.get("notes"):
+        return
+    console.print(f"[bold]{i}. {r.id}[/] [dim]evidence[/]")
+    for ln in lines:
+        console.print(f"     {escape(ln)}", soft_wrap=True)
+    if len(r.evidence) > len(lines):
+        console.print(f"     [dim]… {len(r.evidence) - len(lines)} more line(s) (--all)[/]")
+    for note in r.predicted_effect.get("notes", []):
+        console.print(f"     [italic]effect: {escape(note)}[/]")
+    if not brief and r.changes:
+        console.print(f"     [dim]change: {escape(r.changes[0])}[/]")

@@ -1,0 +1,150 @@
+"""The playbook TOMLs, the fact vocabulary and the references: consistent with each other."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cutile_diag.diagnose.classes import CLASSES
+from cutile_diag.diagnose.evidence import FACTS, Evidence, EvidenceError, facts_markdown
+from cutile_diag.diagnose.playbook import (KNOWN_TRANSFORMS, REFERENCES_ENV, PlaybookError, load_playbook,
+                                           references_dir)
+
+REFS = references_dir()
+
+
+@pytest.fixture(scope="module")
+def playbook():
+    return load_playbook(REFS)
+
+
+def test_entries_a_to_l_and_additions(playbook):
+    ids = playbook.ids
+    for i in "ABCDEFGHIJKL":
+        assert i in ids
+    assert {"M", "N", "O"} <= set(ids), "register pressure, tail effect and host overhead entries"
+    assert len(ids) == len(set(ids))
+
+
+def test_expected_transforms(playbook):
+    want = {"A": "gather_to_load", "B": "persistent_grid", "C": "kernel_hints", "D": "tf32_guard",
+            "E": "latency_hints", "F": "store_allow_tma_false", "G": "tile_size_sweep", "H": "flush_to_zero",
+            "I": "group_m_swizzle", "Q": "exp_to_exp2", "R": "approx_div", "J": "", "K": "", "L": ""}
+    for i, t in want.items():
+        assert playbook.by_id(i).transform == t, i
+    for e in playbook.entries:
+        assert e.transform == "" or e.transform in KNOWN_TRANSFORMS
+        assert e.automatic == bool(e.transform)
+
+
+def test_every_entry_is_complete(playbook):
+    for e in playbook.entries:
+        assert e.summary and e.changes and e.verify and e.references, e.id
+        assert e.risk in ("none", "low", "medium", "high")
+        assert e.effect_low <= e.effect_high
+        assert all(k == "default" or k in CLASSES for k in e.priority)
+        assert e.clauses and all(c.reason for c in e.clauses)
+
+
+def test_recipe_orders(playbook):
+    """Memory- and compute-bound orders as in the perf recipe."""
+    def order(cls, ids):
+        return sorted(ids, key=lambda i: playbook.by_id(i).rank(cls))
+    assert order("memory-bound", list("ABCFGEH")) == list("ABCFGEH")
+    assert order("compute-bound", list("DGCIBE")) == list("DGCIBE")
+
+
+def test_predicate_keys_are_in_the_vocabulary(playbook):
+    used = set().union(*(e.fact_keys() for e in playbook.entries))
+    assert used <= set(FACTS), sorted(used - set(FACTS))
+
+
+def test_reason_placeholders_are_facts(playbook):
+    for e in playbook.entries:
+        for c in e.clauses:
+            for key in re.findall(r"\{([a-z][a-z0-9_.]+)(?::[^}]*)?\}", c.reason):
+                assert key in FACTS, (e.id, key)
+
+
+def test_evidence_rejects_keys_outside_the_vocabulary():
+    with pytest.raises(EvidenceError):
+        Evidence().add("ir.not_a_fact", 1, "test")
+
+
+def test_evidence_facts_md_is_generated_from_the_vocabulary():
+    text = (REFS / "evidence-facts.md").read_text()
+    assert text == facts_markdown(), "regenerate references/evidence-facts.md (see its header)"
+    keys = set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+    assert keys == set(FACTS)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def test_references_point_at_existing_sections(playbook):
+    for e in playbook.entries:
+        for ref in e.references:
+            fname, _, anchor = ref.partition("#")
+            path = REFS / fname
+            assert path.exists(), (e.id, ref)
+            if anchor:
+                heads = {_slug(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), re.M)}
+                assert anchor in heads, (e.id, ref, sorted(heads)[:5])
+
+
+def test_references_files_exist():
+    for f in ("optimization-playbook.md", "knob-catalog.md", "cutile-api-rules.md", "performance-model.md",
+              "ir-inspection-guide.md", "patterns.md", "evidence-facts.md", "playbook/README.md"):
+        assert (REFS / f).stat().st_size > 1000, f
+
+
+def test_playbook_prose_covers_every_entry(playbook):
+    text = (REFS / "optimization-playbook.md").read_text()
+    for e in playbook.entries:
+        assert re.search(rf"^## {e.id}\. ", text, re.M), e.id
+
+
+# --- malformed playbooks fail loudly, naming the file ----------------------------------------------
+
+def _copy(tmp_path) -> Path:
+    dst = tmp_path / "references"
+    shutil.copytree(REFS, dst)
+    return dst
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.replace('expr = "ir.block_contiguous_gathers > 0"', 'expr = "ir.block_contiguous_gathrs > 0"'),
+     "unknown fact ir.block_contiguous_gathrs"),
+    (lambda s: s.replace('expr = "ir.block_contiguous_gathers > 0"', 'expr = "ir.block_contiguous_gathers >"'),
+     "does not parse"),
+    (lambda s: s.replace("memory-bound = 10", "memory-bandwidth = 10"), "unknown class 'memory-bandwidth'"),
+    (lambda s: s.replace('transform = "gather_to_load"', 'transform = "gather_to_loads"'), "unknown transform"),
+    (lambda s: s.replace('id = "A"', 'id = "Z"'), "id is 'Z'"),
+    (lambda s: s + "\n[[[", "not valid TOML"),
+    (lambda s: s.replace("[expected_effect]\nlow = 0.1", "[expected_effect]\nlow = 99"), "low > high"),
+])
+def test_malformed_entries(tmp_path, edit, message):
+    refs = _copy(tmp_path)
+    f = refs / "playbook" / "A-tma-loads.toml"
+    f.write_text(edit(f.read_text()))
+    with pytest.raises(PlaybookError) as ei:
+        load_playbook(refs)
+    assert message in ei.value.message
+    assert "A-tma-loads.toml" in ei.value.message
+
+
+def test_env_override(tmp_path, monkeypatch):
+    refs = _copy(tmp_path)
+    (refs / "playbook" / "V-debug-ops.toml").unlink()
+    monkeypatch.setenv(REFERENCES_ENV, str(refs))
+    assert references_dir() == refs
+    assert "V" not in load_playbook().ids
+    monkeypatch.setenv(REFERENCES_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(PlaybookError):
+        references_dir()
