@@ -270,6 +270,17 @@ def _diagnose_kernel_ref(args, ref: str, tried):
             tmp.cleanup()
 
 
+def _costliest(wl, cfgs):
+    def cost(c):
+        try:
+            return (float(wl.bytes(c) or 0.0), float(wl.flops(c) or 0.0))
+        except Exception:   # a workload whose counts need a GPU-only import
+            return (0.0, 0.0)
+    if len(cfgs) == 1:
+        return cfgs[0]
+    return max(cfgs, key=cost)
+
+
 def _diagnose_workload(args, ref: str, tried):
     """Capture the workload's kernel for its first configuration, then measure every configuration."""
     from ..capture.aot import capture_aot
@@ -279,7 +290,9 @@ def _diagnose_workload(args, ref: str, tried):
     from ..workload import load_workload
     wl = load_workload(ref)
     cfgs = wl.select(args.config)
-    primary = cfgs[0]
+    # single-valued facts describe the costliest configuration: a tiny one is launch-bound
+    # whatever the kernel does, so diagnosing it would send the loop after host overhead
+    primary = _costliest(wl, cfgs)
     device, why_static = None, None
     from ..roofline.device import live_device, preset
     if args.device:
@@ -329,7 +342,7 @@ def _diagnose_workload(args, ref: str, tried):
                                   device=device, latency_source="recorded", grid=spec.grid if spec else None))
             ev.missing("host / launch overhead", "offline: a recorded latency has no host time")
         else:
-            points, host_ms = _measure(args, wl, cfgs, device, sms, ev)
+            points, host_ms = _measure(args, wl, cfgs, device, sms, ev, primary)
         if points:
             collect_gpu(ev, points=points, primary=primary.name, device=device, host_ms=host_ms,
                         ncu=_load_ncu(args.ncu) if args.ncu else None)
@@ -368,7 +381,7 @@ def _capture_by_running(args, wl, cfg, out: Path):
     return caps[-1] if caps else None
 
 
-def _measure(args, wl, cfgs, device, sms, ev):
+def _measure(args, wl, cfgs, device, sms, ev, primary=None):
     from ..bench import measure_isolated
     from ..roofline.model import analyze
     try:
@@ -394,7 +407,7 @@ def _measure(args, wl, cfgs, device, sms, ev):
                         grid=spec.grid if spec else None)
             p.stats = r.stats.record() if r.stats else None
             points.append(p)
-            if host_ms is None and cfg is cfgs[0]:
+            if host_ms is None and cfg is (primary or cfgs[0]):
                 host_ms = (r.measurement or {}).get("host_enqueue_ms")
     if not points:
         raise CutileDiagError(f"no configuration of {wl.name} could be measured",

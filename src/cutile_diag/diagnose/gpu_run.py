@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/diagnose")
     ap.add_argument("--target", action="append", help="only these targets (default: all)")
     ap.add_argument("--timeout", type=float, default=900.0, help="per target, seconds")
+    ap.add_argument("--no-text", action="store_true", help="skip the rich rendering run (halves GPU time)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                            pct=facts.get("gpu.pct_of_roof"), latency_ms=facts.get("gpu.latency_ms"),
                            recs=[f"{x['id']}: {x['reason']}" for x in doc["recommendations"][:3]],
                            escalate=doc.get("escalate"))
+            if args.no_text:
+                rows.append(row)
+                print(f"{target}: {row.get('bottleneck') or row.get('error')}", file=sys.stderr)
+                continue
             t = subprocess.run(_cmd(target, False), capture_output=True, text=True, timeout=args.timeout, env=env)
             (out / f"{name}.txt").write_text(t.stdout + (("\n" + t.stderr) if t.returncode else ""))
         except subprocess.TimeoutExpired:

@@ -1,0 +1,125 @@
+"""``cutile-diag loop next|record|status|recover`` — the loop's manual steps and its state."""
+from __future__ import annotations
+
+from ..output import console, err_console, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover",
+                       description="For the edits cutile-diag cannot make itself: `loop next` prints the next "
+                                   "playbook entry with a recipe for this kernel; after you edit the kernel file "
+                                   "(or its launch wrapper), `loop record` verifies, measures against the last kept "
+                                   "version, decides, commits or reverts, and records.  `loop status` shows where "
+                                   "the loop stands; `loop recover` closes an interrupted iteration.")
+    ls = p.add_subparsers(dest="loop_command", metavar="STEP")
+    common = []
+    n = ls.add_parser("next", help="the next playbook entry, with a recipe for this kernel")
+    n.add_argument("--entry", help="explain this playbook entry instead (e.g. B)")
+    common.append(n)
+    r = ls.add_parser("record", help="verify, measure, decide and record the edit in the work tree")
+    r.add_argument("--entry", help="the playbook entry the edit implements (default: what `loop next` proposed)")
+    r.add_argument("--note", help="one line describing the edit (the table's optimization column)")
+    r.add_argument("--budget", type=float, help="time budget in seconds (default: the loop's)")
+    r.add_argument("--rounds", type=int, help="interleaved measurement rounds (default: the loop's)")
+    common.append(r)
+    st = ls.add_parser("status", help="the table, the kept commit, pending work and what to do next")
+    common.append(st)
+    rc = ls.add_parser("recover", help="after a crash: reset to the last kept commit and record the crash")
+    common.append(rc)
+    for q in common:
+        q.add_argument("kernel", nargs="?", help="FILE.py::KERNEL (default: the loop in this repository)")
+        q.add_argument("--out", help="the loop's state folder root, if not the default")
+        q.add_argument("--json", action="store_true", help="machine-readable output")
+    n.set_defaults(func=run_next)
+    r.set_defaults(func=run_record)
+    st.set_defaults(func=run_status)
+    rc.set_defaults(func=run_recover)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _session(args):
+    from ..loop.session import find_state_dir, load_session
+    return load_session(find_state_dir(args.kernel, args.out))
+
+
+def run_next(args) -> int:
+    from ..loop.manual import next_step
+    s, led = _session(args)
+    ns = next_step(s, led, entry=args.entry)
+    if args.json:
+        print_json(ns)
+        return 0
+    if ns.rec is None:
+        console.print("no playbook entry applies to the kept version")
+        return 0
+    r = ns.rec
+    kind = f"automatic ({r.transform})" if r.automatic else "manual"
+    console.print(f"[bold]{r.id} — {r.name}[/]  [dim]{kind}; diagnosis: {ns.diagnosis.bottleneck}[/]")
+    if r.reason:
+        console.print(f"why: {r.reason}")
+    for e in r.evidence[:6]:
+        console.print(f"  [dim]{e}[/]", markup=True)
+    eff = r.predicted_effect or {}
+    if eff:
+        console.print(f"predicted: +{eff.get('low', 0):.0%} .. +{eff.get('high', 0):.0%}; risk {r.risk}")
+    for line in ns.recipe:
+        console.print(line, markup=False, highlight=False)
+    if ns.stop.stop:
+        console.print(f"[yellow]note: the stop rules say stop ({ns.stop.reason})[/]")
+    console.print(f"[bold]then:[/] {ns.command}")
+    return 0
+
+
+def run_record(args) -> int:
+    from ..loop.factory import make_backend
+    from ..loop.manual import record_manual
+    from ..loop.runner import LoopOptions
+    s, led = _session(args)
+    opts = LoopOptions.from_json(s.options, iteration_budget_s=args.budget, rounds=args.rounds)
+    backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
+    echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
+    try:
+        rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo)
+    finally:
+        backend.close()
+    if args.json:
+        print_json(rec)
+        return 0
+    lat = "-" if rec.get("latency_ms") is None else f"{rec['latency_ms']:.6f} ms"
+    console.print(f"iteration {rec['iteration']}: {rec['optimization']} — {lat}, {rec['correctness']}, "
+                  f"[bold]{rec['status']}[/]")
+    console.print(f"reason: {rec['decision']['reason']}")
+    console.print(f"[dim]{led.table_path}[/]")
+    return 0
+
+
+def run_status(args) -> int:
+    from ..loop.manual import status
+    s, led = _session(args)
+    st = status(s, led)
+    if args.json:
+        print_json(st)
+        return 0
+    from ..loop.ledger import render_table
+    console.print(f"[bold]{st.kernel}[/] on branch {st.branch}" + ("" if st.on_branch else " [yellow](not checked out)[/]"))
+    console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)
+    if st.baseline_ms and st.best_ms:
+        console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
+                      f"kept commit {str(st.kept_commit)[:12]}")
+    if st.last_stop:
+        console.print(f"last stop: {st.last_stop.get('reason')}")
+    if st.pending:
+        console.print(f"[red]iteration {st.pending['iteration']} was interrupted[/]")
+    console.print(f"next: {st.hint}")
+    return 0
+
+
+def run_recover(args) -> int:
+    from ..loop.runner import recover
+    s, led = _session(args)
+    what = recover(s, led)
+    if args.json:
+        print_json({"recovered": what})
+        return 0
+    console.print(what or "nothing to recover: no iteration was interrupted")
+    return 0

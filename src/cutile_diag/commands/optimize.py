@@ -1,0 +1,213 @@
+"""``cutile-diag optimize`` — run the diagnose-and-optimise loop on a kernel."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import UsageError
+from ..output import console, err_console, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "optimize", help="make a kernel faster: diagnose, apply one step, verify, measure, keep or revert",
+        description="The perf recipe as a loop: refuses a dirty tree, creates branch cutile-perf-<kernel>-<date>, "
+                    "measures the unchanged kernel (iteration 0), then applies one playbook step per iteration, "
+                    "checks correctness, measures it against the last kept version (interleaved, every "
+                    "configuration), commits, and keeps or reverts by the recipe's rules.  Results: "
+                    "<out>/perf_results.md (the table) and <out>/ledger.jsonl (everything behind it).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Measure with a workload:   optimize my_op.py::my_kernel --workload examples:softmax\n"
+               "or TileGym-style commands: optimize src/tilegym/ops/cutile/softmax.py::softmax_kernel \\\n"
+               "    --test-cmd \"pytest tests/ops/test_softmax.py -k 'test_ and cutile and not test_perf'\" \\\n"
+               "    --bench-cmd \"pytest tests/ops/test_softmax.py -k 'test_perf and cutile' --print-record -s\"\n"
+               "Continue an interrupted loop: optimize --resume [KERNEL].  Manual steps: cutile-diag loop next|record.")
+    p.add_argument("kernel", nargs="?", help="FILE.py::KERNEL (the @ct.kernel to optimise)")
+    m = p.add_argument_group("measurement (choose one)")
+    m.add_argument("--workload", help="workload reference: examples:<kernel>, tilegym:<op>, or file.py::Workload")
+    m.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument for the workload (repeatable; JSON values)")
+    m.add_argument("--test-cmd", help="correctness command (exit 0 = PASS), run in the repository root")
+    m.add_argument("--bench-cmd", help="benchmark command printing --print-record records (median = latency)")
+    m.add_argument("--framework", default="cutile", help="record framework to read from --bench-cmd (default cutile)")
+    m.add_argument("--direction", default="forward", choices=("forward", "backward", "both"),
+                   help="which record direction is the latency (default forward)")
+    m.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (CI and demos; see loop.backends.SimSpec)")
+    m.add_argument("--configs", help="comma-separated subset of the workload's configurations")
+    m.add_argument("--rep-ms", type=float, help="timed budget per measurement (ms; workload backend)")
+    m.add_argument("--warmup-ms", type=float, help="warm-up budget per measurement (ms; workload backend)")
+    m.add_argument("--device", type=int, help="CUDA device index for the workload backend")
+    lp = p.add_argument_group("loop")
+    lp.add_argument("--max-iterations", type=int, default=None, help="stop after N iterations (1..25, default 25)")
+    lp.add_argument("--budget", type=float, default=None, metavar="S",
+                    help="time budget per iteration in seconds (default 600); a hang is killed and recorded as crash")
+    lp.add_argument("--rounds", type=int, default=None, help="interleaved measurement rounds per comparison (default 3)")
+    lp.add_argument("--continue", dest="keep_going", action="store_true",
+                    help="go on after a step that gained < 2 %% (the recipe stops there)")
+    lp.add_argument("--max-sweep", type=int, default=None, help="parameter settings screened per sweep step (default 4)")
+    lp.add_argument("--only", help="comma-separated playbook ids the loop may try (e.g. A,B,E)")
+    lp.add_argument("--skip", help="comma-separated playbook ids the loop must not try")
+    lp.add_argument("--wrapper", action="append", default=[], metavar="FILE.py[::FN]",
+                    help="launch wrapper in another file (it may change too; repeatable)")
+    lp.add_argument("--branch", help="branch name (default cutile-perf-<kernel>-<YYYYMMDD>)")
+    lp.add_argument("--out", help="state folder root (default <repo>/cutile-diag-out/optimize)")
+    lp.add_argument("--arch", action="append", default=None, help="AOT capture arch for the diagnosis (default sm_90)")
+    lp.add_argument("--no-capture", action="store_true", help="no AOT capture (diagnosis from the source only)")
+    lp.add_argument("--capture-arg", action="append", default=[], metavar="NAME=SPEC",
+                    help="argument spec for the AOT capture when the module has no CAPTURE_SPECS")
+    lp.add_argument("--resume", action="store_true", help="continue an interrupted loop from its ledger")
+    lp.add_argument("--plan", action="store_true", help="locate, classify and diagnose only; change nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _ids(text: str | None) -> list[str]:
+    return [x.strip().upper() for x in (text or "").split(",") if x.strip()]
+
+
+def _options(args, base: dict | None = None):
+    from ..loop.runner import LoopOptions
+    over = dict(max_iterations=args.max_iterations, iteration_budget_s=args.budget, rounds=args.rounds,
+                max_sweep=args.max_sweep)
+    if args.keep_going:
+        over["keep_going"] = True
+    if args.no_capture:
+        over["capture"] = False
+    if args.arch:
+        over["archs"] = args.arch
+    if args.capture_arg:
+        over["capture_args"] = args.capture_arg
+    if args.only:
+        over["only"] = _ids(args.only)
+    if args.skip:
+        over["skip"] = _ids(args.skip)
+    return LoopOptions.from_json(base, **over)
+
+
+def _echo(args):
+    """Progress lines on stderr (stdout keeps the result; nothing extra with --json)."""
+    if args.json:
+        return None
+    return lambda s: err_console.print("│ " + s, markup=False, highlight=False, soft_wrap=True)
+
+
+def run(args) -> int:
+    from ..loop.factory import backend_spec, make_backend
+    from ..loop.runner import Runner
+    from ..loop.session import find_state_dir, load_session
+    from ..loop.setup import check_resume, create_session
+    echo = _echo(args)
+    if args.plan:
+        return _plan(args)
+    if args.resume:
+        state = find_state_dir(args.kernel, args.out)
+        s, led = load_session(state)
+        opts = _options(args, s.options)
+        done = check_resume(s, led)
+        if opts.to_json() != s.options:
+            led.append({"type": "options", "options": opts.to_json()})
+        for d in done:
+            (echo or (lambda _s: None))(d)
+        backend = make_backend(s.backend, log_dir=state / "logs")
+    else:
+        if not args.kernel:
+            raise UsageError("give the kernel to optimise: FILE.py::KERNEL", hint="or --resume to continue a loop")
+        from ..loop.locate import parse_ref
+        kpath, _ = parse_ref(args.kernel)
+        bench_opts = {k: v for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
+        spec = backend_spec(workload=args.workload, workload_args=args.workload_arg, test_cmd=args.test_cmd,
+                            bench_cmd=args.bench_cmd, simulate=args.simulate,
+                            configs=[c.strip() for c in args.configs.split(",")] if args.configs else None,
+                            kernel_file=kpath, framework=args.framework, direction=args.direction,
+                            bench_options=bench_opts, device=args.device)
+        opts = _options(args)
+        backend = None
+        s, led = create_session(args.kernel, backend=spec, options=opts.to_json(), out=args.out, branch=args.branch,
+                                wrappers=args.wrapper, capture={"enabled": opts.capture, "archs": opts.archs,
+                                                                "args": opts.capture_args}, echo=echo)
+        backend = make_backend(spec, log_dir=s.state_dir / "logs")
+    try:
+        runner = Runner(s, backend, led, options=opts, echo=echo)
+        result = runner.start()
+    finally:
+        backend.close()
+    if args.json:
+        print_json(result)
+        return 0
+    _show(result)
+    return 0
+
+
+def _show(result) -> None:
+    from rich.table import Table
+    t = Table(title=f"perf_results.md  ({result.table})", title_justify="left")
+    for c in ("iteration", "optimization", "latency_ms", "correctness", "status"):
+        t.add_column(c, justify="right" if c in ("iteration", "latency_ms") else "left",
+                     overflow="fold" if c == "optimization" else "ellipsis")
+    colors = {"keep": "green", "revert": "yellow", "crash": "red"}
+    for r in result.rows:
+        lat = "-" if r["latency_ms"] is None else f"{r['latency_ms']:.6f}"
+        t.add_row(str(r["iteration"]), r["optimization"], lat, r["correctness"],
+                  f"[{colors.get(r['status'], 'white')}]{r['status']}[/]")
+    console.print(t)
+    for c, info in list((result.classification or {}).items())[:3]:
+        console.print(f"{c}: arithmetic intensity {info['ai']:.3g} FLOP/B ({info['recipe_class']}"
+                      + (f"; {info['bound']} roof" if info.get("bound") else "") + ")")
+    console.print(f"stopped: {result.stop_reason}")
+    if result.baseline_ms and result.final_ms:
+        console.print(f"latency {result.baseline_ms:.6f} ms -> {result.final_ms:.6f} ms "
+                      f"({result.speedup:.3f}x); kept commit {str(result.kept_commit)[:12]}")
+    for m in result.manual[:3]:
+        console.print(f"manual entry {m['id']} ({m['name']}): cutile-diag loop next --entry {m['id']}")
+    console.print(f"[dim]ledger: {result.ledger}[/]")
+
+
+def _plan(args) -> int:
+    """Locate, capture (temp), diagnose and list what the loop would try — nothing is changed."""
+    import tempfile
+    from ..loop.diagnosis import DiagnoseContext, EngineDiagnoser
+    from ..loop.integrations import capture_version
+    from ..loop.locate import locate, parse_ref
+    if not args.kernel:
+        raise UsageError("--plan needs the kernel: FILE.py::KERNEL")
+    path, name = parse_ref(args.kernel)
+    loc = locate(path, name)
+    source = path.read_text()
+    info = {}
+    if args.workload:
+        from ..workload import load_workload
+        from ..loop.factory import parse_kv
+        kw = parse_kv(args.workload_arg, "--workload-arg")
+        if args.workload.startswith("examples:") and "source" not in kw:
+            kw["source"] = str(path)
+        wl = load_workload(args.workload, **kw)
+        for cfg in wl.configs:
+            try:
+                info[cfg.name] = {"flops": wl.flops(cfg), "bytes": wl.bytes(cfg), "unit": list(wl.compute_unit(cfg))}
+            except Exception:
+                pass
+    with tempfile.TemporaryDirectory(prefix="cutile-diag-plan-") as tmp:
+        cap = None
+        if not args.no_capture:
+            import hashlib
+            cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
+                                  archs=args.arch or ["sm_90"], args=args.capture_arg)
+        ctx = DiagnoseContext(path=path, kernel=name, source=source, capture=cap.path if cap and cap.ok else None,
+                              arch=(args.arch or ["sm_90"])[0], workload_info=info)
+        diag = EngineDiagnoser().diagnose(ctx)
+    if args.json:
+        print_json({"location": loc.to_json(), "capture": cap.to_json() if cap else None,
+                    "diagnosis": diag.to_json()})
+        return 0
+    console.print(f"[bold]{loc.function}[/] in {path} (line {loc.line}); wrappers: {', '.join(loc.wrappers) or '-'}")
+    if cap is not None and not cap.ok:
+        console.print(f"[yellow]capture failed:[/] {cap.error}")
+    console.print(f"bottleneck: {diag.bottleneck} ({diag.confidence}); " + "; ".join(diag.reasons[:2]))
+    for n in diag.notes[:3]:
+        console.print(f"[dim]note: {n}[/]")
+    for r in diag.recommendations:
+        how = f"automatic: {r.transform}" if r.automatic else "manual (loop next)"
+        console.print(f"  {r.id:>2} {r.name} — {how}" + (f" [dim](tried {r.tried})[/]" if r.tried else ""))
+    if diag.escalate:
+        console.print("[yellow]the loop would hand over to a person right away[/]")
+    return 0

@@ -1,0 +1,161 @@
+"""The keep/revert rules of the perf recipe, applied to a measured comparison.
+
+Per iteration (the candidate against the last kept version, measured interleaved):
+
+=====================================================  ======================================
+a configuration is significantly slower by > 2 %        revert
+cumulatively > 2 % slower than iteration 0 on a config  revert (no creeping loss through many
+                                                        small "neutral" keeps)
+improvement >= 5 % (significant)                        keep: the new baseline
+2 % <= improvement < 5 % (significant)                  keep, lower the entry's priority
+improvement < 2 %, or not significant                   keep, then stop unless asked to go on
+correctness FAIL / forbidden files / above the roof     revert
+the candidate crashed or hung                           crash (reverted)
+=====================================================  ======================================
+
+Loop-level stops: two iterations in a row without improvement; more than 25 iterations;
+the diagnosis says ``scheduling`` or ``unknown`` (a person takes over).  "Improvement" is
+the geometric mean over configurations of the latency reduction; "significant" means the
+95 % interval of the ratio lies below 1 (``stats``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from .stats import Comparison
+
+KEEP_BASELINE_PCT = 5.0
+KEEP_DEMOTE_PCT = 2.0
+REGRESSION_PCT = 2.0
+MAX_ITERATIONS = 25
+NON_IMPROVING_LIMIT = 2
+
+
+@dataclass
+class Thresholds:
+    keep_baseline_pct: float = KEEP_BASELINE_PCT
+    keep_demote_pct: float = KEEP_DEMOTE_PCT
+    regression_pct: float = REGRESSION_PCT
+
+
+@dataclass
+class Decision:
+    status: str                   # keep | revert | crash
+    rule: str                     # which rule fired (see RULES)
+    reason: str
+    improved: bool = False        # counts as an improvement for the two-in-a-row stop rule
+    demote: bool = False          # lower this playbook entry's priority next time
+    stop: bool = False            # stop after this iteration unless asked to go on
+    improvement_pct: float | None = None
+    regressions: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+RULES = {
+    "baseline": "iteration 0: the unchanged kernel",
+    "keep-baseline": f"improvement >= {KEEP_BASELINE_PCT:g} %: keep as the new baseline",
+    "keep-demote": f"{KEEP_DEMOTE_PCT:g}-{KEEP_BASELINE_PCT:g} % improvement: keep, lower the entry's priority",
+    "keep-stop": f"improvement < {KEEP_DEMOTE_PCT:g} % (or not significant): keep, stop unless asked to go on",
+    "regression": f"a configuration regressed by more than {REGRESSION_PCT:g} %: revert",
+    "cumulative-regression": f"a configuration is more than {REGRESSION_PCT:g} % slower than iteration 0: revert",
+    "correctness": "correctness failed: revert immediately",
+    "forbidden-files": "files other than the kernel and its launch wrapper changed: revert",
+    "above-roof": "a measurement lies above the roofline (invalid): revert",
+    "compile": "the candidate does not compile: revert",
+    "crash": "the candidate crashed or ran past the time budget: revert",
+    "interrupted": "the loop process died during the iteration: reverted on resume",
+}
+
+
+def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
+           thresholds: Thresholds | None = None) -> Decision:
+    """Keep or revert a measured, correct candidate.
+
+    ``cumulative``: per configuration, the kept versions' product of ratios against
+    iteration 0 (1.0 at the start), to catch slow creep through neutral keeps.
+    """
+    th = thresholds or Thresholds()
+    regressions = []
+    for c in cmp.configs:
+        if c.significantly_slower and c.change_pct > th.regression_pct:
+            regressions.append({"config": c.config, "change_pct": round(c.change_pct, 3),
+                                "ci95": [c.lo, c.hi]})
+    imp = cmp.improvement_pct
+    if regressions:
+        worst = max(regressions, key=lambda r: r["change_pct"])
+        others = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
+        return Decision("revert", "regression",
+                        f"{worst['config']} is {worst['change_pct']:.1f}% slower (95% CI "
+                        f"{_pct(worst['ci95'][0])}..{_pct(worst['ci95'][1])}){others}",
+                        improvement_pct=imp, regressions=regressions)
+    if cumulative:
+        creep = []
+        for c in cmp.configs:
+            total = cumulative.get(c.config, 1.0) * c.ratio
+            if c.ratio > 1.0 and (total - 1.0) * 100.0 > th.regression_pct:
+                creep.append({"config": c.config, "vs_iteration0_pct": round((total - 1) * 100, 3)})
+        if creep:
+            w = max(creep, key=lambda r: r["vs_iteration0_pct"])
+            return Decision("revert", "cumulative-regression",
+                            f"{w['config']} would be {w['vs_iteration0_pct']:.1f}% slower than iteration 0",
+                            improvement_pct=imp, regressions=creep)
+    sig = cmp.significantly_faster
+    ci = f"95% CI {_imp(cmp.hi)}..{_imp(cmp.lo)}"
+    if sig and imp >= th.keep_baseline_pct:
+        return Decision("keep", "keep-baseline", f"{imp:.1f}% faster ({ci}): new baseline", improved=True,
+                        improvement_pct=imp)
+    if sig and imp >= th.keep_demote_pct:
+        return Decision("keep", "keep-demote", f"{imp:.1f}% faster ({ci}): kept, entry demoted", improved=True,
+                        demote=True, improvement_pct=imp)
+    why = f"{imp:+.1f}% ({ci})" + ("" if sig or imp < th.keep_demote_pct else ", not significant")
+    return Decision("keep", "keep-stop", f"{why}: below {th.keep_demote_pct:g}%, kept; the loop stops unless "
+                    "asked to go on", stop=True, improvement_pct=imp, demote=True)
+
+
+def reject(rule: str, reason: str, *, status: str = "revert") -> Decision:
+    return Decision(status, rule, reason)
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _imp(ratio: float) -> str:
+    return f"{(1 - ratio) * 100:.1f}%"
+
+
+@dataclass
+class StopCheck:
+    stop: bool
+    rule: str = ""
+    reason: str = ""
+
+
+def stop_rules(decisions: Sequence[Mapping], *, max_iterations: int = MAX_ITERATIONS,
+               keep_going: bool = False) -> StopCheck:
+    """Should the loop stop before the next iteration?  ``decisions``: the ledger's decision
+    dicts of iterations 1..n in order (iteration 0 excluded)."""
+    n = len(decisions)
+    if n >= max_iterations:
+        return StopCheck(True, "max-iterations", f"{n} iterations done (the cap is {max_iterations})")
+    if n >= NON_IMPROVING_LIMIT and not any(d.get("improved") for d in decisions[-NON_IMPROVING_LIMIT:]):
+        return StopCheck(True, "no-improvement",
+                         f"the last {NON_IMPROVING_LIMIT} iterations brought no improvement")
+    if n and decisions[-1].get("stop") and not keep_going:
+        return StopCheck(True, "below-threshold",
+                         f"the last step gained less than {KEEP_DEMOTE_PCT:g}% (go on with --continue)")
+    return StopCheck(False)
+
+
+def cumulative_ratios(comparisons: Iterable[tuple[str, Mapping]]) -> dict[str, float]:
+    """Product of kept per-config ratios: ``(status, comparison json)`` pairs in order."""
+    out: dict[str, float] = {}
+    for status, cmp in comparisons:
+        if status != "keep" or not cmp:
+            continue
+        for c in cmp.get("configs", []):
+            out[c["config"]] = out.get(c["config"], 1.0) * float(c["ratio"])
+    return out

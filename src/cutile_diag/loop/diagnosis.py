@@ -1,0 +1,235 @@
+"""What to try next: the diagnosis as the loop consumes it.
+
+``EngineDiagnoser`` runs ``cutile_diag.diagnose`` on the last kept version's capture (IR,
+remarks, SASS, resources) plus the GPU measurements of that version, passing the ledger's
+tried entries so they rank after untried ones.  Without a capture (a kernel with no
+``CAPTURE_SPECS``, capture disabled) there is no IR evidence to diagnose, so
+``ApplicabilityDiagnoser`` ranks the transforms that apply to the source by the playbook's
+priority for the kernel's class (from its arithmetic intensity), and says so in the notes.
+Both return a ``LoopDiagnosis``; tests script one with ``ScriptedDiagnoser``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+
+@dataclass
+class Rec:
+    id: str
+    name: str
+    transform: str = ""                   # "" = a manual entry
+    alternatives: list[str] = field(default_factory=list)
+    reason: str = ""
+    evidence: list[str] = field(default_factory=list)
+    predicted_effect: dict = field(default_factory=dict)
+    risk: str = "low"
+    summary: str = ""
+    changes: list[str] = field(default_factory=list)
+    verify: list[str] = field(default_factory=list)
+    risks: list[str] = field(default_factory=list)
+    references: list[str] = field(default_factory=list)
+    rank: float = 100.0
+    tried: int = 0
+
+    @property
+    def automatic(self) -> bool:
+        return bool(self.transform)
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["automatic"] = self.automatic
+        return d
+
+
+@dataclass
+class LoopDiagnosis:
+    bottleneck: str
+    confidence: str = "low"
+    escalate: bool = False
+    reasons: list[str] = field(default_factory=list)
+    recommendations: list[Rec] = field(default_factory=list)
+    source: str = "engine"                # engine | applicability | scripted
+    notes: list[str] = field(default_factory=list)
+    possible: list[dict] = field(default_factory=list)
+    already_applied: list[dict] = field(default_factory=list)
+    evidence: list[dict] = field(default_factory=list)
+
+    def to_json(self, *, evidence: bool = False) -> dict:
+        d = {"bottleneck": self.bottleneck, "confidence": self.confidence, "escalate": self.escalate,
+             "reasons": self.reasons, "source": self.source, "notes": self.notes,
+             "recommendations": [r.to_json() for r in self.recommendations],
+             "possible": self.possible, "already_applied": self.already_applied}
+        if evidence:
+            d["evidence"] = self.evidence
+        return d
+
+
+@dataclass
+class DiagnoseContext:
+    path: Path                             # the kernel file
+    kernel: str
+    source: str
+    capture: Path | None = None            # capture folder of this version
+    arch: str = "sm_90"
+    tried: Mapping[str, int] = field(default_factory=dict)
+    points: Sequence[dict] = ()            # roofline points of this version (GPU)
+    primary: str | None = None
+    workload_info: Mapping[str, dict] = field(default_factory=dict)
+    iteration: int = 0
+
+
+class Diagnoser(Protocol):
+    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis: ...
+
+
+def _from_engine(d) -> LoopDiagnosis:
+    recs = [Rec(id=r.id, name=r.name, transform=r.transform or "", alternatives=list(r.alternatives or []),
+                reason=r.reason, evidence=list(r.evidence), predicted_effect=dict(r.predicted_effect),
+                risk=r.risk, summary=r.summary, changes=list(r.changes), verify=list(r.verify),
+                risks=list(r.risks), references=list(r.references), rank=float(r.rank), tried=int(r.tried))
+            for r in d.recommendations]
+    return LoopDiagnosis(bottleneck=d.bottleneck, confidence=d.confidence, escalate=bool(d.escalate),
+                         reasons=list(d.reasons), recommendations=recs, source="engine", notes=list(d.notes),
+                         possible=list(d.possible), already_applied=list(d.already_applied),
+                         evidence=[f.to_json() for f in d.evidence])
+
+
+class EngineDiagnoser:
+    """``cutile_diag.diagnose`` over the capture and the measurements; falls back to
+    ``ApplicabilityDiagnoser`` when there is no capture or the engine is unavailable."""
+
+    def __init__(self, fallback: "ApplicabilityDiagnoser | None" = None):
+        self.fallback = fallback or ApplicabilityDiagnoser()
+
+    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        if ctx.capture is None:
+            d = self.fallback.diagnose(ctx)
+            d.notes.insert(0, "no capture of this version: ranked the transforms that apply to the source "
+                              "(give the kernel CAPTURE_SPECS, or --capture-arg, for an IR-based diagnosis)")
+            return d
+        try:
+            from ..diagnose.engine import diagnose
+            from ..diagnose.evidence import Evidence, collect_capture, collect_gpu
+        except ImportError as e:
+            d = self.fallback.diagnose(ctx)
+            d.notes.insert(0, f"the diagnosis engine is not available ({e}): ranked applicable transforms")
+            return d
+        ev = Evidence(kernel=ctx.kernel)
+        try:
+            collect_capture(ctx.capture, ev, arch=ctx.arch)
+        except ImportError as e:
+            d = self.fallback.diagnose(ctx)
+            d.notes.insert(0, f"the capture collector is not available ({e}): ranked applicable transforms")
+            return d
+        notes = []
+        if ctx.points:
+            try:
+                collect_gpu(ev, points=list(ctx.points), primary=ctx.primary)
+            except Exception as e:    # measurements are an extra; the static diagnosis stands without them
+                notes.append(f"GPU evidence not used: {type(e).__name__}: {e}")
+        out = _from_engine(diagnose(ev, tried=dict(ctx.tried)))
+        out.notes = notes + out.notes
+        return out
+
+
+# memory- / compute-bound priority orders of the perf recipe (tilegym-facts §7), for when the
+# playbook files cannot be loaded
+_ORDER = {"memory-bound": ["A", "B", "C", "F", "G", "E", "H", "Q", "R"],
+          "compute-bound": ["D", "G", "C", "I", "B", "E", "H", "Q", "R", "F", "A"]}
+
+
+class ApplicabilityDiagnoser:
+    """Rank the source transforms that apply, by the playbook priority of the kernel's class."""
+
+    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        from .transforms import applicability
+        cls, reasons = _class_of(ctx)
+        notes: list[str] = []
+        try:
+            from ..diagnose.playbook import default_playbook
+            pb = default_playbook()
+        except Exception as e:
+            pb = None
+            notes.append(f"playbook not loaded ({e}); using the recipe's priority order")
+        recs = []
+        for t, ok, why in applicability(ctx.source, ctx.kernel):
+            if not ok or getattr(t, "kind", "source") != "source":
+                continue
+            pid = t.playbook_id
+            entry = None
+            if pb is not None:
+                try:
+                    entry = pb.by_id(pid)
+                except KeyError:
+                    entry = None
+            order = _ORDER.get(cls, _ORDER["memory-bound"])
+            rank = entry.rank(cls) if entry is not None else float(order.index(pid) if pid in order else 50)
+            recs.append(Rec(id=pid, name=entry.name if entry else t.summary, transform=t.name,
+                            reason=why, evidence=[f"{t.name}: {why}"],
+                            predicted_effect={"low": entry.effect_low, "high": entry.effect_high, "notes": []}
+                            if entry else {}, risk=entry.risk if entry else "low",
+                            summary=entry.summary if entry else t.summary,
+                            changes=list(entry.changes) if entry else [], verify=list(entry.verify) if entry else [],
+                            risks=list(entry.risks) if entry else [], references=list(entry.references) if entry else [],
+                            rank=rank, tried=int(ctx.tried.get(pid, 0))))
+        # one recommendation per playbook entry: its transforms become alternatives
+        merged: dict[str, Rec] = {}
+        for r in recs:
+            if r.id in merged:
+                merged[r.id].alternatives.append(r.transform)
+            else:
+                merged[r.id] = r
+        ordered = sorted(merged.values(), key=lambda r: (r.tried > 0, r.tried, r.rank))
+        if pb is not None:
+            for e in pb.entries:
+                if e.last_resort:
+                    ordered.append(Rec(id=e.id, name=e.name, transform="", summary=e.summary,
+                                       changes=list(e.changes), verify=list(e.verify), risks=list(e.risks),
+                                       reason="offered when the automatic entries are exhausted", rank=e.rank(cls),
+                                       tried=int(ctx.tried.get(e.id, 0))))
+        return LoopDiagnosis(bottleneck=cls, confidence="low", escalate=False, reasons=reasons,
+                             recommendations=ordered, source="applicability", notes=notes)
+
+
+def _class_of(ctx: DiagnoseContext) -> tuple[str, list[str]]:
+    ais = []
+    for c, info in ctx.workload_info.items():
+        f, b = info.get("flops"), info.get("bytes")
+        if f and b:
+            ais.append((c, float(f) / float(b)))
+    if ais:
+        c, ai = ais[0]
+        if ai < 10:
+            return "memory-bound", [f"arithmetic intensity {ai:.2f} FLOP/B ({c}) < 10"]
+        if ai > 50:
+            return "compute-bound", [f"arithmetic intensity {ai:.1f} FLOP/B ({c}) > 50"]
+        mma = "mma(" in ctx.source
+        return ("compute-bound" if mma else "memory-bound"), [
+            f"arithmetic intensity {ai:.1f} FLOP/B ({c}) is balanced; " + ("mma present" if mma else "no mma")]
+    if "mma(" in ctx.source:
+        return "compute-bound", ["the kernel calls ct.mma (no FLOP/byte counts)"]
+    return "memory-bound", ["no ct.mma in the kernel (no FLOP/byte counts)"]
+
+
+class ScriptedDiagnoser:
+    """Tests: a fixed diagnosis, a list consumed one per call (the last repeats), or a function."""
+
+    def __init__(self, script: LoopDiagnosis | Sequence[LoopDiagnosis] | Callable[[DiagnoseContext], LoopDiagnosis]):
+        self.script = script
+        self.calls: list[DiagnoseContext] = []
+
+    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        self.calls.append(ctx)
+        s = self.script
+        if callable(s):
+            return s(ctx)
+        if isinstance(s, LoopDiagnosis):
+            return s
+        i = min(len(self.calls) - 1, len(s) - 1)
+        return s[i]
+
+
+def rec_from_json(d: Mapping[str, Any]) -> Rec:
+    return Rec(**{k: v for k, v in d.items() if k in Rec.__dataclass_fields__})

@@ -1,0 +1,176 @@
+"""The git side of the loop, through the git CLI.
+
+The loop owns one branch (``cutile-perf-<kernel>-<YYYYMMDD>``).  Every measured candidate
+is committed; a reverted one is reset away (``git reset --hard <last kept>``) but stays
+reachable under ``refs/cutile-diag/<branch>/iter-<n>`` so that the ledger's commit ids
+can always be inspected.  The loop's own output folder is never added to git and is
+ignored when the tree is checked for changes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import DirtyTreeError, GitError
+
+# commits made by the loop get an identity even where git has none configured
+_IDENTITY = {"GIT_AUTHOR_NAME": "cutile-diag", "GIT_AUTHOR_EMAIL": "cutile-diag@localhost",
+             "GIT_COMMITTER_NAME": "cutile-diag", "GIT_COMMITTER_EMAIL": "cutile-diag@localhost"}
+
+
+def _run(args: Sequence[str], cwd: Path, *, check: bool = True, env: dict | None = None,
+         input: str | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    try:
+        p = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+                           input=input, timeout=120)
+    except FileNotFoundError:
+        raise GitError("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {' '.join(args)} took longer than 120 s") from None
+    if check and p.returncode != 0:
+        msg = (p.stderr or p.stdout).strip().splitlines()
+        raise GitError(f"git {' '.join(args)} failed: {msg[-1] if msg else 'exit ' + str(p.returncode)}")
+    return p
+
+
+def repo_root(path: str | Path) -> Path:
+    p = Path(path).resolve()
+    start = p if p.is_dir() else p.parent
+    r = _run(["rev-parse", "--show-toplevel"], start, check=False)
+    if r.returncode != 0:
+        raise GitError(f"{p} is not inside a git repository",
+                       hint="the loop commits every kept step: run `git init` and commit the kernel first")
+    return Path(r.stdout.strip()).resolve()
+
+
+@dataclass
+class Git:
+    root: Path
+    ignore: tuple[str, ...] = ()          # repo-relative folders the loop owns (its output)
+
+    def __post_init__(self):
+        self.root = Path(self.root).resolve()
+
+    # -- queries ---------------------------------------------------------------------------
+    def head(self) -> str:
+        return _run(["rev-parse", "HEAD"], self.root).stdout.strip()
+
+    def has_commits(self) -> bool:
+        return _run(["rev-parse", "--verify", "-q", "HEAD"], self.root, check=False).returncode == 0
+
+    def branch(self) -> str | None:
+        r = _run(["symbolic-ref", "--short", "-q", "HEAD"], self.root, check=False)
+        return r.stdout.strip() or None
+
+    def branch_exists(self, name: str) -> bool:
+        return _run(["rev-parse", "--verify", "-q", f"refs/heads/{name}"], self.root,
+                    check=False).returncode == 0
+
+    def is_tracked(self, path: str) -> bool:
+        return _run(["ls-files", "--error-unmatch", "--", path], self.root, check=False).returncode == 0
+
+    def commit_exists(self, rev: str) -> bool:
+        return _run(["cat-file", "-e", f"{rev}^{{commit}}"], self.root, check=False).returncode == 0
+
+    def rel(self, path: str | Path) -> str:
+        p = Path(path)
+        p = p.resolve() if p.is_absolute() else (self.root / p).resolve()
+        try:
+            return p.relative_to(self.root).as_posix()
+        except ValueError:
+            raise GitError(f"{p} is outside the repository {self.root}") from None
+
+    def _ignored(self, rel: str) -> bool:
+        return any(rel == ig or rel.startswith(ig.rstrip("/") + "/") for ig in self.ignore)
+
+    def status(self) -> list[tuple[str, str]]:
+        """(XY status, path) of every change in the tree, the loop's own folders excluded."""
+        out = _run(["status", "--porcelain=v1", "-z", "--untracked-files=all"], self.root).stdout
+        items, parts, i = [], out.split("\0"), 0
+        while i < len(parts):
+            entry = parts[i]
+            i += 1
+            if not entry:
+                continue
+            xy, path = entry[:2], entry[3:]
+            if xy[0] in "RC":          # rename/copy: the next field is the source path
+                i += 1
+            if not self._ignored(path):
+                items.append((xy, path))
+        return items
+
+    def dirty_files(self) -> list[str]:
+        return [p for _, p in self.status()]
+
+    def changed_since(self, rev: str) -> list[str]:
+        """Files that differ between ``rev`` and the work tree (tracked and untracked)."""
+        tracked = _run(["diff", "--name-only", "-z", rev, "--"], self.root).stdout.split("\0")
+        untracked = _run(["ls-files", "--others", "--exclude-standard", "-z"], self.root).stdout.split("\0")
+        files = {f for f in tracked + untracked if f and not self._ignored(f)}
+        return sorted(files)
+
+    def show(self, rev: str, path: str) -> str:
+        r = _run(["show", f"{rev}:{path}"], self.root, check=False)
+        if r.returncode != 0:
+            raise GitError(f"{path} does not exist at {rev[:12]}")
+        return r.stdout
+
+    def diff(self, rev: str, paths: Iterable[str] = (), *, context: int = 3) -> str:
+        return _run(["diff", f"-U{context}", rev, "--", *paths], self.root).stdout
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        return _run(["merge-base", "--is-ancestor", a, b], self.root, check=False).returncode == 0
+
+    # -- changes ---------------------------------------------------------------------------
+    def require_clean(self) -> None:
+        dirty = self.dirty_files()
+        if dirty:
+            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            raise DirtyTreeError(f"the work tree has uncommitted changes: {shown}",
+                                 hint="commit or stash them first; the loop resets the tree when it reverts")
+
+    def create_branch(self, name: str) -> None:
+        _run(["checkout", "-q", "-b", name], self.root)
+
+    def checkout(self, name: str) -> None:
+        _run(["checkout", "-q", name], self.root)
+
+    def commit(self, paths: Sequence[str], message: str) -> str:
+        """Commit exactly ``paths`` (hooks skipped: the committed bytes must be the measured ones)."""
+        if not paths:
+            raise GitError("internal: nothing to commit")
+        _run(["add", "--", *paths], self.root)
+        env = {k: v for k, v in _IDENTITY.items() if not self._configured(k)}
+        _run(["commit", "-q", "--no-verify", "-m", message, "--", *paths], self.root, env=env)
+        return self.head()
+
+    def _configured(self, var: str) -> bool:
+        if os.environ.get(var):
+            return True
+        key = "user.name" if var.endswith("_NAME") else "user.email"
+        return _run(["config", "--get", key], self.root, check=False).returncode == 0
+
+    def reset_hard(self, rev: str) -> None:
+        _run(["reset", "-q", "--hard", rev], self.root)
+
+    def restore_files(self, rev: str, paths: Sequence[str]) -> None:
+        """Put ``paths`` back to their content at ``rev`` (deleting files that did not exist there)."""
+        for p in paths:
+            exists = _run(["cat-file", "-e", f"{rev}:{p}"], self.root, check=False).returncode == 0
+            if exists:
+                _run(["checkout", "-q", rev, "--", p], self.root)
+                _run(["reset", "-q", "--", p], self.root, check=False)
+            else:
+                _run(["rm", "-q", "--cached", "--ignore-unmatch", "--", p], self.root, check=False)
+                f = self.root / p
+                if f.exists():
+                    f.unlink()
+
+    def keep_ref(self, ref: str, rev: str) -> None:
+        _run(["update-ref", ref, rev], self.root)

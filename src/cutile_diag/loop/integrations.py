@@ -1,0 +1,94 @@
+"""The loop's calls into other stages: AOT capture of a version, and the IR diff between two.
+
+Captures run ``cutile-diag capture`` in a killable child (a tileiras crash or hang costs
+the iteration's budget, never the loop process) and are cached by version digest.  The IR
+diff comes from ``cutile_diag.diff.diff_paths`` on two capture folders; what the ledger
+keeps is its summary, whether the two versions are equivalent, and the first changes.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from . import proc
+
+MAX_DIFF_CHANGES = 25
+
+
+@dataclass
+class CaptureResult:
+    ok: bool
+    path: Path | None = None
+    error: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "path": str(self.path) if self.path else None, "error": self.error,
+                "seconds": round(self.seconds, 3), "cached": self.cached}
+
+
+def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, *, archs: Sequence[str] = ("sm_90",),
+                    args: Sequence[str] = (), deadline: proc.Deadline | None = None, cwd: Path | None = None,
+                    env: dict | None = None, cap_s: float = 300.0) -> CaptureResult:
+    """Capture ``kernel_file::kernel`` as it is on disk now, into ``out_dir/<digest[:16]>``."""
+    name = digest[:16]
+    folder = out_dir / name
+    if (folder / "manifest.json").exists():
+        return CaptureResult(True, folder, cached=True)
+    argv = [sys.executable, "-m", "cutile_diag", "capture", f"{kernel_file}::{kernel}", "--out", str(out_dir),
+            "--name", name, "--json"]
+    for a in archs:
+        argv += ["--arch", a]
+    for a in args:
+        argv += ["--arg", a]
+    timeout = deadline.timeout(cap_s) if deadline else cap_s
+    child_env = {"CUDA_HOME": "", "CUDA_PATH": ""}
+    child_env.update(env or {})
+    res = proc.run(argv, cwd=cwd, env=child_env, timeout=timeout)
+    if res.timed_out:
+        return CaptureResult(False, error=f"capture killed after {timeout:.0f} s", seconds=res.wall_s)
+    if res.returncode != 0 or not (folder / "manifest.json").exists():
+        err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+        msg = err[-1] if err else f"exit {res.returncode}"
+        return CaptureResult(False, error=msg.replace("cutile-diag: error: ", ""), seconds=res.wall_s)
+    return CaptureResult(True, folder, seconds=res.wall_s)
+
+
+def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict:
+    """Summary of the IR diff between two capture folders (``{"skipped": why}`` when it cannot run)."""
+    if a is None or b is None:
+        return {"skipped": "no capture of " + ("either version" if a is None and b is None else
+                                              "the baseline" if a is None else "the candidate")}
+    try:
+        from ..diff import diff_paths
+    except ImportError as e:
+        return {"skipped": f"cutile_diag.diff is not available ({e})"}
+    try:
+        res = diff_paths(a, b, entry=entry)
+        d = res.to_json()
+    except Exception as e:   # the differ's failure must not sink a measured iteration
+        try:
+            res = diff_paths(a, b)
+            d = res.to_json()
+        except Exception:
+            return {"skipped": f"IR diff failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+    changes = d.get("changes") or []
+    return {"equivalent": d.get("equivalent"), "summary": d.get("summary"), "n_changes": len(changes),
+            "changes": [_short_change(c) for c in changes[:MAX_DIFF_CHANGES]],
+            "warnings": (d.get("warnings") or [])[:10], "a": str(a), "b": str(b)}
+
+
+def _short_change(c) -> dict:
+    if not isinstance(c, dict):
+        return {"detail": str(c)}
+    keep = ("kind", "level", "detail", "before", "after", "op", "knob", "arch", "line_before", "line_after", "source")
+    out = {k: c[k] for k in keep if k in c and c[k] not in (None, "", [])}
+    for k in ("before", "after"):
+        if k in out and not isinstance(out[k], (int, float, str, bool)):
+            text = json.dumps(out[k], default=str)
+            out[k] = text if len(text) <= 200 else text[:199] + "…"
+    return out

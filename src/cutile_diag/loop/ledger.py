@@ -1,0 +1,273 @@
+"""The loop's records: ``perf_results.md`` (the table) and ``ledger.jsonl`` (everything behind it).
+
+``perf_results.md`` holds only the Markdown table of the perf recipe, exactly these columns::
+
+    | iteration | optimization | latency_ms | correctness | status |
+
+``latency_ms`` has six decimals (``-`` when the iteration produced no timing: a correctness
+failure stops before measuring, a crash may stop anywhere), ``correctness`` is PASS/FAIL,
+``status`` keep/revert/crash.  One row per iteration; iteration 0 is the baseline.
+
+``ledger.jsonl`` is one JSON object per line:
+
+* ``{"type": "setup", ...}`` — first line: kernel, files, branch, start commit, backend,
+  configurations, classification, options;
+* ``{"type": "begin", "iteration": n, ...}`` — written before an iteration touches anything;
+* ``{"type": "iteration", "iteration": n, ...}`` — the row and everything behind it:
+  configurations and their records, the diagnosis and evidence that chose the step, the
+  change, the IR diff summary against the last kept version, the roofline points, the
+  decision and its reason, commit ids;
+* ``{"type": "next", ...}`` — what ``loop next`` proposed for a manual edit;
+* ``{"type": "stop", ...}`` — why the loop stopped (a later ``--resume`` may go on).
+
+A ``begin`` without its ``iteration`` means the process died mid-iteration; ``--resume``
+(or any loop command) turns it into a ``crash`` row after resetting the tree.  Both files
+are rewritten whole through a temp file + rename, the ledger first (it is the source of
+truth: the table is regenerated from it).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..output import to_jsonable, write_atomic
+from .errors import LoopError
+
+TABLE_FILE = "perf_results.md"
+LEDGER_FILE = "ledger.jsonl"
+COLUMNS = ("iteration", "optimization", "latency_ms", "correctness", "status")
+STATUSES = ("keep", "revert", "crash")
+SCHEMA = "cutile-diag.loop/1"
+
+
+class LedgerError(LoopError):
+    """The ledger is missing, unreadable or inconsistent."""
+
+
+def format_latency(ms: float | None) -> str:
+    if ms is None or not isinstance(ms, (int, float)) or not math.isfinite(ms):
+        return "-"
+    return f"{float(ms):.6f}"
+
+
+def _cell(text: Any) -> str:
+    s = " ".join(str(text).split())
+    return s.replace("|", "\\|")
+
+
+def render_table(rows: Iterable[dict]) -> str:
+    """The Markdown table; ``rows``: dicts with the five column keys."""
+    body = []
+    for r in rows:
+        body.append([str(int(r["iteration"])), _cell(r["optimization"]) or "-", format_latency(r.get("latency_ms")),
+                     "PASS" if r.get("correctness") == "PASS" else "FAIL", str(r["status"])])
+    widths = [max(len(c), *(len(row[i]) for row in body)) if body else len(c) for i, c in enumerate(COLUMNS)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    out = [line(COLUMNS), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(row) for row in body]
+    return "\n".join(out) + "\n"
+
+
+def parse_table(text: str) -> list[dict]:
+    """Rows of a ``perf_results.md`` table; raises ``LedgerError`` unless the file is exactly the table."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2:
+        raise LedgerError("perf_results.md: no table")
+
+    def cells(ln: str) -> list[str]:
+        s = ln.strip()
+        if not (s.startswith("|") and s.endswith("|")):
+            raise LedgerError(f"perf_results.md: not a table row: {ln!r}")
+        parts, cur, esc = [], "", False
+        for ch in s[1:-1]:
+            if esc:
+                cur += ch
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == "|":
+                parts.append(cur.strip())
+                cur = ""
+            else:
+                cur += ch
+        parts.append(cur.strip())
+        return parts
+
+    header = cells(lines[0])
+    if tuple(header) != COLUMNS:
+        raise LedgerError(f"perf_results.md: columns are {header}, expected {list(COLUMNS)}")
+    sep = cells(lines[1])
+    if len(sep) != len(COLUMNS) or not all(c and set(c) <= {"-", ":"} for c in sep):
+        raise LedgerError("perf_results.md: second line is not the header separator")
+    rows = []
+    for ln in lines[2:]:
+        c = cells(ln)
+        if len(c) != len(COLUMNS):
+            raise LedgerError(f"perf_results.md: row has {len(c)} cells: {ln!r}")
+        it, opt, lat, corr, status = c
+        if not it.isdigit():
+            raise LedgerError(f"perf_results.md: iteration {it!r} is not a number")
+        if lat != "-":
+            whole, dot, frac = lat.partition(".")
+            if not (dot and len(frac) == 6 and frac.isdigit() and whole.lstrip("-").isdigit()):
+                raise LedgerError(f"perf_results.md: latency {lat!r} does not have six decimals")
+        if corr not in ("PASS", "FAIL"):
+            raise LedgerError(f"perf_results.md: correctness {corr!r} is not PASS/FAIL")
+        if status not in STATUSES:
+            raise LedgerError(f"perf_results.md: status {status!r} is not keep/revert/crash")
+        rows.append({"iteration": int(it), "optimization": opt, "latency_ms": None if lat == "-" else float(lat),
+                     "correctness": corr, "status": status})
+    return rows
+
+
+class Ledger:
+    def __init__(self, state_dir: str | Path):
+        self.dir = Path(state_dir)
+        self.path = self.dir / LEDGER_FILE
+        self.table_path = self.dir / TABLE_FILE
+        self.records: list[dict] = []
+        self.notes: list[str] = []
+
+    # -- reading ---------------------------------------------------------------------------
+    @classmethod
+    def load(cls, state_dir: str | Path) -> "Ledger":
+        led = cls(state_dir)
+        if not led.path.exists():
+            raise LedgerError(f"{led.path}: no ledger here", hint="start the loop with `cutile-diag optimize`")
+        for i, line in enumerate(led.path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise LedgerError(f"{led.path}:{i}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or "type" not in rec:
+                raise LedgerError(f"{led.path}:{i}: a record without a type")
+            led.records.append(rec)
+        if not led.records or led.records[0].get("type") != "setup":
+            raise LedgerError(f"{led.path}: the first record is not the setup record")
+        return led
+
+    @classmethod
+    def exists(cls, state_dir: str | Path) -> bool:
+        return (Path(state_dir) / LEDGER_FILE).exists()
+
+    @property
+    def setup(self) -> dict:
+        return self.records[0]
+
+    def of_type(self, t: str) -> list[dict]:
+        return [r for r in self.records if r.get("type") == t]
+
+    @property
+    def iterations(self) -> list[dict]:
+        return self.of_type("iteration")
+
+    def pending(self) -> dict | None:
+        """The last ``begin`` that has no ``iteration`` record yet."""
+        done = {r["iteration"] for r in self.iterations}
+        begins = [r for r in self.of_type("begin") if r["iteration"] not in done]
+        return begins[-1] if begins else None
+
+    def next_iteration(self) -> int:
+        its = [r["iteration"] for r in self.iterations]
+        pend = self.pending()
+        if pend is not None:
+            its.append(pend["iteration"])
+        return (max(its) + 1) if its else 0
+
+    def last_kept(self) -> dict | None:
+        kept = [r for r in self.iterations if r["status"] == "keep"]
+        return kept[-1] if kept else None
+
+    def kept_commit(self) -> str:
+        k = self.last_kept()
+        if k is None or not k.get("commits", {}).get("kept"):
+            raise LedgerError(f"{self.path}: no kept version recorded (the baseline is missing)")
+        return k["commits"]["kept"]
+
+    def decisions(self) -> list[dict]:
+        """Decision dicts of iterations 1..n (what the stop rules read)."""
+        return [r.get("decision", {}) for r in self.iterations if r["iteration"] > 0]
+
+    def tried(self) -> Counter:
+        """Playbook entry ids to demote: tried and not a clear (>= 5 %) win."""
+        c: Counter = Counter()
+        for r in self.iterations:
+            entry = (r.get("entry") or {}).get("id")
+            if not entry or r["iteration"] == 0:
+                continue
+            d = r.get("decision", {})
+            if r["status"] != "keep" or d.get("demote"):
+                c[entry] += 1
+        return c
+
+    def attempted(self) -> set[tuple[str, str, str]]:
+        """(base version digest, transform, params json) of every candidate already tried."""
+        out = set()
+        for r in self.iterations:
+            base = r.get("base_digest")
+            for cand in (r.get("change") or {}).get("tried", []):
+                out.add((base, cand.get("transform", ""), json.dumps(cand.get("params", {}), sort_keys=True)))
+        return out
+
+    def last_stop(self) -> dict | None:
+        stops = self.of_type("stop")
+        if not stops:
+            return None
+        last = stops[-1]
+        # a stop counts only if no iteration came after it
+        idx = self.records.index(last)
+        if any(r.get("type") in ("iteration", "begin") for r in self.records[idx + 1:]):
+            return None
+        return last
+
+    def rows(self) -> list[dict]:
+        return [{k: r.get(k) for k in COLUMNS} for r in self.iterations]
+
+    # -- writing ---------------------------------------------------------------------------
+    def _flush(self) -> None:
+        text = "".join(json.dumps(to_jsonable(r), sort_keys=False, allow_nan=False) + "\n" for r in self.records)
+        write_atomic(self.path, text)
+        write_atomic(self.table_path, render_table(self.rows()))
+
+    def append(self, record: dict) -> dict:
+        if "type" not in record:
+            raise LedgerError("internal: ledger record without a type")
+        if record["type"] == "iteration":
+            for k in COLUMNS:
+                if k not in record:
+                    raise LedgerError(f"internal: iteration record lacks '{k}'")
+            if record["status"] not in STATUSES:
+                raise LedgerError(f"internal: status {record['status']!r}")
+            if any(r["iteration"] == record["iteration"] for r in self.iterations):
+                raise LedgerError(f"internal: iteration {record['iteration']} recorded twice")
+        record = {**record}
+        record.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.records.append(_finite(to_jsonable(record)))
+        self._flush()
+        return record
+
+    def create(self, setup: dict) -> None:
+        if self.path.exists():
+            raise LedgerError(f"{self.path} already exists", hint="continue it with --resume, or choose another --out")
+        self.records = []
+        self.append({"type": "setup", "schema": SCHEMA, **setup})
+
+    def rewrite_table(self) -> None:
+        write_atomic(self.table_path, render_table(self.rows()))
+
+
+def _finite(obj):
+    """JSON has no NaN/inf: replace them with None (the ledger stays strict JSON)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,305 @@
+"""The steps a person or an agent makes by hand: ``loop next``, ``loop record``, ``loop status``.
+
+``next_step`` diagnoses the last kept version and returns the chosen playbook entry with a
+recipe written for *this* kernel — its function, its wrapper, its loads and stores with
+line numbers, its grid and autotune space — for edits the transforms cannot make
+(structural rewrites, a custom plan).  ``record_manual`` takes the edit that is in the work
+tree, refuses it if anything but the kernel file and its launch wrapper changed, and runs
+the same verify → measure → decide → commit/revert → record path as the automatic loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import decide as decide_mod
+from .backends import Backend, Version
+from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
+from .errors import ForbiddenEditError, LoopError
+from .ledger import Ledger
+from .locate import KernelLocation, locate
+from .runner import Candidate, LoopOptions, Runner
+from .session import Session
+
+
+@dataclass
+class ManualResult:
+    description: str
+    params: dict = field(default_factory=dict)
+    changed_lines: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+    transform: str | None = None
+
+
+@dataclass
+class NextStep:
+    rec: Rec | None
+    diagnosis: LoopDiagnosis
+    recipe: list[str]
+    location: dict
+    command: str
+    automatic: bool
+    stop: decide_mod.StopCheck
+
+    def to_json(self) -> dict:
+        return {"entry": self.rec.to_json() if self.rec else None, "recipe": self.recipe, "command": self.command,
+                "automatic": self.automatic, "stop": self.stop.__dict__,
+                "diagnosis": self.diagnosis.to_json(), "location": self.location}
+
+
+def _ops(loc: KernelLocation, *kinds: str) -> list[str]:
+    out = []
+    for m in loc.memory_ops:
+        if kinds and m.kind not in kinds:
+            continue
+        flags = []
+        if m.kind in ("load", "store", "gather", "scatter"):
+            flags.append(f"latency={m.latency}" if m.latency else "no latency")
+        if m.kind == "store":
+            flags.append(f"allow_tma={m.allow_tma}" if m.allow_tma else "allow_tma default (True)")
+        where = "in a loop" if m.in_loop else "outside loops"
+        out.append(f"  line {m.line}: {m.text}  [{', '.join(flags)}; {where}]")
+    return out
+
+
+def _launch_lines(loc: KernelLocation) -> list[str]:
+    if not loc.launches:
+        return ["  (no launch of the kernel found in its file)"]
+    return [f"  {s.function}() line {s.line}: {s.kind}(…, grid={s.grid}, kernel={s.kernel}"
+            + (f", args={s.args}" if s.args else "") + ")" for s in loc.launches]
+
+
+def recipe_for(rec: Rec, loc: KernelLocation) -> list[str]:
+    """Kernel-specific instructions for one playbook entry."""
+    k = loc.function
+    wrappers = ", ".join(f"{w}()" for w in loc.wrappers) or "the launch wrapper"
+    path = loc.path.name
+    lines = [f"Kernel {k} ({path}:{loc.line}); launched by {wrappers}:"]
+    lines += _launch_lines(loc)
+    kfn = loc.kernel
+    if kfn.hints:
+        lines.append(f"Decorator: {kfn.decorator}")
+    if kfn.constants:
+        lines.append("Compile-time constants: " + ", ".join(kfn.constants))
+    if loc.autotune:
+        for sp in loc.autotune:
+            lines.append(f"Autotune space in {sp.function}() line {sp.line}: {sp.text}"
+                         + (f" ({sp.size} configs)" if sp.size is not None else ""))
+    if loc.registrations:
+        lines.append("Registered: " + ", ".join(f"@register_impl({r.op!r}, backend={r.backend!r}) on {r.function}()"
+                                                for r in loc.registrations))
+    steps: list[str] = []
+    i = rec.id.upper()
+    if i == "A":
+        g = _ops(loc, "gather", "scatter")
+        steps += ["Replace the per-element gathers/scatters with tile-indexed ct.load / ct.store (TMA):"] + g
+        steps.append(f"  index=(block id,) with shape=(TILE,) and padding_mode=ct.PaddingMode.ZERO for the tail")
+    elif i == "B":
+        steps += [f"Make {k} persistent: wrap its body in `for t in range(ct.bid(0), n_tiles, ct.num_blocks(0)):` "
+                  "and use t wherever ct.bid(0) was used;",
+                  f"in {wrappers}, launch min(n_tiles, NUM_SMS * occupancy) blocks "
+                  "(NUM_SMS from torch.cuda.get_device_properties(dev).multi_processor_count, never hard-coded)."]
+    elif i == "C":
+        steps += [f"Autotune {k}: in {wrappers}, replace ct.launch by cuda.tile.tune.exhaustive_search over a list "
+                  "(not a generator) of configs including the current one — occupancy [1, 2, 4, 8] for "
+                  "memory-bound kernels, plus num_ctas / tiles for GEMMs;",
+                  "cache the winner per (shape, dtype, device) and build the hinted kernel once "
+                  "(kernel.replace_hints on the hot path recompiles every call)."]
+    elif i == "D":
+        steps += [f"Cast both ct.mma operands in {k} to ct.tfloat32 when the inputs are float32 "
+                  "(`a.astype(ct.tfloat32)`): mma never casts by itself and falls back to FMA."]
+    elif i == "E":
+        steps += ["Add latency= to the memory ops (10 on main-loop loads, 3 on other loads and stores, "
+                  "1 on gathers/scatters), then sweep {1, 2, 3, 6, 10} on the hottest load:"] + _ops(loc)
+    elif i == "F":
+        steps += ["Add allow_tma=False to the stores and A/B it (the sign flips per kernel):"] + _ops(loc, "store")
+    elif i == "G":
+        consts = ", ".join(kfn.constants) or "the tile-size constants"
+        steps += [f"Try other values of {consts} (powers of two; mind the register wall and TMA's 16 B minimum "
+                  f"contiguous extent), set where {wrappers} passes them."]
+    elif i == "H":
+        steps += [f"Use flush_to_zero=True on f32 exp2/rsqrt/sqrt/truediv in {k} and rounding_mode=APPROX on "
+                  "divisions where the tolerance allows; ct.exp has no FTZ (respell it as exp2 with log2(e))."]
+    elif i == "I":
+        steps += [f"Remap the 2-D block id of {k} in groups of GROUP_SIZE_M rows (try 4, 8, 16) so consecutive "
+                  "blocks share B tiles in L2; clamp the last group."]
+    elif i == "L":
+        steps += [f"Custom plan: re-read {path}, profile (ncu --set full -k regex:{k}), write ~20 kernel-specific "
+                  "items ordered by expected impact, and apply them one at a time with `cutile-diag loop record` "
+                  "after each."]
+    if rec.changes:
+        steps += ["Playbook change:"] + [f"  - {c}" for c in rec.changes]
+    if rec.risks:
+        steps += ["Risks:"] + [f"  - {r}" for r in rec.risks]
+    if rec.verify:
+        steps += ["Verify:"] + [f"  - {v}" for v in rec.verify]
+    return lines + steps
+
+
+def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: Diagnoser | None = None,
+              options: LoopOptions | None = None, record: bool = True) -> NextStep:
+    """Diagnose the last kept version and explain the next entry (``entry`` picks one)."""
+    opt = options or LoopOptions.from_json(s.options)
+    runner = Runner(s, _LedgerBackend(led), led, diagnoser=diagnoser or EngineDiagnoser(), options=opt)
+    a = runner.kept_version()
+    diag = runner._diagnose(a, led.next_iteration())
+    recs = diag.recommendations
+    if entry:
+        pick = next((r for r in recs if r.id.upper() == entry.upper()), None)
+        if pick is None:
+            pick = _playbook_rec(entry)
+            if pick is None:
+                raise LoopError(f"no playbook entry '{entry}'", hint="entries: " + ", ".join(r.id for r in recs))
+    else:
+        # untried first; with everything tried (the engine's hand-over), the manual entries (custom plan)
+        pick = next((r for r in recs if not r.tried), None) or next((r for r in recs if not r.automatic), None) \
+            or (recs[0] if recs else None)
+    loc = locate(s.kernel_path, s.kernel, source=a.files[s.kernel_file])
+    recipe = recipe_for(pick, loc) if pick else ["No playbook entry applies to the kept version."]
+    auto = bool(pick and pick.automatic and not diag.escalate)
+    cmd = (f"cutile-diag optimize --resume (applies {pick.transform} automatically), or edit by hand and run "
+           f"cutile-diag loop record --entry {pick.id}") if auto else (
+        f"edit the kernel, then: cutile-diag loop record --entry {pick.id if pick else 'L'} --note \"what you changed\"")
+    stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
+    if diag.escalate:
+        recipe.insert(0, f"The diagnosis is '{diag.bottleneck}': the automatic loop hands over here. Evidence:")
+        for r in diag.reasons[:4]:
+            recipe.insert(1, f"  - {r}")
+    ns = NextStep(pick, diag, recipe, loc.to_json(), cmd, auto, stop)
+    if record and pick is not None:
+        led.append({"type": "next", "iteration": led.next_iteration(), "entry": pick.to_json(),
+                    "diagnosis": diag.to_json(), "base_commit": a.commit})
+    return ns
+
+
+def _playbook_rec(entry: str) -> Rec | None:
+    try:
+        from ..diagnose.playbook import default_playbook
+        e = default_playbook().by_id(entry.upper())
+    except Exception:
+        return None
+    return Rec(id=e.id, name=e.name, transform=e.transform, alternatives=list(e.alternatives), summary=e.summary,
+               changes=list(e.changes), verify=list(e.verify), risks=list(e.risks), references=list(e.references),
+               reason="asked for by name")
+
+
+class _LedgerBackend:
+    """What ``loop next`` needs from a backend, read from the ledger (nothing is measured)."""
+    name = "ledger"
+
+    def __init__(self, led: Ledger):
+        base = next((r for r in led.iterations if r["iteration"] == 0), {})
+        self._configs = list((base.get("configs") or {}).keys()) or None
+        self._info = base.get("workload_info") or {}
+
+    def configs(self):
+        return self._configs
+
+    def workload_info(self):
+        return self._info
+
+
+def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | None = None, note: str | None = None,
+                  options: LoopOptions | None = None, echo: Callable[[str], None] | None = None) -> dict:
+    """Verify, measure, decide, commit or revert, and record the edit in the work tree."""
+    opt = options or LoopOptions.from_json(s.options)
+    pend = led.pending()
+    if pend is not None:
+        raise LoopError(f"iteration {pend['iteration']} was interrupted and is still pending",
+                        hint="run `cutile-diag loop recover` first (your edit is reset; the ledger says where "
+                             "candidate files are saved)")
+    if not led.iterations:
+        raise LoopError("the loop has no baseline yet", hint="run `cutile-diag optimize --resume` to measure it")
+    git = s.git()
+    if git.branch() != s.branch:
+        raise LoopError(f"not on the loop's branch {s.branch}", hint=f"git checkout {s.branch} (your edit comes along)")
+    kept = led.kept_commit()
+    head = git.head()
+    if head != kept:
+        raise LoopError(f"HEAD ({head[:12]}) is not the loop's last kept commit ({kept[:12]})",
+                        hint="leave your edit uncommitted: `loop record` commits it itself")
+    changed = git.changed_since(kept)
+    forbidden = [f for f in changed if f not in s.allowed]
+    if forbidden:
+        raise ForbiddenEditError(forbidden, s.allowed)
+    if not changed:
+        raise LoopError("nothing to record: the kernel file and wrapper are unchanged since the last kept commit",
+                        hint="`cutile-diag loop next` shows what to change")
+    runner = Runner(s, backend, led, options=opt, echo=echo)
+    a = runner.kept_version()
+    files = runner.ws.current()
+    nxt = [r for r in led.of_type("next") if r.get("iteration") == led.next_iteration()]
+    proposed = nxt[-1]["entry"] if nxt else None
+    eid = entry or (proposed or {}).get("id") or "manual"
+    eid = "manual" if eid.lower() == "manual" else eid.upper()
+    name = proposed.get("name") if proposed and str(proposed.get("id", "")).upper() == eid else None
+    if name is None and eid != "manual":
+        pb = _playbook_rec(eid)
+        name = pb.name if pb else None
+    from .transforms.base import changed_lines
+    desc = note or (f"manual edit ({name})" if name else "manual edit")
+    n = led.next_iteration()
+    v = Version(f"iter-{n}", files, None, a.applied + (f"manual:{eid}",))
+    res = ManualResult(desc, {}, changed_lines(a.files[s.kernel_file], files.get(s.kernel_file, "")))
+    meta = {"entry": {"id": eid, "name": name or desc, "transform": None, "automatic": False, "note": note},
+            "diagnosis": (nxt[-1].get("diagnosis") if nxt else None), "tried": []}
+    label = f"{eid} manual: {desc}" if eid != "manual" else f"manual: {desc}"
+    rec = runner.evaluate(n, a, [Candidate(v, res, {})], meta, label)
+    return rec
+
+
+@dataclass
+class Status:
+    state_dir: str
+    kernel: str
+    branch: str
+    on_branch: bool
+    head: str
+    kept_commit: str | None
+    dirty: list[str]
+    pending: dict | None
+    rows: list[dict]
+    last_stop: dict | None
+    stop_now: decide_mod.StopCheck
+    baseline_ms: float | None
+    best_ms: float | None
+    hint: str
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["stop_now"] = self.stop_now.__dict__
+        return d
+
+
+def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> Status:
+    opt = options or LoopOptions.from_json(s.options)
+    git = s.git()
+    cur = git.branch()
+    kept = led.kept_commit() if led.last_kept() else None
+    dirty = git.dirty_files()
+    pend = led.pending()
+    base = next((r for r in led.iterations if r["iteration"] == 0), None)
+    lk = led.last_kept()
+    stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
+    if pend is not None:
+        hint = f"iteration {pend['iteration']} was interrupted: `cutile-diag loop recover` or `cutile-diag optimize --resume`"
+    elif cur != s.branch:
+        hint = f"the loop's branch is {s.branch}: git checkout {s.branch}"
+    elif dirty:
+        bad = [f for f in dirty if f not in s.allowed]
+        hint = (f"changes outside the kernel and wrapper ({', '.join(bad[:3])}) would be refused" if bad else
+                "an edit is in the tree: record it with `cutile-diag loop record --entry ID`")
+    elif not led.iterations:
+        hint = "no baseline yet: `cutile-diag optimize --resume`"
+    elif stop.stop:
+        hint = f"stopped ({stop.reason}); `cutile-diag loop next` for a manual step"
+    elif led.last_stop() is not None:
+        why = str(led.last_stop().get("reason", ""))
+        hint = (f"stopped: {why}" + ("" if "loop next" in why else "; `cutile-diag loop next` for a manual step")
+                + "; `cutile-diag optimize --resume` re-diagnoses and goes on")
+    else:
+        hint = "continue with `cutile-diag optimize --resume`, or `cutile-diag loop next` for a manual step"
+    return Status(state_dir=str(s.state_dir), kernel=s.kernel, branch=s.branch, on_branch=cur == s.branch,
+                  head=git.head(), kept_commit=kept, dirty=dirty, pending=pend, rows=led.rows(),
+                  last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
+                  best_ms=lk["latency_ms"] if lk else None, hint=hint)

@@ -1,0 +1,107 @@
+"""Killable subprocesses with a deadline.
+
+Every command the loop runs for a candidate (tests, benchmarks, captures) runs in its own
+session so that a hang is killed together with everything it started (pytest workers,
+compilers): ``os.killpg(SIGKILL)`` on the group.  Output goes to files, not pipes, so a
+chatty child can never block on a full pipe while we wait for it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+
+class Deadline:
+    """An absolute point in time (monotonic clock); ``None`` budget = no limit."""
+
+    def __init__(self, budget_s: float | None):
+        self.budget_s = budget_s
+        self.start = time.monotonic()
+        self.at = None if budget_s is None else self.start + float(budget_s)
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def expired(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def timeout(self, cap: float | None = None) -> float | None:
+        """Seconds a child may run: what is left, optionally capped."""
+        r = self.remaining()
+        if cap is None:
+            return r
+        return cap if r is None else min(r, cap)
+
+
+@dataclass
+class ProcResult:
+    argv: Sequence[str] | str
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.returncode == 0
+
+    def tail(self, n: int = 1500) -> str:
+        text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+        return text[-n:]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a zombie the kernel will reap
+        pass
+
+
+def run(argv: Sequence[str] | str, *, cwd: str | Path | None = None, env: dict | None = None,
+        timeout: float | None = None, shell: bool = False, log: Path | None = None) -> ProcResult:
+    """Run to completion or kill at ``timeout`` seconds; never raises for the child's failure."""
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cutile-diag-proc-") as tmp:
+        out_p, err_p = Path(tmp) / "out", Path(tmp) / "err"
+        with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+            proc = subprocess.Popen(argv, cwd=cwd, env=child_env, stdout=fo, stderr=fe,
+                                    stdin=subprocess.DEVNULL, shell=shell, start_new_session=True)
+            timed_out = False
+            try:
+                proc.wait(timeout=None if timeout is None else max(0.01, timeout))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_group(proc)
+            except BaseException:
+                kill_group(proc)
+                raise
+        stdout = out_p.read_text(errors="replace")
+        stderr = err_p.read_text(errors="replace")
+    res = ProcResult(argv, proc.returncode, stdout, stderr, timed_out, time.monotonic() - t0)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            cmd = argv if isinstance(argv, str) else " ".join(map(str, argv))
+            f.write(f"$ {cmd}\n# rc={res.returncode} timed_out={timed_out} wall={res.wall_s:.2f}s\n")
+            f.write(stdout)
+            if stderr:
+                f.write("\n# stderr\n" + stderr)
+            f.write("\n")
+    return res

@@ -1,0 +1,138 @@
+"""Where a loop lives and what it works on: the session, rebuilt from the ledger's setup record.
+
+State folder: ``<repo>/cutile-diag-out/optimize/<kernel>/`` by default (``--out`` moves it;
+inside the repository it is ignored by the loop's dirty-tree checks and never committed):
+``perf_results.md``, ``ledger.jsonl``, ``iterations/<n>/`` (each candidate's files and
+diff), ``captures/`` (AOT captures by version digest), ``logs/``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import LoopError
+from .git import Git, repo_root
+from .ledger import Ledger, LedgerError
+
+DEFAULT_OUT = Path("cutile-diag-out") / "optimize"
+
+
+def slug(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
+    return s or "kernel"
+
+
+def branch_name(kernel: str, date: _dt.date | None = None) -> str:
+    d = date or _dt.date.today()
+    return f"cutile-perf-{slug(kernel)}-{d:%Y%m%d}"
+
+
+def state_dir_for(root: Path, kernel: str, out: str | Path | None = None) -> Path:
+    base = Path(out).expanduser() if out else root / DEFAULT_OUT
+    if not base.is_absolute():
+        base = (Path.cwd() / base)
+    return (base / slug(kernel)).resolve()
+
+
+@dataclass
+class Session:
+    root: Path
+    state_dir: Path
+    kernel_file: str                    # repo-relative
+    kernel: str                         # as given
+    function: str                       # the def it resolves to
+    allowed: list[str]                  # files the loop may change: the kernel file + wrapper files
+    branch: str
+    start_commit: str
+    backend: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    capture: dict = field(default_factory=dict)    # {enabled, archs, args}
+    location: dict = field(default_factory=dict)
+
+    @property
+    def kernel_path(self) -> Path:
+        return self.root / self.kernel_file
+
+    def git(self) -> Git:
+        ignore = []
+        try:
+            ignore.append(self.state_dir.resolve().relative_to(self.root).as_posix())
+        except ValueError:
+            pass
+        return Git(self.root, tuple(ignore))
+
+    def to_setup(self) -> dict:
+        return {"root": str(self.root), "kernel_file": self.kernel_file, "kernel": self.kernel,
+                "function": self.function, "allowed": self.allowed, "branch": self.branch,
+                "start_commit": self.start_commit, "backend": self.backend, "options": self.options,
+                "capture": self.capture, "location": self.location}
+
+    @classmethod
+    def from_setup(cls, rec: dict, state_dir: Path) -> "Session":
+        try:
+            return cls(root=Path(rec["root"]), state_dir=Path(state_dir), kernel_file=rec["kernel_file"],
+                       kernel=rec["kernel"], function=rec.get("function", rec["kernel"]),
+                       allowed=list(rec["allowed"]), branch=rec["branch"], start_commit=rec["start_commit"],
+                       backend=rec.get("backend", {}), options=rec.get("options", {}),
+                       capture=rec.get("capture", {}), location=rec.get("location", {}))
+        except KeyError as e:
+            raise LedgerError(f"{state_dir}: the setup record lacks {e}") from None
+
+    def iteration_dir(self, n: int) -> Path:
+        return self.state_dir / "iterations" / f"{n:02d}"
+
+
+def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
+                   cwd: Path | None = None) -> Path:
+    """The state folder of an existing loop: by kernel reference, by --out, or the only one here."""
+    cwd = Path(cwd or Path.cwd())
+    if kernel_ref:
+        from .locate import parse_ref
+        path, name = parse_ref(kernel_ref)
+        d = state_dir_for(repo_root(path), name, out)
+        if not Ledger.exists(d):
+            raise LoopError(f"no optimisation loop for {name} in {d}",
+                            hint=f"start one with `cutile-diag optimize {kernel_ref} ...`")
+        return d
+    if out and Ledger.exists(Path(out)):
+        return Path(out).resolve()
+    try:
+        base = Path(out).resolve() if out else repo_root(cwd) / DEFAULT_OUT
+    except Exception:
+        raise LoopError("not inside a git repository, and no --out given",
+                        hint="run from the kernel's repository or pass --out / the kernel reference") from None
+    found = sorted(p.parent for p in base.glob("*/ledger.jsonl"))
+    if not found:
+        raise LoopError(f"no optimisation loop under {base}", hint="start one with `cutile-diag optimize FILE.py::KERNEL`")
+    if len(found) == 1:
+        return found[0]
+    # several: the one whose branch is checked out
+    try:
+        branch = Git(repo_root(cwd)).branch()
+    except Exception:
+        branch = None
+    for d in found:
+        try:
+            if Ledger.load(d).setup.get("branch") == branch:
+                return d
+        except LedgerError:
+            continue
+    raise LoopError(f"several loops under {base}: " + ", ".join(p.name for p in found),
+                    hint="name one: cutile-diag loop status FILE.py::KERNEL")
+
+
+def load_session(state_dir: Path) -> tuple[Session, Ledger]:
+    led = Ledger.load(state_dir)
+    s = Session.from_setup(led.setup, state_dir)
+    changed = led.of_type("options")
+    if changed:                      # options given again on --resume supersede the setup's
+        s.options = dict(changed[-1].get("options") or s.options)
+    return s, led
+
+
+def jsonable_options(d: dict[str, Any]) -> dict[str, Any]:
+    from ..output import to_jsonable
+    return to_jsonable(d)

@@ -1,0 +1,207 @@
+"""Is the candidate faster than the baseline?  Paired, interleaved rounds, per configuration.
+
+Both versions are measured in the same sitting, in rounds: ``A B`` then ``B A`` (alternating
+the order cancels a linear drift such as a warming GPU).  Each round ``r`` yields one
+median per version; the estimate for a configuration is the geometric mean of the paired
+ratios ``B_r / A_r`` and its uncertainty on the log scale is the largest of
+
+* the between-round standard error ``sd(log ratios) / sqrt(R)`` (needs R >= 2),
+* the within-run standard error of the medians (``1.2533 * cv / sqrt(n)`` per run, from the
+  run's samples or its ``rel_std``/``nrep``), combined over rounds (a Welch-style term),
+* a floor of ``noise_floor`` relative noise per measurement (clock jitter the runs do not
+  show; 0.5 % by default), so that two equal latencies are never "significantly" different.
+
+The 95 % interval uses Student's t with R - 1 degrees of freedom when the between-round
+term dominates and R >= 3, else the normal 1.96.  The configurations combine into a
+geometric-mean ratio (the headline), but the decision rules also look at every
+configuration on its own: a win on average never hides a regression on one shape.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+MEDIAN_SE_FACTOR = 1.2533      # SE(median) / SE(mean) for normal samples: sqrt(pi / 2)
+DEFAULT_NOISE_FLOOR = 0.005
+
+
+def t975(df: int) -> float:
+    if df <= 0:
+        return 1.96
+    if df in _T975:
+        return _T975[df]
+    keys = sorted(_T975)
+    if df > keys[-1]:
+        return 1.96 + 2.4 / df
+    lower = max(k for k in keys if k < df)
+    return _T975[lower]
+
+
+@dataclass
+class RunStat:
+    """One measurement run of one version on one configuration."""
+    median: float
+    rel_std: float | None = None        # percent (TileGym's convention)
+    nrep: int | None = None
+    samples: list[float] | None = None
+    record: dict | None = None          # the full record as the backend returned it
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float], record: dict | None = None) -> "RunStat":
+        xs = [float(x) for x in samples]
+        med = statistics.median(xs)
+        mean = statistics.fmean(xs)
+        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        return cls(med, 100.0 * sd / mean if mean > 0 else 0.0, len(xs), xs, record)
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "RunStat":
+        return cls(float(rec["median"]), rec.get("rel_std"), rec.get("nrep"), None, dict(rec))
+
+    def log_var(self) -> float | None:
+        """Variance of log(median) from within-run scatter, or None when unknown."""
+        if self.samples and len(self.samples) > 1:
+            mean = statistics.fmean(self.samples)
+            cv = statistics.stdev(self.samples) / mean if mean > 0 else 0.0
+            n = len(self.samples)
+        elif self.rel_std is not None and self.nrep:
+            cv, n = float(self.rel_std) / 100.0, int(self.nrep)
+        else:
+            return None
+        return (MEDIAN_SE_FACTOR * cv) ** 2 / max(n, 1)
+
+    def to_json(self) -> dict:
+        d = {"median": self.median, "rel_std": self.rel_std, "nrep": self.nrep}
+        if self.record:
+            d["record"] = self.record
+        if self.samples is not None:
+            d["samples"] = [round(x, 6) for x in self.samples]
+        return d
+
+
+@dataclass
+class ConfigComparison:
+    config: str
+    baseline_ms: float                  # median over rounds of the baseline's medians
+    candidate_ms: float
+    ratio: float                        # candidate / baseline (< 1: faster)
+    lo: float                           # 95 % interval of the ratio
+    hi: float
+    rounds: int
+    se_log: float
+    method: str                         # which term set the uncertainty
+    baseline_runs: list[RunStat] = field(default_factory=list)
+    candidate_runs: list[RunStat] = field(default_factory=list)
+
+    @property
+    def change_pct(self) -> float:
+        """Latency change in percent (negative: faster)."""
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def improvement_pct(self) -> float:
+        """Latency reduction in percent (positive: faster)."""
+        return (1.0 - self.ratio) * 100.0
+
+    @property
+    def significantly_faster(self) -> bool:
+        return self.hi < 1.0
+
+    @property
+    def significantly_slower(self) -> bool:
+        return self.lo > 1.0
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "baseline_ms": self.baseline_ms, "candidate_ms": self.candidate_ms,
+                "ratio": self.ratio, "ci95": [self.lo, self.hi], "change_pct": self.change_pct,
+                "rounds": self.rounds, "se_log": self.se_log, "method": self.method,
+                "baseline_runs": [r.to_json() for r in self.baseline_runs],
+                "candidate_runs": [r.to_json() for r in self.candidate_runs]}
+
+
+@dataclass
+class Comparison:
+    configs: list[ConfigComparison]
+    ratio: float                        # geometric mean over configurations
+    lo: float
+    hi: float
+    baseline_ms: float                  # geometric mean of the configurations' baseline medians
+    candidate_ms: float
+
+    @property
+    def improvement_pct(self) -> float:
+        return (1.0 - self.ratio) * 100.0
+
+    @property
+    def significantly_faster(self) -> bool:
+        return self.hi < 1.0
+
+    def config(self, name: str) -> ConfigComparison:
+        return next(c for c in self.configs if c.config == name)
+
+    def to_json(self) -> dict:
+        return {"ratio": self.ratio, "ci95": [self.lo, self.hi], "improvement_pct": self.improvement_pct,
+                "baseline_ms": self.baseline_ms, "candidate_ms": self.candidate_ms,
+                "configs": [c.to_json() for c in self.configs]}
+
+
+def geomean(xs: Iterable[float]) -> float:
+    xs = [float(x) for x in xs]
+    if not xs or any(x <= 0 for x in xs):
+        raise ValueError("geometric mean of non-positive or no values")
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+
+def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence[RunStat], *,
+                   noise_floor: float = DEFAULT_NOISE_FLOOR) -> ConfigComparison:
+    if not baseline or len(baseline) != len(candidate):
+        raise ValueError(f"{config}: need the same number (>= 1) of baseline and candidate runs")
+    if any(r.median <= 0 for r in [*baseline, *candidate]):
+        raise ValueError(f"{config}: a non-positive latency")
+    R = len(baseline)
+    logs = [math.log(b.median / a.median) for a, b in zip(baseline, candidate)]
+    lbar = statistics.fmean(logs)
+    terms: dict[str, float] = {}
+    if R >= 2:
+        terms["between-round"] = statistics.stdev(logs) / math.sqrt(R)
+    var_w = []
+    for a, b in zip(baseline, candidate):
+        va, vb = a.log_var(), b.log_var()
+        if va is not None and vb is not None:
+            var_w.append(va + vb)
+    if len(var_w) == R:
+        terms["within-run"] = math.sqrt(sum(var_w)) / R
+    terms["noise-floor"] = math.sqrt(2.0) * noise_floor / math.sqrt(R)
+    method, se = max(terms.items(), key=lambda kv: kv[1])
+    crit = t975(R - 1) if (method == "between-round" and R >= 3) else 1.96
+    return ConfigComparison(
+        config=config, baseline_ms=statistics.median(r.median for r in baseline),
+        candidate_ms=statistics.median(r.median for r in candidate), ratio=math.exp(lbar),
+        lo=math.exp(lbar - crit * se), hi=math.exp(lbar + crit * se), rounds=R, se_log=se, method=method,
+        baseline_runs=list(baseline), candidate_runs=list(candidate))
+
+
+def combine(configs: Sequence[ConfigComparison]) -> Comparison:
+    if not configs:
+        raise ValueError("no configurations to compare")
+    C = len(configs)
+    L = statistics.fmean(math.log(c.ratio) for c in configs)
+    se = math.sqrt(sum(c.se_log ** 2 for c in configs)) / C
+    return Comparison(list(configs), math.exp(L), math.exp(L - 1.96 * se), math.exp(L + 1.96 * se),
+                      geomean(c.baseline_ms for c in configs), geomean(c.candidate_ms for c in configs))
+
+
+def compare(runs: dict[str, tuple[Sequence[RunStat], Sequence[RunStat]]], *,
+            noise_floor: float = DEFAULT_NOISE_FLOOR) -> Comparison:
+    """``{config: (baseline runs, candidate runs)}`` -> the comparison."""
+    return combine([compare_config(c, a, b, noise_floor=noise_floor) for c, (a, b) in runs.items()])
+
+
+def headline_ms(medians: Iterable[float]) -> float:
+    """The one latency the results table shows: the geometric mean of the configurations'
+    medians (the median itself with one configuration)."""
+    return geomean(medians)

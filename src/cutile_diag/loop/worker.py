@@ -1,0 +1,192 @@
+"""A long-lived measurement worker: ``python -m cutile_diag.loop.worker``.
+
+One worker holds one version of the kernel: it imports the workload (and through it the
+kernel file) once, checks every configuration against the reference, keeps fresh inputs
+and the expected outputs on the GPU, and then answers ``measure`` requests for as long as
+the loop compares that version.  The loop runs two at a time — the last kept version and
+the candidate — and alternates requests between them, so both are measured in the same
+sitting, interleaved.
+
+cuTile reads a kernel's source text when it first compiles it (``inspect.findsource``), so
+the load step runs every configuration once: after it, the file on disk may change (the
+next candidate) without affecting this worker.
+
+Protocol: one JSON object per line on stdin; one JSON reply per line on the original
+stdout (fd 1 is pointed at stderr at start-up, so prints from kernels or libraries never
+corrupt the channel).  Requests::
+
+    {"op": "load", "workload": REF, "kwargs": {...}, "configs": [..] | null, "seed": 0,
+     "check_seed": 1234, "device": null}
+    {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true}
+    {"op": "roofline", "latencies": {NAME: ms}}
+    {"op": "quit"}
+
+Replies carry ``"ok": true`` or ``"ok": false, "error": "..."``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+class _State:
+    wl = None
+    device = "cuda"
+    cfgs: dict = {}
+    inputs: dict = {}
+    expected: dict = {}
+    last: dict = {}
+
+
+def _load(req: dict, st: _State) -> dict:
+    import torch
+    from ..bench.correctness import check_workload, reference_outputs
+    from ..workload import load_workload
+    dev = req.get("device")
+    if dev is not None and torch.cuda.is_available():
+        torch.cuda.set_device(int(dev))
+        st.device = f"cuda:{int(dev)}"
+    wl = load_workload(req["workload"], **(req.get("kwargs") or {}))
+    why = wl.available()
+    if why:
+        return {"ok": False, "error": f"workload {wl.name} cannot run here: {why}"}
+    if not torch.cuda.is_available():
+        return {"ok": False, "error": "no CUDA GPU visible to torch in the measurement worker"}
+    st.wl = wl
+    cfgs = wl.select(req.get("configs"))
+    checks, info, passed = {}, {}, True
+    with torch.no_grad():
+        for cfg in cfgs:
+            st.cfgs[cfg.name] = cfg
+            chk = check_workload(wl, cfg, seed=int(req.get("check_seed", 1234)), device=st.device)
+            checks[cfg.name] = chk.to_json()
+            try:
+                info[cfg.name] = {"flops": float(wl.flops(cfg)), "bytes": float(wl.bytes(cfg)),
+                                  "unit": list(wl.compute_unit(cfg))}
+            except Exception as e:  # a workload without counts still measures
+                info[cfg.name] = {"error": f"{type(e).__name__}: {e}"}
+            if not chk.passed:
+                passed = False
+                continue
+            inputs = wl.make_inputs(cfg, int(req.get("seed", 0)), st.device)
+            st.expected[cfg.name] = reference_outputs(wl, inputs) if wl.repeatable else None
+            st.inputs[cfg.name] = inputs
+            st.last[cfg.name] = wl.run(inputs)          # compiles now, while this version is on disk
+        torch.cuda.synchronize()
+    return {"ok": True, "passed": passed, "configs": [c.name for c in cfgs], "checks": checks, "info": info,
+            "device": _device(st.device), "pid": os.getpid()}
+
+
+def _device(device: str) -> dict:
+    import torch
+    try:
+        p = torch.cuda.get_device_properties(torch.device(device))
+        return {"name": p.name, "sm_count": p.multi_processor_count, "capability": f"{p.major}.{p.minor}"}
+    except Exception:
+        return {}
+
+
+def _measure(req: dict, st: _State) -> dict:
+    import torch
+    from ..bench.correctness import check_outputs, poison_, run_outputs
+    from ..bench.timing import BenchOptions, measure
+    name = req["config"]
+    if name not in st.inputs:
+        return {"ok": False, "error": f"configuration {name} was not loaded (or failed its check)"}
+    wl, cfg, inputs = st.wl, st.cfgs[name], st.inputs[name]
+    expected = st.expected.get(name) if req.get("post_check", True) else None
+    holder = {}
+
+    def fn():
+        holder["r"] = wl.run(inputs)
+
+    def poison():
+        for n in wl.outputs:
+            if n in inputs:
+                poison_(inputs[n])
+
+    with torch.no_grad():
+        m = measure(fn, BenchOptions.from_json(req.get("options")),
+                    before_timed=poison if expected is not None else None)
+        post = None
+        if expected is not None:
+            actual = run_outputs(wl, inputs, holder.get("r"))
+            post = check_outputs(wl, cfg, actual, expected).to_json()
+    return {"ok": True, "config": name, "stats": m.stats.record(), "samples_ms": m.samples_ms,
+            "first_call_s": m.first_call_s, "observed": m.observed, "post_check": post}
+
+
+def _roofline(req: dict, st: _State) -> dict:
+    try:
+        from ..roofline.device import live_device
+        from ..roofline.model import analyze
+        from ..roofline.peaks import get_ceilings
+    except ImportError as e:
+        return {"ok": False, "error": f"cutile_diag.roofline is not available: {e}"}
+    dev = live_device(torch_index(st.device))
+    ceil = get_ceilings(dev, measure_if_missing=bool(req.get("measure_ceilings", False)))
+    out = {}
+    for name, ms in (req.get("latencies") or {}).items():
+        cfg = st.cfgs.get(name)
+        if cfg is None or not ms:
+            continue
+        wl = st.wl
+        p = analyze(wl.ref or wl.name, name, latency_ms=float(ms), flops=float(wl.flops(cfg)),
+                    bytes=float(wl.bytes(cfg)), unit=tuple(wl.compute_unit(cfg)), device=dev, ceilings=ceil)
+        out[name] = point_json(p)
+    return {"ok": True, "points": out, "device": dev.name, "ceilings": ceil is not None}
+
+
+def torch_index(device: str) -> int | None:
+    return int(device.split(":")[1]) if ":" in device else None
+
+
+def point_json(p) -> dict:
+    """A roofline point as the ledger keeps it: the point's own fields (what the diagnosis
+    collects) plus a few flat summaries."""
+    from ..output import to_jsonable
+    d = to_jsonable(p)
+    pct = p.pct_measured if p.pct_measured is not None else p.pct_spec
+    d.update({"achieved_tbps": p.achieved_bw / 1e12, "achieved_tflops": p.achieved_flops / 1e12,
+              "pct_of_roof": pct})
+    return d
+
+
+def main() -> int:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                      # stray prints go to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    st = _State()
+    handlers = {"load": _load, "measure": _measure, "roofline": _roofline}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+        except json.JSONDecodeError as e:
+            proto.write(json.dumps({"ok": False, "error": f"bad request: {e}"}) + "\n")
+            continue
+        op = req.get("op")
+        if op == "quit":
+            proto.write(json.dumps({"ok": True}) + "\n")
+            break
+        fn = handlers.get(op)
+        if fn is None:
+            reply = {"ok": False, "error": f"unknown op {op!r}"}
+        else:
+            try:
+                reply = fn(req, st)
+            except Exception as e:
+                from ..errors import CutileDiagError
+                traceback.print_exc()
+                msg = e.one_line() if isinstance(e, CutileDiagError) else f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
+                reply = {"ok": False, "error": msg}
+        from ..output import to_jsonable
+        proto.write(json.dumps(to_jsonable(reply)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Helpers for the loop tests: a temporary git repository holding a copy of an example kernel
+(with its launch wrapper and CAPTURE_SPECS) plus a test file the loop must never touch, and
+helpers that build a session + runner against the simulated backend."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cutile_diag.examples import EXAMPLES_DIR
+
+GIT_ID = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *GIT_ID, *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    shutil.copy(EXAMPLES_DIR / "vector_add.py", r / "vector_add.py")
+    (r / "tests").mkdir()
+    (r / "tests" / "test_vector_add.py").write_text("def test_vector_add():\n    assert True\n")
+    (r / "README.md").write_text("kernel repo\n")
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "initial")
+    return r
+
+
+# --- fake transforms (text appends: enough for the loop machinery; real ones are libcst) --------
+
+@dataclass(frozen=True)
+class FakeResult:
+    transform: str
+    new_source: str
+    description: str
+    changed_lines: tuple = ()
+    params: dict = field(default_factory=dict)
+    notes: tuple = ()
+
+
+class FakeTransform:
+    """Appends a marker line; ``params`` sets give a sweep; ``repeat`` allows re-application."""
+    kind = "source"
+
+    def __init__(self, name: str, playbook_id: str = "X", params: list[dict] | None = None, repeat: bool = False,
+                 side_effect=None):
+        self.name, self.playbook_id = name, playbook_id
+        self.params = params if params is not None else [{}]
+        self.repeat = repeat
+        self.side_effect = side_effect
+        self.applied = 0
+
+    def _marker(self, params) -> str:
+        return f"# fake:{self.name}{json.dumps(params, sort_keys=True) if params else ''}"
+
+    def candidates(self, source: str, kernel: str) -> list[dict]:
+        if self.repeat:
+            n = source.count(f"# fake:{self.name}")
+            return [{"i": n}]
+        return [p for p in self.params if self._marker(p) not in source]
+
+    def applicable(self, source, kernel, **params):
+        return (self._marker(params) not in source, "")
+
+    def apply(self, source: str, kernel: str, **params):
+        if self.side_effect:
+            self.side_effect()
+        self.applied += 1
+        return FakeResult(self.name, source + self._marker(params) + "\n", f"{self.name} {params or ''}".strip(),
+                          (source.count("\n") + 1,), dict(params))
+
+
+def rec(id_: str, transform: str = "", name: str | None = None, **kw):
+    from cutile_diag.loop.diagnosis import Rec
+    return Rec(id=id_, name=name or f"entry {id_}", transform=transform, **kw)
+
+
+def diagnosis(*recs, bottleneck="memory-bound", escalate=False):
+    from cutile_diag.loop.diagnosis import LoopDiagnosis
+    return LoopDiagnosis(bottleneck=bottleneck, escalate=escalate, recommendations=list(recs), source="scripted",
+                         reasons=[f"scripted {bottleneck}"])
+
+
+class RankedDiagnoser:
+    """Recommends ``recs`` in order, demoting tried ones like the engine does."""
+
+    def __init__(self, recs, bottleneck="memory-bound", escalate=False):
+        self.recs, self.bottleneck, self.escalate = list(recs), bottleneck, escalate
+        self.calls = []
+
+    def diagnose(self, ctx):
+        import copy
+        self.calls.append(ctx)
+        rs = []
+        for i, r in enumerate(self.recs):
+            r = copy.copy(r)
+            r.tried = int(ctx.tried.get(r.id, 0))
+            r.rank = float(i)
+            rs.append(r)
+        rs.sort(key=lambda r: (r.tried > 0, r.tried, r.rank))
+        return diagnosis(*rs, bottleneck=self.bottleneck, escalate=self.escalate)
+
+
+SPEC = {"configs": {"small": 0.05, "large": 0.40}, "noise": 0.003, "run_noise": 0.001, "samples": 20}
+
+
+def make_loop(repo: Path, spec: dict | None = None, *, recs=None, transforms=None, diagnoser=None, hooks=None,
+              **opts):
+    """A fresh session (branch + ledger) and a runner on the simulated backend."""
+    from cutile_diag.loop.backends import SimulatedBackend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.setup import create_session
+    backend = SimulatedBackend({**SPEC, **(spec or {})})
+    options = LoopOptions(capture=False, **{"rounds": 3, **opts})
+    s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
+                            options=options.to_json())
+    runner = Runner(s, backend, led, diagnoser=diagnoser or RankedDiagnoser(recs or []),
+                    transforms=transforms or {}, options=options, hooks=hooks)
+    return runner
+
+
+def reload_runner(repo: Path, runner, *, hooks=None, **opts):
+    """A new runner on the same session, as `optimize --resume` builds it."""
+    from cutile_diag.loop.backends import backend_from_json
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.session import load_session
+    from cutile_diag.loop.setup import check_resume
+    s, led = load_session(runner.s.state_dir)
+    done = check_resume(s, led)
+    options = LoopOptions.from_json(s.options, **opts)
+    r = Runner(s, backend_from_json(s.backend), led, diagnoser=runner.diagnoser, transforms=runner._transforms,
+               options=options, hooks=hooks)
+    r.resume_log = done
+    return r
+
+
+def table_rows(runner):
+    from cutile_diag.loop.ledger import parse_table
+    return parse_table(runner.led.table_path.read_text())
+
+
+def head(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD")
+
+
+def dirty(repo: Path) -> list[str]:
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True,
+                         text=True).stdout
+    return [ln[3:] for ln in out.splitlines() if ln[3:] and not ln[3:].startswith("cutile-diag-out/")]

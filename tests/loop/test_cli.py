@@ -1,0 +1,85 @@
+"""`cutile-diag optimize` and `cutile-diag loop ...` through the CLI (real transforms, simulated GPU)."""
+import json
+
+import pytest
+
+from cutile_diag.cli import main
+from looptools import dirty, git, head
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def spec(tmp_path):
+    p = tmp_path / "sim.json"
+    p.write_text(json.dumps({"configs": {"1M": 0.012, "16M": 0.06},
+                             "effects": {"persistent_grid": {"1M": 0.98, "16M": 0.85}, "latency_hints": 0.93,
+                                         "store_allow_tma_false": 0.96},
+                             "bytes": {"1M": 12582912, "16M": 201326592}}))
+    return p
+
+
+def test_optimize_with_real_transforms_on_a_simulated_gpu(repo, spec, capsys):
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "2",
+                       "--continue", "--max-iterations", "4", "--skip", "C,G", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["iterations"] >= 2 and res["speedup"] > 1.1
+    from cutile_diag.loop.ledger import Ledger, parse_table
+    led = Ledger.load(res["state_dir"])
+    rows = parse_table(open(res["table"]).read())
+    assert rows[0]["optimization"] == "baseline"
+    entries = [it["entry"]["transform"] for it in led.iterations[1:]]
+    assert "persistent_grid" in entries and "latency_hints" in entries
+    src = (repo / "vector_add.py").read_text()
+    assert "ct.num_blocks(0)" in src and "latency=" in src            # libcst rewrites, committed
+    assert head(repo) == res["kept_commit"] and dirty(repo) == []
+    # status and next read the same session
+    rc, out, _ = run(capsys, "loop", "status", ref, "--json")
+    st = json.loads(out)
+    assert rc == 0 and st["kept_commit"] == res["kept_commit"] and len(st["rows"]) == len(rows)
+    rc, out, _ = run(capsys, "loop", "next", ref, "--json")
+    assert rc == 0 and "recipe" in json.loads(out)
+    rc, out, _ = run(capsys, "loop", "status", ref)
+    assert rc == 0 and "| iteration | optimization" in out and "| latency_ms | correctness | status |" in out
+
+
+def test_cli_errors_are_one_line(repo, spec, capsys):
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, _, err = run(capsys, "optimize", ref)
+    assert rc == 2 and err.startswith("cutile-diag: error: no way to verify and measure")
+    rc, _, err = run(capsys, "optimize", f"{repo / 'vector_add.py'}::nope", "--simulate", str(spec))
+    assert rc == 2 and "no @ct.kernel named 'nope'" in err and "Traceback" not in err
+    (repo / "README.md").write_text("dirty\n")
+    rc, _, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture")
+    assert rc == 2 and "uncommitted changes: README.md" in err
+    git(repo, "checkout", "-q", "README.md")
+    rc, _, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--max-iterations", "30")
+    assert rc == 2 and "1..25" in err
+    rc, _, err = run(capsys, "loop", "record", ref)
+    assert rc == 2 and "no optimisation loop" in err
+
+
+def test_resume_through_the_cli(repo, spec, capsys):
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
+                       "--max-iterations", "1", "--json")
+    assert rc == 0, err
+    first = json.loads(out)
+    assert first["stop_rule"] == "max-iterations"
+    rc, out, err = run(capsys, "optimize", "--resume", ref, "--max-iterations", "2", "--json")
+    assert rc == 0, err
+    again = json.loads(out)
+    assert again["iterations"] == 2 and len(again["rows"]) == 3
+
+
+def test_unknown_workload_configuration_is_a_usage_error(repo, capsys):
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, _, err = run(capsys, "optimize", ref, "--workload", "examples:vector_add", "--configs", "nope")
+    assert rc == 2 and "has no configuration 'nope'" in err and "16M-f32" in err
+    assert dirty(repo) == [] and git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"

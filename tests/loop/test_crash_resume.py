@@ -1,0 +1,163 @@
+"""A crash at any point leaves the repository on the last kept commit and the ledger consistent;
+``--resume`` records the crash and carries on."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from looptools import FakeTransform, dirty, git, head, make_loop, rec, reload_runner, table_rows
+
+
+class Death(BaseException):
+    """Stands for the process being killed (not an ordinary error the loop could record)."""
+
+
+def two_step_loop(repo, hooks=None):
+    ts = {"fast": FakeTransform("fast", "A"), "faster": FakeTransform("faster", "B")}
+    return make_loop(repo, {"effects": {"fast": 0.9, "faster": 0.9}},
+                     recs=[rec("A", "fast"), rec("B", "faster")], transforms=ts, hooks=hooks, max_iterations=3)
+
+
+def assert_consistent(r, repo):
+    rows = table_rows(r)
+    assert [x["iteration"] for x in rows] == list(range(len(rows)))
+    assert r.led.pending() is None
+    assert head(repo) == r.led.kept_commit() and dirty(repo) == []
+
+
+@pytest.mark.parametrize("point", ["before_apply", "after_apply", "after_verify", "after_measure", "after_commit"])
+def test_killed_mid_iteration_then_resume(repo, point):
+    calls = {"n": 0}
+
+    def die(ctx):
+        if ctx["iteration"] == 2:
+            calls["n"] += 1
+            raise Death(point)
+
+    r = two_step_loop(repo, hooks={point: die})
+    with pytest.raises(Death):
+        r.start()
+    kept_after_1 = r.led.iterations[1]["commits"]["kept"]
+    # immediately after the crash: on the last kept commit, the iteration pending in the ledger
+    assert head(repo) == kept_after_1 and dirty(repo) == []
+    assert r.led.pending()["iteration"] == 2
+    assert [x["iteration"] for x in table_rows(r)] == [0, 1]
+    r2 = reload_runner(repo, r)
+    assert any("died during iteration 2" in m for m in r2.resume_log)
+    crash = r2.led.iterations[2]
+    assert (crash["status"], crash["decision"]["rule"]) == ("crash", "interrupted")
+    res = r2.run()
+    assert calls["n"] == 1
+    assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash", "keep"]
+    assert res.stop_rule == "max-iterations"
+    assert_consistent(r2, repo)
+    assert "# fake:faster" in (repo / "vector_add.py").read_text()
+
+
+def test_crash_after_record_needs_no_recovery(repo):
+    def die(ctx):
+        if ctx["iteration"] == 1:
+            raise Death("after record")
+
+    r = two_step_loop(repo, hooks={"after_record": die})
+    with pytest.raises(Death):
+        r.start()
+    assert r.led.pending() is None and head(repo) == r.led.kept_commit()
+    r2 = reload_runner(repo, r)
+    assert r2.resume_log == []
+    r2.run()
+    assert [x["status"] for x in table_rows(r2)] == ["keep"] * 3
+    assert_consistent(r2, repo)
+
+
+def test_an_ordinary_exception_is_a_crash_row_and_the_loop_goes_on(repo):
+    def boom(ctx):
+        if ctx["iteration"] == 1:
+            raise RuntimeError("bug in a hook")
+
+    r = two_step_loop(repo, hooks={"after_verify": boom})
+    r.start()
+    rows = table_rows(r)
+    assert rows[1]["status"] == "crash" and "RuntimeError" in r.led.iterations[1]["decision"]["reason"]
+    assert "Traceback" in r.led.iterations[1]["error"]
+    assert_consistent(r, repo)
+
+
+HARD_KILL = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from looptools import FakeTransform, make_loop, rec
+from pathlib import Path
+
+def die(ctx):
+    if ctx["iteration"] == 2:
+        os._exit(137)            # no cleanup at all: like kill -9
+
+ts = {{"fast": FakeTransform("fast", "A"), "faster": FakeTransform("faster", "B")}}
+r = make_loop(Path({repo!r}), {{"effects": {{"fast": 0.9, "faster": 0.9}}}},
+              recs=[rec("A", "fast"), rec("B", "faster")], transforms=ts, hooks={{{point!r}: die}}, max_iterations=3)
+r.start()
+"""
+
+
+@pytest.mark.parametrize("point", ["after_apply", "after_commit"])
+def test_hard_kill_then_resume(repo, point):
+    script = repo.parent / "run.py"
+    script.write_text(HARD_KILL.format(tests=str(Path(__file__).parent), repo=str(repo), point=point))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 137, p.stderr[-2000:]
+    # the tree is wherever the process died: dirty (after apply) or a commit ahead (after commit)
+    if point == "after_apply":
+        assert dirty(repo) == ["vector_add.py"]
+    else:
+        assert dirty(repo) == [] and git(repo, "log", "-1", "--format=%s").startswith("cutile-perf vector_add iteration 2")
+    from cutile_diag.loop.session import find_state_dir, load_session
+    state = find_state_dir(f"{repo / 'vector_add.py'}::vector_add")
+    ts = {"fast": FakeTransform("fast", "A"), "faster": FakeTransform("faster", "B")}
+    from looptools import RankedDiagnoser
+
+    class Stub:                       # reload_runner reads the diagnoser and transforms from a runner
+        pass
+    stub = Stub()
+    stub.s = load_session(state)[0]
+    stub.diagnoser = RankedDiagnoser([rec("A", "fast"), rec("B", "faster")])
+    stub._transforms = ts
+    r2 = reload_runner(repo, stub)
+    kept1 = r2.led.iterations[1]["commits"]["kept"]
+    assert head(repo) == kept1 and dirty(repo) == []
+    assert r2.led.iterations[2]["status"] == "crash"
+    r2.run()
+    assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash", "keep"]
+    assert_consistent(r2, repo)
+
+
+def test_interrupted_baseline_is_measured_again(repo):
+    r = two_step_loop(repo)
+    real = r.backend.measure
+
+    def die(*a, **k):
+        raise Death("during the baseline")
+    r.backend.measure = die
+    with pytest.raises(Death):
+        r.start()
+    assert r.led.iterations == []
+    r.backend.measure = real
+    r2 = reload_runner(repo, r)
+    r2.start()
+    assert table_rows(r2)[0]["optimization"] == "baseline"
+    assert_consistent(r2, repo)
+
+
+def test_resume_refuses_foreign_changes(repo):
+    from cutile_diag.loop.errors import GitError
+    r = two_step_loop(repo)
+    r.opt.max_iterations = 1
+    r.start()
+    (repo / "README.md").write_text("someone else\n")
+    with pytest.raises(GitError, match="uncommitted"):
+        reload_runner(repo, r)
+    git(repo, "commit", "-qam", "a commit on the loop's branch")
+    with pytest.raises(GitError, match="commits after the last kept one"):
+        reload_runner(repo, r)

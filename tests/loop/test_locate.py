@@ -1,0 +1,78 @@
+"""Locating a kernel's parts: @ct.kernel, launch wrapper, autotune space, registration, memory ops."""
+import pytest
+
+from cutile_diag.errors import KernelLoadError
+from cutile_diag.examples import EXAMPLES_DIR
+from cutile_diag.loop.locate import locate
+
+TILEGYM_LIKE = '''
+import cuda.tile as ct
+from cuda.tile.tune import exhaustive_search
+from tilegym.backend import register_impl
+
+@ct.kernel(occupancy=4)
+def softmax_kernel(X, Y, TILE_N: ct.Constant[int]):
+    row = ct.bid(0)
+    x = ct.load(X, index=(row, 0), shape=(1, TILE_N), latency=10)
+    ct.store(Y, index=(row, 0), tile=x, allow_tma=False)
+
+
+@ct.kernel
+def other_kernel(X):
+    pass
+
+
+_CACHE = {}
+
+
+def softmax_launch(x, y, stream):
+    key = (x.shape, str(x.device))
+    if key not in _CACHE:
+        configs = [1, 2, 4, 8]
+        res = exhaustive_search(configs, stream, lambda c: (x.shape[0],), softmax_kernel,
+                                lambda c: (x, y, 1024))
+        _CACHE[key] = softmax_kernel.replace_hints(occupancy=res.best.config)
+    k = _CACHE[key]
+    ct.launch(stream, (x.shape[0],), k, (x, y, 1024))
+    ct.launch(stream, (1,), other_kernel, (x,))
+
+
+@register_impl("softmax", backend="cutile")
+def softmax(x, **kw):
+    return softmax_launch(x, None, None)
+'''
+
+
+def test_tilegym_style_file(tmp_path):
+    f = tmp_path / "softmax.py"
+    f.write_text(TILEGYM_LIKE)
+    loc = locate(f, "softmax_kernel")
+    assert [k.name for k in loc.kernels] == ["softmax_kernel", "other_kernel"]
+    assert loc.kernel.hints == {"occupancy": "4"} and loc.kernel.constants == ["TILE_N"]
+    assert [(s.kind, s.function) for s in loc.launches] == [("exhaustive_search", "softmax_launch"),
+                                                            ("ct.launch", "softmax_launch")]
+    assert loc.wrappers == ["softmax_launch"] and loc.autotuned
+    assert loc.autotune[0].text == "configs = [1, 2, 4, 8]" and loc.autotune[0].size == 4
+    assert [(r.op, r.backend, r.function) for r in loc.registrations] == [("softmax", "cutile", "softmax")]
+    assert [(m.kind, m.latency, m.allow_tma) for m in loc.memory_ops] == [("load", "10", None),
+                                                                          ("store", None, "False")]
+    assert not loc.capture_specs
+
+
+def test_examples_and_aliases():
+    loc = locate(EXAMPLES_DIR / "matmul.py", "matmul_f32")
+    assert loc.function == "matmul" and loc.capture_specs
+    assert [s.kernel for s in loc.launches] == ["matmul"]          # not matmul_tuned's launch
+    assert [(m.kind, m.in_loop) for m in loc.memory_ops] == [("load", True), ("load", True), ("store", False)]
+    g = locate(EXAMPLES_DIR / "gather_scale.py", "gather_scale")
+    assert [m.kind for m in g.memory_ops] == ["gather", "scatter"]
+
+
+def test_unknown_kernel(tmp_path):
+    with pytest.raises(KernelLoadError) as e:
+        locate(EXAMPLES_DIR / "softmax.py", "softmaxx")
+    assert "no @ct.kernel named 'softmaxx' (kernels in this file: softmax)" in e.value.one_line()
+    f = tmp_path / "plain.py"
+    f.write_text("def f(): pass\n")
+    with pytest.raises(KernelLoadError, match="does not import cuda.tile"):
+        locate(f, "f")

@@ -1,0 +1,230 @@
+"""The loop end to end on the simulated backend in a temporary git repository: every decision
+rule, planted wrong changes always reverted, the stop rules, the guard rail."""
+import time
+
+import pytest
+
+from looptools import FakeTransform, RankedDiagnoser, dirty, git, head, make_loop, rec, table_rows
+
+KERNEL = "vector_add.py"
+
+
+def kernel_text(repo):
+    return (repo / KERNEL).read_text()
+
+
+def loop_commits(repo):
+    return [ln for ln in git(repo, "log", "--format=%s").splitlines() if ln.startswith("cutile-perf")]
+
+
+def test_keep_rules_fire_and_the_loop_stops_below_two_percent(repo):
+    ts = {"fast": FakeTransform("fast", "A"), "mid": FakeTransform("mid", "B"), "tiny": FakeTransform("tiny", "C"),
+          "never": FakeTransform("never", "D")}
+    spec = {"effects": {"fast": 0.90, "mid": 0.97, "tiny": 0.995, "never": 0.5}}
+    r = make_loop(repo, spec, recs=[rec("A", "fast"), rec("B", "mid"), rec("C", "tiny"), rec("D", "never")],
+                  transforms=ts)
+    res = r.start()
+    rules = [it["decision"]["rule"] for it in r.led.iterations]
+    assert rules == ["baseline", "keep-baseline", "keep-demote", "keep-stop"]
+    assert res.stop_rule == "below-threshold" and ts["never"].applied == 0
+    rows = table_rows(r)
+    assert [x["status"] for x in rows] == ["keep"] * 4 and all(x["correctness"] == "PASS" for x in rows)
+    assert rows == [{**x, "latency_ms": round(x["latency_ms"], 6)} for x in r.led.rows()]
+    # every kept step is a commit on the loop's branch; HEAD is the last kept one
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").startswith("cutile-perf-vector_add-")
+    assert len(loop_commits(repo)) == 3 and head(repo) == r.led.kept_commit() == res.kept_commit
+    assert "# fake:tiny" in kernel_text(repo) and dirty(repo) == []
+    # the 2-5 % and < 2 % entries are demoted, the >= 5 % win is not
+    assert dict(r.led.tried()) == {"B": 1, "C": 1}
+    assert res.speedup == pytest.approx(1 / (0.9 * 0.97 * 0.995), rel=0.01)
+
+
+def test_demoted_entry_ranks_after_untried_ones(repo):
+    ts = {"mid": FakeTransform("mid", "B", repeat=True), "fast": FakeTransform("fast", "C")}
+    r = make_loop(repo, {"effects": {"mid": 0.97, "fast": 0.9}}, recs=[rec("B", "mid"), rec("C", "fast")],
+                  transforms=ts, max_iterations=2)
+    r.start()
+    assert [it["entry"]["id"] for it in r.led.iterations[1:]] == ["B", "C"]
+
+
+def test_regression_on_one_config_is_reverted(repo):
+    before = kernel_text(repo)
+    ts = {"reg": FakeTransform("reg", "A"), "wrong": FakeTransform("wrong", "B")}
+    r = make_loop(repo, {"effects": {"reg": {"small": 0.80, "large": 1.06}}, "incorrect": ["wrong"]},
+                  recs=[rec("A", "reg"), rec("B", "wrong")], transforms=ts)
+    base = head(repo)
+    r.start()
+    it = r.led.iterations[1]
+    assert (it["status"], it["correctness"], it["decision"]["rule"]) == ("revert", "PASS", "regression")
+    assert it["decision"]["regressions"][0]["config"] == "large"
+    assert it["latency_ms"] is not None                 # measured, then reverted
+    # the candidate was committed, then reset away, and stays reachable
+    cand = it["commits"]["candidate"]
+    assert cand and cand != base and it["commits"]["kept"] == base
+    assert git(repo, "rev-parse", f"refs/cutile-diag/{r.s.branch}/iter-1") == cand
+    assert head(repo) == base and kernel_text(repo) == before and dirty(repo) == []
+
+
+def test_incorrect_transform_is_reverted_before_measuring(repo):
+    before = kernel_text(repo)
+    ts = {"wrong": FakeTransform("wrong", "H"), "wrong2": FakeTransform("wrong2", "R"),
+          "good": FakeTransform("good", "E")}
+    r = make_loop(repo, {"incorrect": ["wrong", "wrong2"], "effects": {"good": 0.5}},
+                  recs=[rec("H", "wrong"), rec("R", "wrong2"), rec("E", "good")], transforms=ts)
+    res = r.start()
+    rows = table_rows(r)
+    assert [(x["correctness"], x["status"], x["latency_ms"]) for x in rows[1:]] == [("FAIL", "revert", None)] * 2
+    assert all(it["decision"]["rule"] == "correctness" for it in r.led.iterations[1:])
+    assert not any(("measure", f"iter-{n}") in r.backend.calls for n in (1, 2))     # never timed
+    assert loop_commits(repo) == [] and kernel_text(repo) == before and dirty(repo) == []
+    # two iterations in a row without improvement: stop, the good transform is never reached
+    assert res.stop_rule == "no-improvement" and ts["good"].applied == 0
+
+
+def test_correctness_failure_after_timing_is_reverted(repo):
+    from cutile_diag.loop.backends import CorrectnessFailure
+
+    ts = {"lazy": FakeTransform("lazy", "A")}
+    r = make_loop(repo, {"effects": {"lazy": 0.5}}, recs=[rec("A", "lazy")], transforms=ts, max_iterations=1)
+    real = r.backend.measure
+
+    def measure(versions, ws, deadline, rounds):
+        if len(versions) > 1:
+            raise CorrectnessFailure("iter-1 on small: outputs of the timed runs are wrong")
+        return real(versions, ws, deadline, rounds)
+    r.backend.measure = measure
+    r.start()
+    it = r.led.iterations[1]
+    assert (it["correctness"], it["status"], it["decision"]["rule"]) == ("FAIL", "revert", "correctness")
+    assert dirty(repo) == [] and loop_commits(repo) == []
+
+
+def test_crash_is_recorded_and_reverted(repo):
+    ts = {"boom": FakeTransform("boom", "A")}
+    r = make_loop(repo, {"crash": ["boom"]}, recs=[rec("A", "boom")], transforms=ts, max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert (it["status"], it["correctness"], it["decision"]["rule"]) == ("crash", "PASS", "crash")
+    assert "segfault" in it["decision"]["reason"] and dirty(repo) == [] and head(repo) == r.s.start_commit
+
+
+def test_hang_is_killed_within_the_budget(repo):
+    ts = {"hang": FakeTransform("hang", "B")}
+    r = make_loop(repo, {"hang": ["hang"]}, recs=[rec("B", "hang")], transforms=ts, max_iterations=1,
+                  iteration_budget_s=1.5)
+    t0 = time.monotonic()
+    r.start()
+    took = time.monotonic() - t0
+    it = r.led.iterations[1]
+    assert it["status"] == "crash" and "killed" in it["decision"]["reason"]
+    assert it["seconds"] < 5 and took < 15
+    assert table_rows(r)[1]["latency_ms"] is None and dirty(repo) == []
+
+
+def test_hang_in_verification(repo):
+    ts = {"hang": FakeTransform("hang", "B")}
+    r = make_loop(repo, {"hang": ["hang"], "hang_in": "verify"}, recs=[rec("B", "hang")], transforms=ts,
+                  max_iterations=1, iteration_budget_s=1.0)
+    r.start()
+    it = r.led.iterations[1]
+    assert (it["status"], it["correctness"]) == ("crash", "FAIL") and dirty(repo) == []
+
+
+def test_above_roof_measurement_is_never_a_win(repo):
+    ts = {"magic": FakeTransform("magic", "A")}
+    spec = {"effects": {"magic": 0.01}, "bytes": {"small": 1.2e8, "large": 9.6e8}, "flops": {"small": 1e6, "large": 8e6}}
+    r = make_loop(repo, spec, recs=[rec("A", "magic")], transforms=ts, max_iterations=1)
+    r.start()
+    base = r.led.iterations[0]
+    assert all(p["valid"] for p in base["roofline"].values())
+    it = r.led.iterations[1]
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "above-roof")
+    assert "exceeds the spec bandwidth" in it["decision"]["reason"] and dirty(repo) == []
+
+
+def test_iteration_cap_is_25(repo):
+    ts = {"step": FakeTransform("step", "A", repeat=True)}
+    r = make_loop(repo, {"effects": {"step": 0.9}}, recs=[rec("A", "step")], transforms=ts, rounds=1)
+    res = r.start()
+    assert res.stop_rule == "max-iterations" and res.iterations == 25
+    assert len(table_rows(r)) == 26 and all(it["status"] == "keep" for it in r.led.iterations)
+    assert len(loop_commits(repo)) == 25
+
+
+@pytest.mark.parametrize("bottleneck", ["scheduling", "unknown"])
+def test_scheduling_or_unknown_hands_over(repo, bottleneck):
+    ts = {"fast": FakeTransform("fast", "A")}
+    d = RankedDiagnoser([rec("A", "fast"), rec("L", "", name="Custom plan")], bottleneck=bottleneck, escalate=True)
+    r = make_loop(repo, {"effects": {"fast": 0.5}}, diagnoser=d, transforms=ts)
+    res = r.start()
+    assert res.stop_rule == "escalate" and bottleneck in res.stop_reason
+    assert res.iterations == 0 and ts["fast"].applied == 0
+    assert [m["id"] for m in res.manual] == ["L"]
+    assert r.led.last_stop()["rule"] == "escalate"
+
+
+def test_nothing_automatic_left_lists_manual_entries(repo):
+    r = make_loop(repo, recs=[rec("B", "", name="persistent by hand"), rec("E", "missing_transform")])
+    res = r.start()
+    assert res.stop_rule == "exhausted" and [m["id"] for m in res.manual] == ["B"]
+    assert "loop next" in res.stop_reason
+
+
+def test_sweep_screens_points_and_keeps_the_fastest(repo):
+    ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}])}
+    spec = {"effects": {'occ{"v": 1}': 0.97, 'occ{"v": 2}': 0.80, 'occ{"v": 4}': 0.9},
+            "incorrect": ['occ{"v": 3}']}
+    r = make_loop(repo, spec, recs=[rec("C", "occ")], transforms=ts, max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert it["status"] == "keep" and it["applied"] == ['occ{"v": 2}']
+    chosen = [p for p in it["sweep"] if p.get("chosen")]
+    assert [p["params"] for p in chosen] == [{"v": 2}]
+    assert next(p for p in it["sweep"] if p["params"] == {"v": 3})["result"] == "correctness FAIL"
+    assert '# fake:occ{"v": 2}' in kernel_text(repo)
+    # the other points stay tried on this base: never proposed again from the same version
+    assert len(r.led.attempted()) == 4
+
+
+def test_forbidden_file_edit_by_a_transform_is_refused(repo):
+    test_file = repo / "tests" / "test_vector_add.py"
+    original = test_file.read_text()
+
+    def tamper():
+        test_file.write_text("def test_vector_add():\n    pass  # weakened\n")
+        (repo / "tests" / "test_new.py").write_text("x = 1\n")
+
+    ts = {"cheat": FakeTransform("cheat", "A", side_effect=tamper)}
+    r = make_loop(repo, {"effects": {"cheat": 0.5}}, recs=[rec("A", "cheat")], transforms=ts, max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "forbidden-files")
+    assert sorted(it["forbidden"]) == ["tests/test_new.py", "tests/test_vector_add.py"]
+    assert ("verify", "iter-1") not in r.backend.calls                  # refused before anything ran
+    assert test_file.read_text() == original and not (repo / "tests" / "test_new.py").exists()
+    assert dirty(repo) == [] and loop_commits(repo) == []
+
+
+def test_setup_refuses_a_dirty_tree_and_an_existing_branch(repo):
+    from cutile_diag.loop.errors import DirtyTreeError, GitError, LoopError
+    (repo / "README.md").write_text("edited\n")
+    with pytest.raises(DirtyTreeError, match="README.md"):
+        make_loop(repo)
+    git(repo, "checkout", "-q", "README.md")
+    r = make_loop(repo)
+    r.start()
+    with pytest.raises(LoopError, match="already exists"):
+        make_loop(repo)
+    import shutil
+    shutil.rmtree(r.s.state_dir)
+    git(repo, "checkout", "-q", "main")
+    with pytest.raises(GitError, match="branch .* already exists"):
+        make_loop(repo)
+
+
+def test_baseline_must_be_correct(repo):
+    from cutile_diag.loop.errors import LoopError
+    r = make_loop(repo, {"incorrect": ["marker:vector_add"]})
+    with pytest.raises(LoopError, match="unchanged kernel fails"):
+        r.start()
+    assert r.led.last_stop()["rule"] == "baseline-failed" and r.led.iterations == []

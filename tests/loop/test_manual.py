@@ -1,0 +1,104 @@
+"""loop next / record / status / recover: the steps a person or an agent makes by hand."""
+import pytest
+
+from looptools import RankedDiagnoser, dirty, git, head, make_loop, rec, table_rows
+
+SPEC = {"effects": {"marker:PLANTED_FAST": 0.8, "marker:PLANTED_SLOWER": 1.2}, "incorrect": ["marker:PLANTED_WRONG"]}
+
+
+@pytest.fixture
+def started(repo):
+    r = make_loop(repo, SPEC)
+    r.baseline()
+    return r
+
+
+def edit(repo, marker):
+    f = repo / "vector_add.py"
+    f.write_text(f.read_text() + f"# {marker}\n")
+
+
+def test_next_prints_a_recipe_for_this_kernel(started, repo):
+    from cutile_diag.loop.manual import next_step
+    d = RankedDiagnoser([rec("B", "", name="Persistent grid-stride scheduling", changes=["grid-stride loop"]),
+                         rec("E", "latency_hints")])
+    ns = next_step(started.s, started.led, diagnoser=d)
+    assert ns.rec.id == "B" and not ns.automatic
+    text = "\n".join(ns.recipe)
+    assert "Kernel vector_add (vector_add.py:12)" in text and "launch()" in text
+    assert "wrap its body" in text and "grid-stride loop" in text
+    assert "loop record --entry B" in ns.command
+    assert started.led.of_type("next")[-1]["entry"]["id"] == "B"
+    ns = next_step(started.s, started.led, diagnoser=d, entry="E")
+    text = "\n".join(ns.recipe)
+    # the loads and stores of this kernel, with their lines and missing hints
+    assert "line 14: ct.load(a, index=(bid,), shape=(TILE,))  [no latency; outside loops]" in text
+    assert "line 16: ct.store(c" in text and ns.automatic
+
+
+def test_record_keeps_a_faster_manual_edit(started, repo):
+    from cutile_diag.loop.manual import next_step, record_manual
+    next_step(started.s, started.led, diagnoser=RankedDiagnoser([rec("B", "", name="persistent")]))
+    edit(repo, "PLANTED_FAST")
+    r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
+    assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "PASS", "keep-baseline")
+    assert r["entry"]["id"] == "B" and r["optimization"] == "B manual: grid-stride loop by hand"
+    assert head(repo) == r["commits"]["kept"] != started.s.start_commit and dirty(repo) == []
+    assert "PLANTED_FAST" in git(repo, "show", "HEAD:vector_add.py")
+
+
+def test_record_reverts_a_wrong_manual_edit_and_saves_it(started, repo):
+    from cutile_diag.loop.manual import record_manual
+    edit(repo, "PLANTED_WRONG")
+    r = record_manual(started.s, started.led, started.backend, entry="L", note="risky rewrite")
+    assert (r["status"], r["correctness"], r["latency_ms"]) == ("revert", "FAIL", None)
+    assert "PLANTED_WRONG" not in (repo / "vector_add.py").read_text() and dirty(repo) == []
+    saved = started.s.iteration_dir(1) / "vector_add.py"
+    assert "PLANTED_WRONG" in saved.read_text()
+    assert head(repo) == started.s.start_commit
+    assert table_rows(started)[1]["optimization"] == "L manual: risky rewrite"
+
+
+def test_record_reverts_a_slower_manual_edit(started, repo):
+    from cutile_diag.loop.manual import record_manual
+    edit(repo, "PLANTED_SLOWER")
+    r = record_manual(started.s, started.led, started.backend)
+    assert (r["status"], r["decision"]["rule"]) == ("revert", "regression")
+    assert r["commits"]["candidate"] and head(repo) == started.s.start_commit
+
+
+def test_record_refuses_edits_to_tests_and_touches_nothing(started, repo):
+    from cutile_diag.loop.errors import ForbiddenEditError
+    from cutile_diag.loop.manual import record_manual
+    edit(repo, "PLANTED_FAST")
+    (repo / "tests" / "test_vector_add.py").write_text("def test_vector_add():\n    pass\n")
+    n_records = len(started.led.records)
+    with pytest.raises(ForbiddenEditError, match="tests/test_vector_add.py"):
+        record_manual(started.s, started.led, started.backend)
+    assert sorted(dirty(repo)) == ["tests/test_vector_add.py", "vector_add.py"]     # the person's work is intact
+    assert len(started.led.records) == n_records and ("verify", "iter-1") not in started.backend.calls
+
+
+def test_record_with_nothing_changed(started):
+    from cutile_diag.loop.errors import LoopError
+    from cutile_diag.loop.manual import record_manual
+    with pytest.raises(LoopError, match="nothing to record"):
+        record_manual(started.s, started.led, started.backend)
+
+
+def test_status_and_recover(started, repo):
+    from cutile_diag.loop.manual import status
+    from cutile_diag.loop.runner import recover
+    st = status(started.s, started.led)
+    assert st.on_branch and st.pending is None and [r["iteration"] for r in st.rows] == [0]
+    assert "optimize --resume" in st.hint
+    edit(repo, "PLANTED_FAST")
+    assert "loop record" in status(started.s, started.led).hint
+    # an interrupted iteration: pending until recovered
+    started.led.append({"type": "begin", "iteration": 1, "base_commit": started.s.start_commit,
+                        "entry": {"id": "B", "transform": None}})
+    st = status(started.s, started.led)
+    assert st.pending["iteration"] == 1 and "recover" in st.hint
+    assert "died during iteration 1" in recover(started.s, started.led)
+    assert dirty(repo) == [] and table_rows(started)[1]["status"] == "crash"
+    assert recover(started.s, started.led) is None

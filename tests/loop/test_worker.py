@@ -1,0 +1,81 @@
+"""The workload backend's long-lived workers: protocol, timeouts and deaths (no GPU needed), and
+one GPU run of the whole loop on an example kernel."""
+import json
+import shutil
+import sys
+
+import pytest
+
+from cutile_diag.loop.backends import Version, WorkloadBackend, Workspace
+from cutile_diag.loop.errors import BackendError, CandidateCrash, MeasurementTimeout
+from cutile_diag.loop.proc import Deadline
+
+WL = """
+import time, os
+from cutile_diag.workload import Workload, WorkloadConfig
+{prelude}
+
+class W(Workload):
+    name = "w"
+    configs = [WorkloadConfig("c", {{}})]
+    def make_inputs(self, cfg, seed, device="cuda"): return {{}}
+    def run(self, inputs): return None
+    def reference(self, inputs): return None
+    def flops(self, cfg): return 1.0
+    def bytes(self, cfg): return 1.0
+"""
+
+
+def backend_for(tmp_path, prelude: str):
+    f = tmp_path / "wl.py"
+    f.write_text(WL.format(prelude=prelude))
+    ws = Workspace(tmp_path, tmp_path / "state", ["wl.py"])
+    return WorkloadBackend(f"{f}::W", log_dir=tmp_path / "logs"), ws, Version("baseline", ws.current())
+
+
+def test_worker_reports_a_missing_gpu_as_a_backend_error(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+    b, ws, v = backend_for(tmp_path, "print('stray output must not break the protocol')")
+    try:
+        with pytest.raises(BackendError, match="no CUDA GPU"):
+            b.verify(v, ws, Deadline(120))
+    finally:
+        b.close()
+    assert not b.workers
+
+
+def test_worker_hang_is_killed_at_the_budget(tmp_path):
+    b, ws, v = backend_for(tmp_path, "time.sleep(600)")
+    with pytest.raises(MeasurementTimeout, match="killed"):
+        b.verify(v, ws, Deadline(3))
+    assert not b.workers
+
+
+def test_worker_death_is_a_candidate_crash(tmp_path):
+    b, ws, v = backend_for(tmp_path, "os._exit(3)")
+    with pytest.raises(CandidateCrash, match="exit 3"):
+        b.verify(v, ws, Deadline(60))
+
+
+@pytest.mark.gpu
+def test_workload_backend_loop_on_vector_add(repo):
+    pytest.importorskip("torch")
+    from cutile_diag.loop.factory import backend_spec, make_backend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.setup import create_session
+    k = repo / "vector_add.py"
+    spec = backend_spec(workload="examples:vector_add", kernel_file=k, configs=["16M-f32"],
+                        bench_options={"rep_ms": 30, "warmup_ms": 20})
+    o = LoopOptions(rounds=2, max_sweep=2, max_iterations=2, only=["B", "E"])
+    s, led = create_session(f"{k}::vector_add", backend=spec, options=o.to_json())
+    b = make_backend(spec, log_dir=s.state_dir / "logs")
+    try:
+        res = Runner(s, b, led, options=o).start()
+    finally:
+        b.close()
+    base = led.iterations[0]
+    assert base["verification"]["passed"] and base["latency_ms"] > 0
+    assert all(p["valid"] for p in base["roofline"].values())
+    assert res.iterations >= 1 and led.iterations[1]["status"] in ("keep", "revert")
