@@ -311,6 +311,10 @@ def _match_close(text: str, i: int) -> int:
     raise _LineError(f"unclosed '{open_c}'", i + 1)
 
 
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_LIT_RE = re.compile(r"[-+]?(?:0x[0-9A-Fa-f]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\?)")
+
+
 def _tokenize(text: str, base: int = 0) -> list[_Tok]:
     toks: list[_Tok] = []
     i, n = 0, len(text)
@@ -347,7 +351,7 @@ def _tokenize(text: str, base: int = 0) -> list[_Tok]:
             toks.append(_Tok("comma", ",", pos=base + i))
             i += 1
             continue
-        m = re.match(r"[A-Za-z_][A-Za-z0-9_.]*", text[i:])
+        m = _WORD_RE.match(text, i)
         if m:
             word = m.group(0)
             j = i + len(word)
@@ -359,7 +363,7 @@ def _tokenize(text: str, base: int = 0) -> list[_Tok]:
                 toks.append(_Tok("word", word, pos=base + i))
                 i = j
             continue
-        m = re.match(r"[-+]?(?:0x[0-9A-Fa-f]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\?)", text[i:])
+        m = _LIT_RE.match(text, i)
         if m and m.group(0):
             toks.append(_Tok("lit", m.group(0), pos=base + i))
             i += len(m.group(0))
@@ -447,6 +451,20 @@ def _canon_text(t: _Tok) -> str:
 
 
 def _types(text: str) -> list[IRType]:
+    # type lists repeat on many lines; IRType is immutable, the list is copied
+    hit = _TYPES_CACHE.get(text)
+    if hit is not None:
+        return list(hit)
+    out = _types_uncached(text)
+    if len(_TYPES_CACHE) < 65536:
+        _TYPES_CACHE[text] = tuple(out)
+    return out
+
+
+_TYPES_CACHE: dict[str, tuple[IRType, ...]] = {}
+
+
+def _types_uncached(text: str) -> list[IRType]:
     t = text.strip()
     if t.startswith("(") and t.endswith(")") and _match_close(t, 0) == len(t):
         t = t[1:-1]
@@ -597,6 +615,64 @@ def _parse_op_line(body: str, line_no: int) -> tuple[Op, bool, list[Arg]]:
             operand_types=operand_types, result_types=result_types, line=line_no,
             text=" ".join(body.split()), result_group=group)
     return op, opens, block_args
+
+
+# Op lines repeat up to their SSA names (half the lines of a typical dump, nearly all of an
+# unrolled one): each distinct line shape is parsed once, with the names replaced by numbered
+# placeholders, and then instantiated.  Lines with strings (whose text may contain '%') are
+# always parsed directly, and so is any line whose template fails, so error columns refer to
+# the real text.  TEMPLATE_CACHE = False restores plain parsing (used by tests and the benchmark).
+TEMPLATE_CACHE = True
+_TEMPLATES: dict[str, tuple] = {}
+_PH = "%$$"
+_PH_RE = re.compile(r"%\$\$(\d+)((?:#\d+)?)")
+_NAME_RE = re.compile(r"%([A-Za-z0-9_$.\-]+)")      # an SSA name without its '#k' projection
+
+
+def _slots(xs: list[str]) -> list[tuple[int, str]] | None:
+    """'%$$3#1' -> (3, '#1'); None when a value is not a single placeholder."""
+    out = []
+    for x in xs:
+        m = _PH_RE.fullmatch(x)
+        if m is None:
+            return None
+        out.append((int(m.group(1)), m.group(2)))
+    return out
+
+
+def _parse_op_line_cached(body: str, line_no: int) -> tuple[Op, bool, list[Arg]]:
+    if not TEMPLATE_CACHE or '"' in body or "$$" in body:
+        return _parse_op_line(body, line_no)
+    stripped = body.strip()
+    key = _NAME_RE.sub("%", stripped)
+    hit = _TEMPLATES.get(key)
+    names = _NAME_RE.findall(stripped)
+    if hit is None:
+        it = iter(range(len(names)))
+        numbered = _NAME_RE.sub(lambda m: f"{_PH}{next(it)}", stripped)
+        try:
+            t, opens, bargs = _parse_op_line(numbered, line_no)
+        except (_LineError, TypeSyntaxError):
+            return _parse_op_line(body, line_no)
+        slots = (_slots(t.results), _slots(t.operands), _slots([a.name for a in bargs]),
+                 _slots([t.result_group]) if t.result_group else [])
+        if any(x is None for x in slots):
+            return _parse_op_line(body, line_no)
+        ph_attrs = [k for k, v in t.attrs.items() if _PH in v]
+        hit = (t, opens, bargs, slots, ph_attrs)
+        if len(_TEMPLATES) < 65536:
+            _TEMPLATES[key] = hit
+    t, opens, bargs, (rs, os_, bs, gs), ph_attrs = hit
+    n = ["%" + x for x in names]
+    attrs = dict(t.attrs)
+    for k in ph_attrs:
+        attrs[k] = _PH_RE.sub(lambda m: n[int(m.group(1))] + m.group(2), attrs[k])
+    op = Op(name=t.name, results=[n[i] + sfx for i, sfx in rs], operands=[n[i] + sfx for i, sfx in os_],
+            operand_roles=list(t.operand_roles), keywords=list(t.keywords), attrs=attrs,
+            hints={k: dict(v) for k, v in t.hints.items()},
+            operand_types=list(t.operand_types), result_types=list(t.result_types), line=line_no,
+            text=" ".join(body.split()), result_group=(n[gs[0][0]] + gs[0][1]) if gs else None)
+    return op, opens, [Arg(n[i] + sfx, a.type) for (i, sfx), a in zip(bs, bargs)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -786,7 +862,7 @@ def parse_tileir(text: str, path: str | None = None) -> Module:
             pending_region_op = None
             continue
         try:
-            op, opens, bargs = _parse_op_line(body, line_no)
+            op, opens, bargs = _parse_op_line_cached(body, line_no)
         except _LineError as e:
             raise err(str(e), line_no, e.column) from None
         except TypeSyntaxError as e:

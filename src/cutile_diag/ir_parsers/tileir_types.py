@@ -119,6 +119,27 @@ def split_top(text: str, sep: str = ",") -> list[str]:
     # visited; the pieces are exact substrings, as in a character-by-character scan.
     if _SPLIT_SPECIAL.search(text) is None:
         out = text.split(sep)
+    elif sep not in text:
+        out = [text]
+    elif '"' not in text and _SPLIT_SPECIAL.search(sep) is None:
+        # no strings: the depth at a separator is the bracket balance before it, which
+        # str.count computes in C ('->' is not a bracket: its '>' is added back)
+        out, depth, start, last, pos, k = [], 0, 0, 0, 0, len(sep)
+        while True:
+            i = text.find(sep, pos)
+            if i < 0:
+                break
+            seg = text[last:i]
+            depth += (seg.count("(") + seg.count("[") + seg.count("{") + seg.count("<")
+                      - seg.count(")") - seg.count("]") - seg.count("}") - seg.count(">")
+                      + seg.count("->"))
+            last = i
+            if depth == 0:
+                out.append(text[start:i])
+                start = last = pos = i + k
+            else:
+                pos = i + 1
+        out.append(text[start:])
     else:
         pat = _SPLIT_PATTERNS.get(sep)
         if pat is None:
