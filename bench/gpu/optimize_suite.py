@@ -68,7 +68,9 @@ def example_repo(work: Path, name: str) -> Path:
 
 def tilegym_repo(work: Path, checkout: Path) -> Path:
     repo = work / "TileGym"
-    is_git = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--git-dir"], capture_output=True).returncode == 0
+    # a checkout nested inside another repository (e.g. a copy under this repo) is not a repo itself
+    top = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    is_git = top.returncode == 0 and Path(top.stdout.strip()).resolve() == checkout.resolve()
     if is_git:
         sh(GIT + ["clone", "-q", "--local", "--no-hardlinks", str(checkout), str(repo)], work)
     else:

@@ -79,3 +79,14 @@ def test_workload_backend_loop_on_vector_add(repo):
     assert base["verification"]["passed"] and base["latency_ms"] > 0
     assert all(p["valid"] for p in base["roofline"].values())
     assert res.iterations >= 1 and led.iterations[1]["status"] in ("keep", "revert")
+
+
+def test_proc_run_removes_none_env_and_keeps_empty(monkeypatch):
+    """None removes a variable (CUDA_HOME must be absent, not empty, for cuTile's tileiras probe)."""
+    import sys
+    from cutile_diag.loop import proc
+    monkeypatch.setenv("CUTILE_DIAG_PROBE_VAR", "set")
+    code = "import os; print(repr(os.environ.get('CUTILE_DIAG_PROBE_VAR')), repr(os.environ.get('OTHER_VAR')))"
+    r = proc.run([sys.executable, "-c", code], env={"CUTILE_DIAG_PROBE_VAR": None, "OTHER_VAR": ""}, timeout=60)
+    assert r.returncode == 0
+    assert r.stdout.strip() == "None ''"

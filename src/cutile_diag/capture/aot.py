@@ -80,10 +80,23 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
     kernel = _apply_hints(loaded, hints)
     sig = spec_mod.build_signature(bound)
     buf = io.BytesIO()
+    import os
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        # an empty value is never meaningful, but cuTile hands it to tileiras, whose bytecode
+        # version probe then fails and silently falls back to 13.1 (seen on the H200)
+        if var in os.environ and not os.environ[var].strip():
+            del os.environ[var]
     try:
         export_kernel(kernel, [sig], buf, gpu_code=None, output_format="tileir_bytecode")
     except _cutile_error_types() as e:
-        raise CompileError(_describe_cutile_error(e, loaded)) from None
+        text = _describe_cutile_error(e, loaded)
+        if "requires version 13.3 or later, but got 13.1" in str(e):
+            home = os.environ.get("CUDA_HOME")
+            text = (f"{loaded.path}:{loaded.line}: cuTile could not run tileiras to pick a bytecode version "
+                    "(its probe fell back to 13.1)"
+                    + (f"; CUDA_HOME={home} is set: an older toolkit there breaks tileiras, unset it" if home
+                       else "; check that tileiras >= 13.4 and its libnvvm run here"))
+        raise CompileError(text) from None
     except FileNotFoundError as e:
         if "tileiras" in str(e) or "tileirdisasm" in str(e):
             from ..errors import ToolNotFoundError

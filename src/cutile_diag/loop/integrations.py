@@ -46,7 +46,7 @@ def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, 
     for a in args:
         argv += ["--arg", a]
     timeout = deadline.timeout(cap_s) if deadline else cap_s
-    child_env = {"CUDA_HOME": "", "CUDA_PATH": ""}
+    child_env: dict = {"CUDA_HOME": None, "CUDA_PATH": None}   # removed, not emptied (see proc.run)
     child_env.update(env or {})
     res = proc.run(argv, cwd=cwd, env=child_env, timeout=timeout)
     if res.timed_out:

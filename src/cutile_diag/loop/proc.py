@@ -73,9 +73,16 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 def run(argv: Sequence[str] | str, *, cwd: str | Path | None = None, env: dict | None = None,
         timeout: float | None = None, shell: bool = False, log: Path | None = None) -> ProcResult:
-    """Run to completion or kill at ``timeout`` seconds; never raises for the child's failure."""
+    """Run to completion or kill at ``timeout`` seconds; never raises for the child's failure.
+
+    ``env`` entries whose value is None are removed from the child's environment (an empty
+    string is a value: cuTile passes ``CUDA_HOME=""`` on to tileiras, which then fails)."""
     child_env = dict(os.environ)
-    child_env.update(env or {})
+    for k, v in (env or {}).items():
+        if v is None:
+            child_env.pop(k, None)
+        else:
+            child_env[k] = v
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cutile-diag-proc-") as tmp:
