@@ -47,7 +47,6 @@ BAD = [
     (["capture", f"{EXAMPLES_DIR / 'matmul.py'}::nope"], "no kernel named 'nope'"),
     (["capture", f"{EXAMPLES_DIR / 'matmul.py'}::launch"], "not a @ct.kernel"),
     (["capture", MATMUL, "--arch", "sm_42"], "supported: sm_80"),
-    (["capture", MATMUL, "--arg", "A=f16[M,K]"], "no spec for parameters B, C"),
     (["capture", MATMUL, "--arg", "A=f99[4]"], "unknown dtype 'f99'"),
     (["capture", MATMUL, "--arg", "Q=f16[4]"], "has no parameter Q"),
     (["capture", MATMUL, "--arg", "A=f16[M,K]", "--arg", "B=f16[K,N]", "--arg", "C=f16[M,N]",
@@ -68,6 +67,28 @@ def test_bad_input_one_line_exit_2(capsys, tmp_path, argv, needle):
     assert len(lines) == 1 and lines[0].startswith("cutile-diag: error:"), err
     assert needle in lines[0]
     assert "Traceback" not in err
+
+
+def test_arg_overrides_one_shipped_spec(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "capture", MATMUL, "--arg", "TM=64", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    (cap,) = json.loads(out)["captures"]
+    spec = json.loads((Path(cap["path"]) / "manifest.json").read_text())["signature"]["spec"]
+    assert spec["TM"] == "64" and spec["TN"] == "128" and spec["A"].startswith("f16[")  # rest: CAPTURE_SPECS
+
+
+def test_missing_specs_without_shipped_defaults(capsys, tmp_path):
+    src = tmp_path / "plain_kernel.py"
+    src.write_text(textwrap.dedent("""\
+        import cuda.tile as ct
+
+        @ct.kernel
+        def copy(a, b, TILE: ct.Constant[int]):
+            ct.store(b, index=(ct.bid(0),), tile=ct.load(a, index=(ct.bid(0),), shape=(TILE,)))
+        """))
+    code, _, err = run_cli(capsys, "capture", f"{src}::copy", "--arg", "a=f32[1024]", "--out", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no spec for parameters b, TILE" in err and "Traceback" not in err
 
 
 def test_cutile_type_error_points_at_python_line(capsys, tmp_path):

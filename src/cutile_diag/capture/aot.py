@@ -42,17 +42,16 @@ def _describe_cutile_error(e: Exception, loaded) -> str:
 
 
 def specs_for(loaded, given: dict | None) -> dict[str, spec_mod.ParamSpec]:
-    """Specs given by the user, else the module's ``CAPTURE_SPECS[kernel]``."""
-    if given:
-        raw = given
-    else:
-        table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
-        raw = table.get(loaded.attr)
-        if raw is None:
-            params = ", ".join(f"{n}={'128' if n in loaded.constant_params() else 'f16[M,K]'}"
-                               for n in loaded.param_names)
-            raise UsageError(f"no argument specs for {loaded.attr}",
-                             hint=f"give --arg for each parameter, e.g. {params}")
+    """The module's ``CAPTURE_SPECS[kernel]`` with the user's specs on top (so ``--arg TM=64``
+    alone changes one constant of a kernel that ships specs); the user's alone otherwise."""
+    table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
+    raw = dict(table.get(loaded.attr) or {})
+    raw.update(given or {})
+    if not raw:
+        params = ", ".join(f"{n}={'128' if n in loaded.constant_params() else 'f16[M,K]'}"
+                           for n in loaded.param_names)
+        raise UsageError(f"no argument specs for {loaded.attr}",
+                         hint=f"give --arg for each parameter, e.g. {params}")
     out = {}
     for name, v in raw.items():
         out[name] = v if isinstance(v, (spec_mod.ArraySpec, spec_mod.ScalarSpec, spec_mod.ConstSpec)) \
