@@ -239,5 +239,7 @@ def _parse_type(text: str) -> IRType:
 
 
 def _kv(p: str) -> tuple[str, str]:
-    k, v = p.split("=", 1)
+    k, eq, v = p.partition("=")
+    if not eq or not k.strip():
+        raise TypeSyntaxError(f"expected 'name = value' in type parameters, got '{p.strip()}'")
     return k.strip(), _WS.sub(" ", v.strip())

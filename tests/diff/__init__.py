@@ -1,0 +1,1 @@
+"""Tests of the TileIR parser and the structural differ (stage 2)."""
