@@ -55,7 +55,7 @@ def test_no_record_is_a_clear_error():
 
 
 def test_records_printed_by_the_cutile_diag_pytest_plugin():
-    plugin = pytest.importorskip("cutile_diag.pytest_plugin")
+    from cutile_diag import pytest_plugin as plugin
     from cutile_diag.loop.records import parse_records
     rec = {"cutile": {"forward": {"mean": 1.01, "std": 0.01, "rel_std": 0.99, "median": 1.0, "min": 0.99,
                                   "max": 1.05, "nrep": 48, "peak_mem_mb": 40}}}

@@ -3,13 +3,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
+from cutile_diag import diff
 from cutile_diag.loop import transforms as T
 
 from .tf_support import example_source
-
-diff = pytest.importorskip("cutile_diag.diff")
 
 
 def _diff(compiler, name, kernel, params=None, source=None):

@@ -21,27 +21,20 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _stages(out: Path, captures: dict, arch: str, show: bool) -> dict:
-    """Later stages, each only if its module is installed in this tree."""
+def _stages(captures: dict, arch: str, show: bool) -> dict:
+    """The stages after capture that need no GPU: the naive-vs-tuned GEMM diff and a
+    diagnosis of each naive kernel."""
+    from ..diagnose.engine import diagnose_capture
+    from ..diff.core import diff_paths
     results: dict = {}
-    try:
-        from .. import diff as diff_mod  # noqa: F401
-        from ..diff.core import diff_paths
-    except ImportError:
-        diff_paths = None
-    if diff_paths and "matmul" in captures and "matmul_tuned" in captures:
+    if "matmul" in captures and "matmul_tuned" in captures:
         results["diff"] = ("matmul", "matmul_tuned", diff_paths(captures["matmul"].path, captures["matmul_tuned"].path))
-    try:
-        from ..diagnose.engine import diagnose_capture
-    except ImportError:
-        diagnose_capture = None
-    if diagnose_capture:
-        results["diagnoses"] = {}
-        naive = [n for n in ("gather_scale", "matmul_f32", "vector_add", "softmax", "matmul") if n in captures]
-        with progress(len(naive), "diagnosing", enabled=show) as bar:
-            for n in naive:
-                results["diagnoses"][n] = diagnose_capture(captures[n], arch=arch)
-                bar.advance()
+    results["diagnoses"] = {}
+    naive = [n for n in ("gather_scale", "matmul_f32", "vector_add", "softmax", "matmul") if n in captures]
+    with progress(len(naive), "diagnosing", enabled=show) as bar:
+        for n in naive:
+            results["diagnoses"][n] = diagnose_capture(captures[n], arch=arch)
+            bar.advance()
     return results
 
 
@@ -49,6 +42,8 @@ def run(args) -> int:
     from ..capture.aot import capture_aot
     from ..capture.render import detail_lines, summary_table
     from ..capture.summary import summarize_capture
+    from ..diagnose.render import render_diagnosis
+    from ..diff.output import render_summary
     from ..examples import EXAMPLES_DIR, EXAMPLE_KERNELS
     from ..errors import UsageError
     refs = [(k, f"{EXAMPLES_DIR / f}::{k}") for f, ks in EXAMPLE_KERNELS.items() for k in ks]
@@ -67,14 +62,13 @@ def run(args) -> int:
             captures[k] = capture_aot(ref, archs=[args.arch], out_dir=out)
             bar.advance()
     summaries = {k: summarize_capture(c, args.arch) for k, c in captures.items()}
-    stages = _stages(out, captures, args.arch, show)
+    stages = _stages(captures, args.arch, show)
     if args.json:
         doc = {"out": str(out), "arch": args.arch, "kernels": summaries}
         if "diff" in stages:
             a, b, d = stages["diff"]
-            doc["diff"] = {"before": a, "after": b, "result": d.to_json() if hasattr(d, "to_json") else d}
-        if "diagnoses" in stages:
-            doc["diagnoses"] = {k: (v.to_json() if hasattr(v, "to_json") else v) for k, v in stages["diagnoses"].items()}
+            doc["diff"] = {"before": a, "after": b, "result": d.to_json()}
+        doc["diagnoses"] = {k: v.to_json() for k, v in stages["diagnoses"].items()}
         print_json(doc)
         return 0
     console.print(summary_table(list(summaries.values()),
@@ -86,22 +80,11 @@ def run(args) -> int:
     if "diff" in stages:
         a, b, d = stages["diff"]
         console.rule(f"structural IR diff: {a} → {b}")
-        try:
-            from ..diff.output.rich_render import render_summary
-            render_summary(d, console)
-        except ImportError:
-            console.print(str(d))
-    if "diagnoses" in stages:
-        try:
-            from ..diagnose.render import render_diagnosis
-        except ImportError:
-            render_diagnosis = None
-        for k, dg in stages["diagnoses"].items():
-            console.rule(f"diagnosis: {k}")
-            if render_diagnosis:
-                render_diagnosis(dg, console, brief=True)
-            else:
-                console.print(str(dg))
+        render_summary(d, console)
+        console.print(f"[dim]full diff: cutile-diag ir-diff {out}/{a} {out}/{b}[/]")
+    for k, dg in stages["diagnoses"].items():
+        console.rule(f"diagnosis: {k}")
+        render_diagnosis(dg, console, brief=True)
     console.print(f"\n[dim]Artifacts: {out}/<kernel>/ (TileIR, cubin, SASS, remarks, manifest.json). "
                   f"Next: cutile-diag ir-diff A B · cutile-diag diagnose {out}/gather_scale[/]")
     return 0

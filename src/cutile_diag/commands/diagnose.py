@@ -118,12 +118,9 @@ def _classify_target(args) -> tuple[str, object]:
         if args.gpu:
             return "workload", f"examples:{text}"
         return "kernel", f"{EXAMPLES_DIR / kernels[text]}::{text}"
-    try:
-        from ..workloads import builtin_names
-        if any(n.split(":", 1)[1] == text for n in builtin_names()):
-            return "workload", text
-    except ImportError:  # pragma: no cover
-        pass
+    from ..workloads import builtin_names
+    if any(n.split(":", 1)[1] == text for n in builtin_names()):
+        return "workload", text
     raise UsageError(f"'{text}' is not a file, a FILE.py::NAME reference, an example or a workload",
                      hint="examples: " + ", ".join(sorted(kernels)))
 

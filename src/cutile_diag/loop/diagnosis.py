@@ -109,20 +109,10 @@ class EngineDiagnoser:
             d.notes.insert(0, "no capture of this version: ranked the transforms that apply to the source "
                               "(give the kernel CAPTURE_SPECS, or --capture-arg, for an IR-based diagnosis)")
             return d
-        try:
-            from ..diagnose.engine import diagnose
-            from ..diagnose.evidence import Evidence, collect_capture, collect_gpu
-        except ImportError as e:
-            d = self.fallback.diagnose(ctx)
-            d.notes.insert(0, f"the diagnosis engine is not available ({e}): ranked applicable transforms")
-            return d
+        from ..diagnose.engine import diagnose
+        from ..diagnose.evidence import Evidence, collect_capture, collect_gpu
         ev = Evidence(kernel=ctx.kernel)
-        try:
-            collect_capture(ctx.capture, ev, arch=ctx.arch)
-        except ImportError as e:
-            d = self.fallback.diagnose(ctx)
-            d.notes.insert(0, f"the capture collector is not available ({e}): ranked applicable transforms")
-            return d
+        collect_capture(ctx.capture, ev, arch=ctx.arch)
         notes = []
         if ctx.points:
             try:

@@ -63,10 +63,7 @@ def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict
     if a is None or b is None:
         return {"skipped": "no capture of " + ("either version" if a is None and b is None else
                                               "the baseline" if a is None else "the candidate")}
-    try:
-        from ..diff import diff_paths
-    except ImportError as e:
-        return {"skipped": f"cutile_diag.diff is not available ({e})"}
+    from ..diff import diff_paths
     try:
         res = diff_paths(a, b, entry=entry)
         d = res.to_json()

@@ -119,12 +119,9 @@ def _measure(req: dict, st: _State) -> dict:
 
 
 def _roofline(req: dict, st: _State) -> dict:
-    try:
-        from ..roofline.device import live_device
-        from ..roofline.model import analyze
-        from ..roofline.peaks import get_ceilings
-    except ImportError as e:
-        return {"ok": False, "error": f"cutile_diag.roofline is not available: {e}"}
+    from ..roofline.device import live_device
+    from ..roofline.model import analyze
+    from ..roofline.peaks import get_ceilings
     dev = live_device(torch_index(st.device))
     ceil = get_ceilings(dev, measure_if_missing=bool(req.get("measure_ceilings", False)))
     out = {}

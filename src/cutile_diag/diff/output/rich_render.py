@@ -189,7 +189,8 @@ def regions_table(r: DiffResult, limit: int = 30) -> Table | None:
     return t
 
 
-def render(r: DiffResult, console, *, limit: int = 200, verbose: bool = False) -> None:
+def render_summary(r: DiffResult, console) -> None:
+    """The headline: summary, warnings, semantic / unclassified / cubin change tables."""
     for line in summary_lines(r):
         console.print(line)
     for w in r.warnings[:10]:
@@ -202,6 +203,12 @@ def render(r: DiffResult, console, *, limit: int = 200, verbose: bool = False) -
         if part is not None:
             console.print()
             console.print(part)
+
+
+def render(r: DiffResult, console, *, limit: int = 200, verbose: bool = False) -> None:
+    """The headline, then every structural delta (canonical names, source lines), then the
+    per-region op counts."""
+    render_summary(r, console)
     lines = structural_lines(r, limit=limit, show_explained=True)
     if lines:
         console.print()

@@ -1,0 +1,50 @@
+"""``cutile-diag demo``: the README's main job on the bundled kernels (no GPU)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from cutile_diag.cli import main
+
+
+@pytest.fixture(scope="module")
+def demo_json(tmp_path_factory):
+    """One JSON demo run shared by the tests (capsys is function-scoped)."""
+    out = tmp_path_factory.mktemp("demo")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["demo", "--out", str(out), "--json"])
+    assert code == 0
+    return out, json.loads(buf.getvalue())
+
+
+def test_demo_json_captures_diffs_and_diagnoses(demo_json):
+    out, doc = demo_json
+    assert set(doc["kernels"]) >= {"vector_add", "vector_add_persistent", "matmul", "matmul_f32",
+                                   "matmul_tuned", "softmax", "gather_scale"}
+    for k in doc["kernels"]:
+        assert (out / k / "manifest.json").is_file()
+    diff = doc["diff"]["result"]
+    assert diff["equivalent"] is False
+    kinds = {c["kind"] for c in diff["changes"]}
+    assert {"persistent_loop", "op_hint"} <= kinds
+    first = {k: d["recommendations"][0]["id"] for k, d in doc["diagnoses"].items()}
+    assert first["gather_scale"] == "A" and first["matmul_f32"] == "D"
+
+
+def test_demo_rich_output_is_readable(capsys, demo_json):
+    out, _ = demo_json
+    assert main(["demo", "--out", str(out), "--kernel", "matmul", "--kernel", "matmul_tuned"]) == 0
+    text = capsys.readouterr().out
+    assert "structural IR diff: matmul → matmul_tuned" in text
+    assert "persistent_loop" in text and "diagnosis: matmul" in text
+    assert "DiffResult(" not in text          # a rendering, never a repr
+
+
+def test_demo_unknown_kernel_is_one_line(capsys, tmp_path):
+    assert main(["demo", "--out", str(tmp_path), "--kernel", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no example kernel nope" in err[0]
