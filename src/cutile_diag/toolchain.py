@@ -90,12 +90,31 @@ def run_tool(name: str, args: list[str], *, timeout: float = 300.0, check: bool 
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                            env=env, errors="replace")
     except subprocess.TimeoutExpired:
-        raise ToolFailedError(f"{name} timed out after {timeout:.0f} s") from None
+        raise ToolFailedError(f"{name} timed out after {timeout:g} s") from None
+    except OSError as e:   # not executable, wrong format (e.g. a CUTILE_DIAG_* override)
+        raise ToolFailedError(f"{name} ({exe}) cannot be run: {e.strerror or e}") from None
     res = ToolResult(cmd, p.returncode, p.stdout, p.stderr)
     if check and p.returncode != 0:
         msg = _first_error_line(p.stderr or p.stdout) or "no message"
-        raise ToolFailedError(f"{name} exited with {p.returncode}: {msg}")
+        raise ToolFailedError(f"{name} {_exit_text(p.returncode)}: {msg}")
     return res
+
+
+def _exit_text(rc: int) -> str:
+    # a negative code is a signal: say "killed by SIGSEGV" rather than "exited with -11"
+    if rc < 0:
+        import signal
+        try:
+            return f"was killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"was killed by signal {-rc}"
+    return f"exited with {rc}"
+
+
+def require_tools(*names: str) -> None:
+    """Fail up front, before any work, when a tool is missing (the error names its package)."""
+    for n in names:
+        find_tool(n)
 
 
 def _first_error_line(text: str) -> str:

@@ -175,3 +175,13 @@ def test_foreign_schema_is_flagged(example_captures, tmp_path):
     c = load_capture(dst)
     assert not c.schema_ok and "capture/0" in c.problems[0]
     assert c.module.entries   # the files are still usable
+
+
+def test_op_hints_reach_manifest(example_captures):
+    ops = example_captures["matmul_tuned"].manifest["hints"]["ops"]
+    assert len(ops) == 2 and {o["op"] for o in ops} == {"load_view_tko"}
+    for o in ops:
+        assert o["hints"] == {"default": {"latency": 10}}
+        assert o["tileir"].startswith("kernel.loc.tileir:")
+        assert o["source"].split(":")[0].endswith("matmul.py") and "latency=10" in o["code"]
+    assert example_captures["matmul"].manifest["hints"]["ops"] == []

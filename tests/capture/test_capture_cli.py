@@ -163,6 +163,7 @@ def test_run_mode_failing_command_writes_nothing(capsys, tmp_path):
                            sys.executable, "-c", "import sys; print('working'); sys.exit(3)")
     assert code == 2 and "exited with 3" in err and "no capture written" in err
     assert not out.exists() or not any(out.iterdir())
+    _remove_kept(err)
 
 
 def test_run_mode_timeout_kills(capsys, tmp_path):
@@ -170,11 +171,24 @@ def test_run_mode_timeout_kills(capsys, tmp_path):
     code, _, err = run_cli(capsys, "capture", "--out", str(out), "--timeout", "1", "--",
                            sys.executable, "-c", "import time; time.sleep(60)")
     assert code == 2 and "timed out after 1 s" in err
+    _remove_kept(err)
 
 
-def test_run_mode_unknown_command(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "capture", "--out", str(tmp_path), "--", "definitely-not-a-command-xyz")
+def _remove_kept(err: str) -> None:
+    """The raw dumps a failed run keeps (and names) for the user; not for the test machine."""
+    import re
+    import shutil
+    m = re.search(r"kept in (\S+?)\)", err)
+    assert m and Path(m.group(1), "dump").is_dir(), err
+    shutil.rmtree(m.group(1))
+
+
+def test_run_mode_unknown_command(capsys, tmp_path, monkeypatch):
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # where the run's work dir goes
+    code, _, err = run_cli(capsys, "capture", "--out", str(tmp_path / "o"), "--", "definitely-not-a-command-xyz")
     assert code == 2 and "command not found" in err
+    assert list(tmp_path.iterdir()) == []          # no work dir left behind unmentioned
 
 
 def test_from_cache_mines_embedded_tileir(capsys, tmp_path, export_script):
@@ -206,3 +220,227 @@ def test_missing_tool_names_its_package(capsys, tmp_path, monkeypatch):
     assert code == 2
     assert "not found" in err and ("nvidia-cuda-" in err) and "Traceback" not in err
     assert not (tmp_path / "o" / "vector_add").exists()
+
+
+# --- bad input that used to escape as a traceback or be accepted
+VADD = f"{EXAMPLES_DIR / 'vector_add.py'}::vector_add"
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("cutile-diag: error:"), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--out", "{tmp}/afile"], "exists and is not a folder"),
+    (["--out", "{tmp}/afile/x"], "is a file, not a folder"),
+    (["--out", "{tmp}/o", "--name", "a/b"], "bad capture name 'a/b'"),
+    (["--out", "{tmp}/o", "--name", "../x"], "bad capture name '../x'"),
+    (["--out", "{tmp}/o", "--name", ".x"], "bad capture name '.x'"),
+    (["--out", "{tmp}/o", "--timeout", "-1"], "--timeout must be a positive number"),
+    (["--out", "{tmp}/o", "--timeout", "0"], "--timeout must be a positive number"),
+    (["--out", "{tmp}/o", "--limit", "2"], "--limit applies only to --from-cache"),
+])
+def test_bad_out_name_and_numbers(capsys, tmp_path, extra, needle):
+    (tmp_path / "afile").write_text("")
+    code, _, err = run_cli(capsys, "capture", VADD, *[a.format(tmp=tmp_path) for a in extra])
+    assert code == 2 and needle in _one_error_line(err)
+    assert not (tmp_path / "o").exists()       # nothing created for rejected input
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_from_cache_rejects_non_positive_limit(capsys, tmp_path, limit):
+    code, _, err = run_cli(capsys, "capture", "--from-cache", str(tmp_path), "--limit", limit,
+                           "--out", str(tmp_path / "o"))
+    assert code == 2 and "--limit must be a positive integer" in _one_error_line(err)
+
+
+def test_missing_ptxas_is_named_up_front(capsys, tmp_path, monkeypatch):
+    """tileiras runs ptxas: without it cuTile's version probe only warns and fails later with a
+    misleading message, so the capture checks first and names the package."""
+    from cutile_diag import toolchain
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("tileiras", "tileirdisasm", "cuobjdump"):
+        (bin_dir / tool).symlink_to(toolchain.find_tool(tool))
+    monkeypatch.setattr(toolchain, "_pip_bin_dirs", lambda: [bin_dir])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    toolchain.find_tool.cache_clear()
+    try:
+        code, _, err = run_cli(capsys, "capture", VADD, "--out", str(tmp_path / "o"))
+    finally:
+        toolchain.find_tool.cache_clear()
+    line = _one_error_line(err)
+    assert code == 2 and "'ptxas' not found" in line and "nvidia-cuda-nvcc" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_cutile_warnings_do_not_reach_stderr(capsys, tmp_path, monkeypatch):
+    import warnings
+    import cuda.tile.compilation as comp
+    from cuda.tile import TileError
+
+    def export_with_failed_probe(*_a, **_k):
+        warnings.warn("Failed to detect the maximum supported TileIR bytecode version; falling back to 13.1.")
+        raise TileError("bytecode feature requires version 13.3 or later, but got 13.1")
+    monkeypatch.setattr(comp, "export_kernel", export_with_failed_probe)
+    code, _, err = run_cli(capsys, "capture", VADD, "--out", str(tmp_path / "o"))
+    assert code == 2 and "could not run tileiras" in _one_error_line(err)
+
+
+def test_aot_timeout_applies_to_tileiras_and_names_the_arch(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "capture", MATMUL, "--arch", "sm_100", "--timeout", "0.01",
+                           "--out", str(tmp_path / "o"))
+    line = _one_error_line(err)
+    assert code == 2 and "for sm_100" in line and "timed out after 0.01 s" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_kernel_printing_at_import_keeps_json_clean(capsys, tmp_path):
+    src = tmp_path / "noisy.py"
+    src.write_text(textwrap.dedent("""\
+        import cuda.tile as ct
+        print("hello from import")
+
+        @ct.kernel
+        def copy(a, b, TILE: ct.Constant[int]):
+            ct.store(b, index=(ct.bid(0),), tile=ct.load(a, index=(ct.bid(0),), shape=(TILE,)))
+        """))
+    code, out, err = run_cli(capsys, "capture", f"{src}::copy", "--arg", "a=f32[1024]", "--arg", "b=f32[1024]",
+                             "--arg", "TILE=128", "--out", str(tmp_path / "o"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["captures"][0]["name"] == "copy"
+    assert "hello from import" in err
+
+
+@pytest.fixture
+def crashing_cuobjdump(tmp_path, monkeypatch):
+    from cutile_diag import toolchain
+    crash = tmp_path / "cuobjdump-crash"
+    crash.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    crash.chmod(0o755)
+    monkeypatch.setenv("CUTILE_DIAG_CUOBJDUMP", str(crash))
+    toolchain.find_tool.cache_clear()
+    yield
+    toolchain.find_tool.cache_clear()
+
+
+def test_failed_tool_marks_capture_incomplete(capsys, tmp_path, crashing_cuobjdump):
+    out = tmp_path / "o"
+    code, stdout, err = run_cli(capsys, "capture", VADD, "--out", str(out), "--json")
+    line = _one_error_line(err)
+    assert code == 1 and "capture incomplete" in line and "killed by SIGSEGV" in line
+    (cap,) = json.loads(stdout)["captures"]      # the JSON still describes what is there
+    assert cap["incomplete"] == ["sm_90/kernel.sass", "sm_90/resource-usage.txt"]
+    assert cap["per_arch"]["sm_90"]["missing"] == ["kernel.sass", "resource-usage.txt"]
+    m = json.loads((out / "vector_add" / "manifest.json").read_text())
+    assert m["incomplete"] == cap["incomplete"]
+    assert m["targets"]["sm_90"]["missing"] == ["kernel.sass", "resource-usage.txt"]
+    code, stdout, err = run_cli(capsys, "capture", VADD, "--out", str(out), "--allow-incomplete")
+    assert code == 0 and "incomplete" in stdout and not err.strip()
+
+
+def test_complete_capture_says_so(capsys, tmp_path):
+    code, stdout, _ = run_cli(capsys, "capture", VADD, "--out", str(tmp_path), "--json")
+    doc = json.loads(stdout)
+    assert code == 0 and doc["complete"] is True and doc["captures"][0]["incomplete"] == []
+
+
+def test_json_has_facts_for_every_arch(capsys, tmp_path):
+    code, stdout, err = run_cli(capsys, "capture", MATMUL, "--arch", "sm_90", "--arch", "sm_100",
+                                "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    per = json.loads(stdout)["captures"][0]["per_arch"]
+    assert set(per) == {"sm_90", "sm_100"}
+    assert per["sm_90"]["tensor_core"] == ["Tensor-core SM90"]
+    assert per["sm_100"]["tensor_core"] == ["Tensor-core SM100"]
+    for f in per.values():
+        assert f["registers"] > 0 and f["shared"] > 0 and f["spill_bytes"] == 0
+        assert f["tma_loads"] == 2 and f["tma_stores"] == 1
+
+
+def test_run_mode_nothing_compiled_is_an_error(capsys, tmp_path):
+    script = "print('child says [bold]hi[/]')"
+    code, stdout, err = run_cli(capsys, "capture", "--out", str(tmp_path / "o"), "--json", "--",
+                                sys.executable, "-c", script)
+    assert code == 1 and "no kernels captured" in _one_error_line(err) and not stdout.strip()
+    code, stdout, err = run_cli(capsys, "capture", "--out", str(tmp_path / "o"), "--", sys.executable, "-c", script)
+    lines = err.splitlines()
+    assert code == 1 and lines[-1].startswith("cutile-diag: error: no kernels captured")
+    assert "│ child says [bold]hi[/]" in err and "[dim]" not in err     # echoed verbatim, no markup
+    assert not (tmp_path / "o").exists()
+
+
+def test_from_cache_empty_cache_is_an_error(capsys, tmp_path):
+    import sqlite3
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with sqlite3.connect(cache / "cache.db") as db:
+        db.execute("CREATE TABLE cache(key TEXT PRIMARY KEY, blob BLOB, blob_size INTEGER, atime REAL, metadata TEXT)")
+    for extra in ([], ["--json"]):
+        code, stdout, err = run_cli(capsys, "capture", "--from-cache", str(cache), "--out", str(tmp_path / "o"), *extra)
+        assert code == 1 and "holds no entries" in _one_error_line(err) and not stdout.strip()
+
+
+# --- all-or-nothing for multi-kernel captures
+@pytest.fixture(scope="module")
+def two_kernel_cache(tmp_path_factory):
+    """A cuTile disk cache holding two compiled example kernels."""
+    d = tmp_path_factory.mktemp("cache2")
+    script = d / "compile_examples.py"
+    script.write_text(EXPORT_SCRIPT)
+    env = dict(os.environ, CUDA_TILE_CACHE_DIR=str(d / "cache"))
+    subprocess.run([sys.executable, str(script), VADD, f"{EXAMPLES_DIR / 'vector_add.py'}::vector_add_persistent"],
+                   env=env, check=True, capture_output=True)
+    return d / "cache"
+
+
+def _fail_second_write(monkeypatch):
+    from cutile_diag.capture import artifacts
+    from cutile_diag.errors import ToolFailedError
+    real, calls = artifacts.write_capture, []
+
+    def write(*a, **k):
+        calls.append(a[1].name)
+        if len(calls) == 2:
+            raise ToolFailedError("cuobjdump exited with 1: injected")
+        return real(*a, **k)
+    monkeypatch.setattr(artifacts, "write_capture", write)
+    return calls
+
+
+def test_from_cache_is_all_or_nothing_and_names_the_entry(capsys, tmp_path, monkeypatch, two_kernel_cache):
+    out = tmp_path / "o"
+    calls = _fail_second_write(monkeypatch)
+    code, _, err = run_cli(capsys, "capture", "--from-cache", str(two_kernel_cache), "--out", str(out))
+    line = _one_error_line(err)
+    assert code == 2 and "injected" in line and "nothing written" in line
+    assert "cache entry " in line and f"({calls[1]}_K" in line      # which entry failed
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []   # no staging left
+
+
+def test_from_cache_progress_and_unavailable_files(tmp_path, two_kernel_cache):
+    from cutile_diag.capture.run_mode import capture_from_cache
+    steps: list[str] = []
+    caps = capture_from_cache(two_kernel_cache, out_dir=tmp_path / "o", on_step=steps.append)
+    assert sorted(c.name for c in caps) == ["vector_add", "vector_add_persistent"]
+    assert [s.split(" (")[-1] for s in steps] == ["1/2)", "2/2)"]
+    for c in caps:
+        assert set(c.manifest["unavailable"]) == {"kernel.tileirbc", "kernel.loc.tileir"}
+        assert c.manifest["incomplete"] == [] and c.path.parent == tmp_path / "o"
+
+
+def test_run_mode_is_all_or_nothing_and_names_the_dump(capsys, tmp_path, monkeypatch, export_script):
+    import re
+    out = tmp_path / "out"
+    (out / "keep").mkdir(parents=True)        # an earlier capture in --out stays as it was
+    _fail_second_write(monkeypatch)
+    code, _, err = run_cli(capsys, "capture", "--out", str(out), "--json", "--",
+                           sys.executable, str(export_script), VADD, MATMUL)
+    line = _one_error_line(err)
+    assert code == 2 and re.search(r"capturing dump vector_add\.\S+\.tileirbc failed", line), line
+    assert "nothing written" in line
+    assert sorted(p.name for p in out.iterdir()) == ["keep"]
+    _remove_kept(line)                          # asserts the raw dumps it points at exist

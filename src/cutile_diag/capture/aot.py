@@ -7,14 +7,17 @@ bytecode serves every ``--arch``; only tileiras differs per target.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import CompileError, UsageError
-from ..toolchain import normalize_arch
+from ..toolchain import normalize_arch, require_tools
 from . import loader as loader_mod
 from . import spec as spec_mod
-from .artifacts import KernelInfo, write_capture
+from .artifacts import DEFAULT_TIMEOUT, CaptureSet, KernelInfo, TileirasFailed, check_name, check_out_dir
 from .manifest import CaptureFolder
 
 # cuTile's user-facing error types (TileError covers type, syntax, value, compiler errors)
@@ -72,8 +75,12 @@ def _apply_hints(loaded, hints: dict | None):
         raise UsageError(f"bad hint value: {e}") from None
 
 
-def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = None) -> bytes:
-    """Arch-independent TileIR bytecode for one signature (no tileiras run)."""
+def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = None,
+                    warnings_out: list[str] | None = None) -> bytes:
+    """Arch-independent TileIR bytecode for one signature (no tileiras run).
+
+    cuTile's warnings (e.g. its bytecode-version probe falling back) are captured, not
+    printed (stderr carries one error line at most); they go into ``warnings_out``."""
     import io
     from cuda.tile.compilation import export_kernel
     kernel = _apply_hints(loaded, hints)
@@ -85,8 +92,11 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
         # version probe then fails and silently falls back to 13.1 (seen on the H200)
         if var in os.environ and not os.environ[var].strip():
             del os.environ[var]
+    caught: list[warnings.WarningMessage] = []
     try:
-        export_kernel(kernel, [sig], buf, gpu_code=None, output_format="tileir_bytecode")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            export_kernel(kernel, [sig], buf, gpu_code=None, output_format="tileir_bytecode")
     except _cutile_error_types() as e:
         text = _describe_cutile_error(e, loaded)
         if "requires version 13.3 or later, but got 13.1" in str(e):
@@ -94,7 +104,7 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
             text = (f"{loaded.path}:{loaded.line}: cuTile could not run tileiras to pick a bytecode version "
                     "(its probe fell back to 13.1)"
                     + (f"; CUDA_HOME={home} is set: an older toolkit there breaks tileiras, unset it" if home
-                       else "; check that tileiras >= 13.4 and its libnvvm run here"))
+                       else "; check that tileiras >= 13.4, its ptxas and its libnvvm run here"))
         raise CompileError(text) from None
     except FileNotFoundError as e:
         if "tileiras" in str(e) or "tileirdisasm" in str(e):
@@ -109,6 +119,9 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
         raise
     except (ValueError, TypeError) as e:
         raise CompileError(f"{loaded.path}:{loaded.line}: cannot export {loaded.attr}: {e}") from None
+    finally:
+        if warnings_out is not None:
+            warnings_out.extend(" ".join(str(w.message).split()) for w in caught)
     return buf.getvalue()
 
 
@@ -121,28 +134,41 @@ def opt_level_for(kernel, arch: str) -> int:
 
 def capture_aot(ref: str, specs: dict | None = None, *, archs: Iterable[str] = ("sm_90",),
                 out_dir: str | Path, hints: dict | None = None, name: str | None = None,
-                on_step: Callable[[str], None] | None = None) -> CaptureFolder:
-    """Capture one kernel ahead of time for each arch; returns the capture folder."""
+                on_step: Callable[[str], None] | None = None,
+                timeout: float = DEFAULT_TIMEOUT) -> CaptureFolder:
+    """Capture one kernel ahead of time for each arch; returns the capture folder.
+    ``timeout`` bounds each per-arch tileiras compile (seconds)."""
     archs = [normalize_arch(a) for a in archs]
     if not archs:
         raise UsageError("no target arch given")
-    loaded = loader_mod.load_kernel(ref)
-    bound = spec_mod.bind(loaded, specs_for(loaded, specs))
-    if on_step:
-        on_step(f"export {loaded.attr}")
-    bc = export_bytecode(loaded, bound, hints=hints)
-    kernel = _apply_hints(loaded, hints)
-    info = KernelInfo(
-        name=name or loaded.attr, function=loaded.function_name, mode="aot", ref=ref,
-        source_file=str(loaded.path), source_line=loaded.line, spec=bound.as_dict(),
-        requested_hints=dict(hints or {}),
-        opt_levels={a: opt_level_for(kernel, a) for a in archs})
-    if on_step:
-        on_step(f"compile {loaded.attr} for {', '.join(archs)}")
-    try:
-        return write_capture(Path(out_dir), info, archs=archs, bytecode=bc)
-    except Exception as e:
-        from ..errors import ToolFailedError
-        if isinstance(e, ToolFailedError) and "tileiras" in e.message:
-            raise CompileError(f"{loaded.path}:{loaded.line}: tileiras failed on {loaded.attr}: {e.message}") from None
-        raise
+    if name is not None:
+        check_name(name)
+    check_out_dir(out_dir)
+    # cuTile's own bytecode-version probe runs tileiras, which runs ptxas: without them it
+    # only warns and fails later with a misleading message, so check first
+    require_tools("tileiras", "tileirdisasm", "ptxas", "cuobjdump")
+    # the user's module may print at import or compile time: keep our stdout (--json) clean
+    with contextlib.redirect_stdout(sys.stderr):
+        loaded = loader_mod.load_kernel(ref)
+        bound = spec_mod.bind(loaded, specs_for(loaded, specs))
+        if on_step:
+            on_step(f"export {loaded.attr}")
+        cutile_warnings: list[str] = []
+        bc = export_bytecode(loaded, bound, hints=hints, warnings_out=cutile_warnings)
+        kernel = _apply_hints(loaded, hints)
+        info = KernelInfo(
+            name=name or loaded.attr, function=loaded.function_name, mode="aot", ref=ref,
+            source_file=str(loaded.path), source_line=loaded.line, spec=bound.as_dict(),
+            requested_hints=dict(hints or {}),
+            opt_levels={a: opt_level_for(kernel, a) for a in archs},
+            extra={"cutile_warnings": cutile_warnings} if cutile_warnings else {})
+        if on_step:
+            on_step(f"compile {loaded.attr} for {', '.join(archs)}")
+        try:
+            with CaptureSet(out_dir) as cs:     # a failed compile leaves no (empty) --out behind
+                cs.write(info, archs=archs, bytecode=bc, tileiras_timeout=timeout)
+                return cs.commit()[0]
+        except TileirasFailed as e:
+            hint = "; raise --timeout" if "timed out" in e.message else ""
+            raise CompileError(f"{loaded.path}:{loaded.line}: tileiras failed on {loaded.attr} for {e.arch}: "
+                               f"{e.message}{hint}") from None

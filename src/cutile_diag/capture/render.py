@@ -23,7 +23,8 @@ def summary_table(summaries: list[CaptureSummary], title: str = "Captured kernel
         tc = ", ".join(x.replace("Tensor-core ", "") for x in (s.tensor_core or [])) or (
             "[red]FMA fallback[/]" if s.fma_fallbacks else ("no MMA" if not s.mma_ops else "[dim]?[/]"))
         spills = "-" if s.spill_bytes is None else (f"[red]{s.spill_bytes} B[/]" if s.spill_bytes else "0")
-        t.add_row(s.name, s.arch or "-", str(s.ops), f"{s.view_loads}/{s.ptr_loads}",
+        name = s.name + (" [red](incomplete)[/]" if s.missing else "")
+        t.add_row(name, s.arch or "-", str(s.ops), f"{s.view_loads}/{s.ptr_loads}",
                   "-" if s.tma_loads is None else f"{s.tma_loads}/{s.tma_stores}",
                   tc, _yes_no(s.persistent_loop), str(s.registers or "-"), human_bytes(s.shared),
                   spills, str(s.threads_per_cta or "-"))
@@ -32,6 +33,8 @@ def summary_table(summaries: list[CaptureSummary], title: str = "Captured kernel
 
 def detail_lines(s: CaptureSummary) -> list[Text | str]:
     out: list[Text | str] = []
+    if s.missing:
+        out.append(f"  [bold red]INCOMPLETE[/] ({s.arch}): missing {', '.join(s.missing)}")
     classes = ", ".join(f"{k} {v}" for k, v in s.ops_by_class.items() if k not in ("assume",))
     out.append(f"  ops by class: {classes}")
     mem = []

@@ -5,7 +5,9 @@ The command runs with ``CUDA_TILE_DUMP_BYTECODE`` set and a fresh, isolated
 produced).  Afterwards every dumped bytecode is matched to the cubin the JIT produced for it
 by recomputing cuTile's cache key over (arch, opt level) — which also recovers the exact
 arch and opt level — and each kernel is written as a capture folder.  A command that fails
-or times out produces no capture; its raw dumps are kept and named in the error.
+or times out produces no capture; its raw dumps are kept and named in the error.  The
+kernels are written all-or-nothing (``artifacts.CaptureSet``): a kernel that cannot be
+captured fails the whole set, and the error names its dump or cache entry.
 """
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,8 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
-from .artifacts import KernelInfo, unique_name, write_capture
-from .cache import CacheEntry, read_cache
+from .artifacts import CaptureSet, KernelInfo, check_out_dir, unique_name
+from .cache import CacheEntry, read_cache, resolve_db
 from .cubin import embedded_tileir
 from .manifest import CaptureFolder
 
@@ -33,6 +34,11 @@ _DUMP_NAME_RE = re.compile(r"^(?P<func>.+?)\.(?P<stem>[^.]+)\.ln(?P<line>\d+)\.[
 
 class RunFailedError(CutileDiagError):
     pass
+
+
+class NothingCapturedError(CutileDiagError):
+    """The run or cache held no kernel to capture (exit 1: not bad input)."""
+    exit_code = 1
 
 
 @dataclass
@@ -116,6 +122,7 @@ def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | Non
                 on_step: Callable[[str], None] | None = None) -> RunCapture:
     if not command:
         raise UsageError("no command given after '--'", hint="e.g. cutile-diag capture --out DIR -- python script.py")
+    check_out_dir(out_dir)       # before the run, which may take minutes
     work = Path(tempfile.mkdtemp(prefix="cutile-diag-run-"))
     dump, cache = work / "dump", work / "cache"
     dump.mkdir()
@@ -125,9 +132,15 @@ def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | Non
                 "PYTHONUNBUFFERED": "1"})
     env.pop("CUDA_TILE_DUMP_TILEIR", None)   # we disassemble ourselves (with and without -g)
     log = work / "run.log"
-    rc, secs, timed_out = _run(command, env, timeout, log, echo)
+    if on_step:
+        on_step(f"running {' '.join(command)[:60]}")
+    try:
+        rc, secs, timed_out = _run(command, env, timeout, log, echo)
+    except BaseException:        # command not found, Ctrl-C: no error names the work dir, so drop it
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     if timed_out:
-        raise RunFailedError(f"command timed out after {timeout:.0f} s and was killed; no capture written "
+        raise RunFailedError(f"command timed out after {timeout:g} s and was killed; no capture written "
                              f"(raw dumps and log kept in {work})")
     if rc != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
@@ -137,48 +150,66 @@ def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | Non
         raise RunFailedError(f"command exited with {rc}; no capture written "
                              f"(last output: {tail[0][:200] if tail else 'none'}; raw dumps and log kept in {work}){hint}")
     result = RunCapture(command, rc, secs)
-    entries = read_cache(cache) if (cache / "cache.db").exists() else []
-    seen_archs = sorted({a for a in (e.arch() for e in entries) if a})
-    match_archs = seen_archs or list(archs or [])
-    used: set[str] = set()
-    taken: set[str] = set()
-    bcs = sorted(dump.glob("*.tileirbc"))
-    for bc_path in bcs:
-        bc = bc_path.read_bytes()
-        m = _DUMP_NAME_RE.match(bc_path.name)
-        func = m.group("func") if m else bc_path.stem
-        hit = _match_cache(bc, entries, match_archs) if entries else None
-        info = KernelInfo(name=unique_name(Path(out_dir), func, taken), function=func, mode="run",
-                          source_line=int(m.group("line")) if m else None,
-                          extra={"command": command, "dump_file": bc_path.name,
-                                 **({"source_stem": m.group("stem")} if m else {})})
-        if on_step:
-            on_step(f"collect {func}")
-        if hit:
-            entry, arch, opt = hit
-            used.add(entry.key)
-            info.opt_levels = {arch: opt}
-            info.extra["cache_key"] = entry.key
-            result.captures.append(write_capture(Path(out_dir), info, archs=[arch], bytecode=bc,
-                                                 cubins={arch: entry.cubin}, remarks={arch: entry.remarks}))
-        else:
-            # compiled with the cache off, or by another tileiras: rebuild ourselves
-            tgt = list(archs or seen_archs or ["sm_90"])
-            info.extra["note"] = "no JIT cubin matched this bytecode; compiled by cutile-diag"
-            result.notes.append(f"{func}: no JIT cubin matched; compiled for {', '.join(tgt)}")
-            result.captures.append(write_capture(Path(out_dir), info, archs=tgt, bytecode=bc))
-    for e in entries:
-        if e.key in used:
-            continue
-        # a cubin without a dumped bytecode (e.g. an export that bypassed the dump)
-        result.captures.append(capture_cache_entry(e, Path(out_dir), taken, mode="run"))
+    what = "the run's cuTile cache"
+    try:
+        entries = read_cache(cache) if (cache / "cache.db").exists() else []
+        seen_archs = sorted({a for a in (e.arch() for e in entries) if a})
+        match_archs = seen_archs or list(archs or [])
+        used: set[str] = set()
+        taken: set[str] = set()
+        bcs = sorted(dump.glob("*.tileirbc"))
+        with CaptureSet(out_dir) as cs:
+            for i, bc_path in enumerate(bcs, 1):
+                what = f"dump {bc_path.name}"
+                bc = bc_path.read_bytes()
+                m = _DUMP_NAME_RE.match(bc_path.name)
+                func = m.group("func") if m else bc_path.stem
+                hit = _match_cache(bc, entries, match_archs) if entries else None
+                info = KernelInfo(name=unique_name(Path(out_dir), func, taken), function=func, mode="run",
+                                  source_line=int(m.group("line")) if m else None,
+                                  extra={"command": command, "dump_file": bc_path.name,
+                                         **({"source_stem": m.group("stem")} if m else {})})
+                if on_step:
+                    on_step(f"collect {func} ({i}/{len(bcs)})")
+                if hit:
+                    entry, arch, opt = hit
+                    used.add(entry.key)
+                    info.opt_levels = {arch: opt}
+                    info.extra["cache_key"] = entry.key
+                    cs.write(info, archs=[arch], bytecode=bc, cubins={arch: entry.cubin},
+                             remarks={arch: entry.metadata.get("remarks")})   # None: not stored
+                else:
+                    # compiled with the cache off, or by another tileiras: rebuild ourselves
+                    tgt = list(archs or seen_archs or ["sm_90"])
+                    info.extra["note"] = "no JIT cubin matched this bytecode; compiled by cutile-diag"
+                    result.notes.append(f"{func}: no JIT cubin matched; compiled for {', '.join(tgt)}")
+                    cs.write(info, archs=tgt, bytecode=bc)
+            for e in [e for e in entries if e.key not in used]:
+                # a cubin without a dumped bytecode (e.g. an export that bypassed the dump)
+                label = (e.kernel_names or ["?"])[0]
+                what = f"cache entry {e.key[:16]} ({label})"
+                if on_step:
+                    on_step(f"collect {label[:40]}")
+                capture_cache_entry(e, cs, taken, mode="run")
+            result.captures = cs.commit()
+    except (CutileDiagError, OSError) as e:
+        msg = e.one_line() if isinstance(e, CutileDiagError) else f"{type(e).__name__}: {e}"
+        raise RunFailedError(f"capturing {what} failed: {msg}; nothing written to {out_dir} "
+                             f"(raw dumps and log kept in {work})") from None
     if not result.captures:
         result.notes.append("the command compiled no cuTile kernel (nothing was dumped)")
     shutil.rmtree(work, ignore_errors=True)
     return result
 
 
-def capture_cache_entry(e: CacheEntry, out_dir: Path, taken: set[str], mode: str = "cache") -> CaptureFolder:
+# files a cache blob cannot provide: it stores the cubin (with TileIR text and PTX inside)
+CACHE_UNAVAILABLE = {
+    "kernel.tileirbc": "a cuTile cache entry stores the cubin, not the bytecode",
+    "kernel.loc.tileir": "the TileIR embedded in a cubin has no source locations",
+}
+
+
+def capture_cache_entry(e: CacheEntry, cs: CaptureSet, taken: set[str], mode: str = "cache") -> CaptureFolder:
     sections = e.sections()
     tileir = embedded_tileir(sections)
     arch = e.arch() or "sm_unknown"
@@ -187,17 +218,25 @@ def capture_cache_entry(e: CacheEntry, out_dir: Path, taken: set[str], mode: str
     if symbol:
         mm = re.match(r"^(.*?)_K[a-z]\d", symbol)
         func = mm.group(1) if mm else symbol
-    info = KernelInfo(name=unique_name(out_dir, func or f"kernel-{e.key[:8]}", taken), function=func,
+    info = KernelInfo(name=unique_name(cs.out, func or f"kernel-{e.key[:8]}", taken), function=func,
                       symbol=symbol, mode=mode,
                       extra={"cache_key": e.key, "compiler_version": e.metadata.get("compiler_version"),
                              "compilation_time_seconds": e.metadata.get("compilation_time_seconds")})
-    return write_capture(out_dir, info, archs=[arch], tileir_text=tileir,
-                         cubins={arch: e.cubin}, remarks={arch: e.remarks})
+    # remarks: None when the entry has no remarks field (tileiras < 13.4), "" when there were none
+    return cs.write(info, archs=[arch], tileir_text=tileir, cubins={arch: e.cubin},
+                    remarks={arch: e.metadata.get("remarks")}, unavailable=CACHE_UNAVAILABLE)
 
 
 def capture_from_cache(path: str | Path | None, *, out_dir: str | Path, kernel: str | None = None,
                        limit: int | None = None, on_step: Callable[[str], None] | None = None) -> list[CaptureFolder]:
-    entries = read_cache(path)
+    """Every entry (newest first, at most ``limit``) as a capture, all-or-nothing."""
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be a positive number of entries, not {limit}")
+    check_out_dir(out_dir)
+    db = resolve_db(path)
+    entries = read_cache(db)
+    if not entries:
+        raise NothingCapturedError(f"no kernels captured: the cuTile cache {db} holds no entries")
     if kernel:
         entries = [e for e in entries if any(n == kernel or n.startswith(kernel + "_K") for n in e.kernel_names)]
         if not entries:
@@ -205,9 +244,15 @@ def capture_from_cache(path: str | Path | None, *, out_dir: str | Path, kernel: 
     if limit:
         entries = entries[:limit]
     taken: set[str] = set()
-    out = []
-    for e in entries:
-        if on_step:
-            on_step(f"mine {(e.kernel_names or [e.key[:8]])[0][:40]}")
-        out.append(capture_cache_entry(e, Path(out_dir), taken))
-    return out
+    with CaptureSet(out_dir) as cs:
+        for i, e in enumerate(entries, 1):
+            label = (e.kernel_names or ["?"])[0]
+            if on_step:
+                on_step(f"mine {label[:40]} ({i}/{len(entries)})")
+            try:
+                capture_cache_entry(e, cs, taken)
+            except (CutileDiagError, OSError) as err:
+                msg = err.one_line() if isinstance(err, CutileDiagError) else f"{type(err).__name__}: {err}"
+                raise CutileDiagError(f"cache entry {e.key[:16]} ({label}) failed: {msg}; "
+                                      f"nothing written to {out_dir}") from None
+        return cs.commit()

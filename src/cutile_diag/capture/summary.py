@@ -34,10 +34,21 @@ class CaptureSummary:
     registers: int | None = None
     shared: int | None = None
     spill_bytes: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
     threads_per_cta: int | None = None
     cluster: list[int] | None = None
     sass_instructions: int | None = None
+    missing: list[str] = field(default_factory=list)   # required files of this arch not made
     notes: list[str] = field(default_factory=list)
+
+    # the per-arch (cubin-side) part, for --json's per-target facts
+    TARGET_FIELDS = ("registers", "shared", "spill_bytes", "spill_stores", "spill_loads", "threads_per_cta",
+                     "cluster", "tensor_core", "fma_fallbacks", "tma_loads", "tma_stores", "global_loads",
+                     "tma_failures", "sass_instructions", "missing")
+
+    def target_facts(self) -> dict:
+        return {k: getattr(self, k) for k in self.TARGET_FIELDS}
 
 
 def summarize_capture(c: CaptureFolder, arch: str | None = None) -> CaptureSummary:
@@ -82,11 +93,13 @@ def summarize_capture(c: CaptureFolder, arch: str | None = None) -> CaptureSumma
                                  for x in r.get("tma_failures") or []})
         s.registers, s.shared = f.get("registers"), f.get("shared")
         if f.get("spill_stores") is not None:
-            s.spill_bytes = f.get("spill_stores", 0) + f.get("spill_loads", 0)
+            s.spill_stores, s.spill_loads = f["spill_stores"], f.get("spill_loads", 0)
+            s.spill_bytes = s.spill_stores + s.spill_loads
         tp = f.get("threads_per_cta")
         s.threads_per_cta = (tp[0] * tp[1] * tp[2]) if tp else None
         s.cluster = f.get("cluster_shape")
         s.sass_instructions = (f.get("sass") or {}).get("instructions")
+        s.missing = list(c.target(a).get("missing", []))
         for err in c.target(a).get("errors", []):
             s.notes.append(f"{a}: {err}")
     return s

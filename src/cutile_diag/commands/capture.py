@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+
+from rich.text import Text
 
 from ..errors import UsageError
 from ..output import console, err_console, print_json, progress
@@ -28,8 +31,13 @@ def register(sub) -> None:
     p.add_argument("--from-cache", nargs="?", const="", default=None, metavar="CACHE",
                    help="mine a cuTile disk cache (folder or cache.db; default: the user's cache)")
     p.add_argument("--kernel", help="with --from-cache: only this kernel (Python name or symbol)")
-    p.add_argument("--limit", type=int, help="with --from-cache: at most N newest entries")
-    p.add_argument("--timeout", type=float, default=None, help="run mode: kill the command after S seconds")
+    p.add_argument("--limit", help="with --from-cache: at most N newest entries")
+    p.add_argument("--timeout", default=None,
+                   help="run mode: kill the command after S seconds; AOT: limit on each per-arch "
+                        "tileiras compile (default 600)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="exit 0 even when a capture lacks required artifacts (a tool failed); "
+                        "the manifest still lists them under 'incomplete'")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -47,51 +55,127 @@ def parse_hints(items: list[str]) -> dict:
     return out
 
 
+def _positive(flag: str, value: str | None, kind: type):
+    # validated here, not by argparse: its errors are two lines (usage + message)
+    if value is None:
+        return None
+    try:
+        v = kind(value)
+    except ValueError:
+        v = None
+    if v is None or not 0 < v < float("inf"):     # also rejects nan
+        raise UsageError(f"{flag} must be a positive {'integer' if kind is int else 'number'}, not '{value}'")
+    return v
+
+
+# options that only mean something in some modes: rejected elsewhere rather than ignored
+_OPTION_MODES = {"arg": ("aot",), "hint": ("aot",), "name": ("aot",), "kernel": ("cache",),
+                 "limit": ("cache",), "arch": ("aot", "run"), "timeout": ("aot", "run")}
+_MODE_NAMES = {"aot": "FILE.py::KERNEL", "run": "-- COMMAND", "cache": "--from-cache"}
+
+
+def _check_mode_options(args, mode: str) -> None:
+    for opt, modes in _OPTION_MODES.items():
+        if mode not in modes and getattr(args, opt) not in (None, []):
+            raise UsageError(f"--{opt} applies only to {' or '.join(_MODE_NAMES[m] for m in modes)} captures")
+
+
+@contextlib.contextmanager
+def _steps(enabled: bool):
+    """A live status line on stderr for multi-kernel work; None (no output) when disabled
+    (--json, or stderr not a terminal)."""
+    if not enabled or not err_console.is_terminal:
+        yield None
+        return
+    with err_console.status("capturing") as st:
+        yield lambda msg: st.update(msg)
+
+
+def _incomplete_error(captures):
+    from ..capture.artifacts import IncompleteCaptureError
+    bad = [c for c in captures if c.manifest.get("incomplete")]
+    if not bad:
+        return None
+    c = bad[0]
+    why = next((f"{a}: {t['errors'][0]}" for a, t in c.manifest["targets"].items() if t.get("errors")), "")
+    more = f" and {len(bad) - 1} more capture(s)" if len(bad) > 1 else ""
+    return IncompleteCaptureError(
+        f"capture incomplete: {c.name} lacks {', '.join(c.manifest['incomplete'])}"
+        + (f" ({why})" if why else "") + more,
+        hint="listed under 'incomplete' in manifest.json; --allow-incomplete accepts it")
+
+
 def run(args) -> int:
+    from ..capture.artifacts import check_name, check_out_dir
     from ..capture.render import detail_lines, summary_table
+    from ..capture.run_mode import NothingCapturedError
     from ..capture.summary import summarize_capture
     from ..capture.spec import parse_assignments
     cmd = getattr(args, "passthrough", [])
     out = Path(args.out)
-    modes = sum(bool(x) for x in (args.ref, cmd, args.from_cache is not None))
-    if modes == 0:
+    modes = [m for m, on in (("aot", args.ref), ("run", cmd), ("cache", args.from_cache is not None)) if on]
+    if not modes:
         raise UsageError("nothing to capture", hint="give FILE.py::KERNEL, --from-cache, or -- COMMAND")
-    if modes > 1:
+    if len(modes) > 1:
         raise UsageError("choose one mode: FILE.py::KERNEL, --from-cache, or -- COMMAND")
+    mode = modes[0]
+    _check_mode_options(args, mode)
+    timeout = _positive("--timeout", args.timeout, float)
+    limit = _positive("--limit", args.limit, int)
+    if args.name is not None:
+        check_name(args.name)
+    check_out_dir(out)
     captures, extra = [], {}
     show = not args.json
-    if args.ref:
+    if mode == "aot":
+        from ..capture.aot import capture_aot
+        from ..capture.artifacts import DEFAULT_TIMEOUT
         archs = args.arch or ["sm_90"]
         specs = parse_assignments(args.arg) if args.arg else None
         hints = parse_hints(args.hint)
         with progress(2, f"capturing {args.ref}", enabled=show) as bar:
-            from ..capture.aot import capture_aot
             captures.append(capture_aot(args.ref, specs, archs=archs, out_dir=out, hints=hints or None,
-                                        name=args.name, on_step=lambda s: bar.advance(description=s)))
-    elif cmd:
+                                        name=args.name, on_step=lambda s: bar.advance(description=s),
+                                        timeout=timeout or DEFAULT_TIMEOUT))
+    elif mode == "run":
         from ..capture.run_mode import capture_run
-        echo = (lambda line: err_console.print(f"[dim]│[/] {line}", markup=False, highlight=False)) if show else None
-        rc = capture_run(cmd, out_dir=out, timeout=args.timeout, archs=args.arch, echo=echo)
+        # Text, not markup: the child's output is printed verbatim
+        echo = (lambda line: err_console.print(Text("│ ", style="dim") + Text(line), highlight=False)) \
+            if show else None
+        with _steps(show) as on_step:
+            rc = capture_run(cmd, out_dir=out, timeout=timeout, archs=args.arch, echo=echo, on_step=on_step)
         captures = rc.captures
         extra = {"command": cmd, "returncode": rc.returncode, "seconds": round(rc.seconds, 3), "notes": rc.notes}
+        if not captures:
+            raise NothingCapturedError("no kernels captured: " + "; ".join(rc.notes or ["nothing was dumped"]))
     else:
         from ..capture.run_mode import capture_from_cache
-        captures = capture_from_cache(args.from_cache or None, out_dir=out, kernel=args.kernel, limit=args.limit)
+        with _steps(show) as on_step:
+            captures = capture_from_cache(args.from_cache or None, out_dir=out, kernel=args.kernel,
+                                          limit=limit, on_step=on_step)
     summaries = [summarize_capture(c) for c in captures]
-    per_arch = [summarize_capture(c, a) for c in captures for a in (c.targets or [None])]
+    per_arch = {c.path: {a: summarize_capture(c, a) for a in c.targets} for c in captures}
+    incomplete = None if args.allow_incomplete else _incomplete_error(captures)
     if args.json:
-        print_json({"out": str(out), **extra,
+        print_json({"out": str(out), **extra, "complete": not any(c.manifest.get("incomplete") for c in captures),
                     "captures": [{"path": str(c.path), "name": c.name, "symbol": c.symbol,
-                                  "targets": c.targets, "summary": s} for c, s in zip(captures, summaries)]})
-        return 0
-    if not captures:
-        console.print("[yellow]no kernels were captured[/]" + (f": {'; '.join(extra.get('notes', []))}" if extra else ""))
-        return 1
-    console.print(summary_table(per_arch, title=f"Captured into {out}"))
-    for c, s in zip(captures, summaries):
-        console.print(f"[bold]{s.name}[/] [dim]{c.path}[/]")
-        for line in detail_lines(s):
-            console.print(line)
-    for n in extra.get("notes", []):
-        console.print(f"[dim]note: {n}[/]")
+                                  "targets": c.targets,
+                                  "incomplete": c.manifest.get("incomplete", []),
+                                  "unavailable": c.manifest.get("unavailable", {}),
+                                  "summary": s,
+                                  "per_arch": {a: x.target_facts() for a, x in per_arch[c.path].items()}}
+                                 for c, s in zip(captures, summaries)]})
+    else:
+        console.print(summary_table([x for c in captures for x in per_arch[c.path].values()],
+                                    title=f"Captured into {out}"))
+        for c, s in zip(captures, summaries):
+            console.print(f"[bold]{s.name}[/] [dim]{c.path}[/]")
+            for line in detail_lines(s):
+                console.print(line)
+            if c.manifest.get("incomplete") and args.allow_incomplete:
+                console.print(f"  [yellow]accepted incomplete:[/] {', '.join(c.manifest['incomplete'])}")
+        for n in extra.get("notes", []):
+            console.print(f"[dim]note: {n}[/]")
+    if incomplete is not None:
+        raise incomplete       # after the output: the summary shows what is there
     return 0
