@@ -49,13 +49,81 @@ def split_ref(ref: str) -> tuple[Path, str | None]:
     return Path(ref), None
 
 
+def package_name(path: Path) -> tuple[Path, str] | None:
+    """(folder to put on sys.path, dotted module name) when ``path`` lives in a package
+    (its folder has an ``__init__.py``), else None.  Walks up while folders are packages."""
+    path = path.resolve()
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    d = path.parent
+    if not (d / "__init__.py").is_file():
+        return None
+    while (d / "__init__.py").is_file() and d.name.isidentifier():
+        parts.insert(0, d.name)
+        d = d.parent
+    if not all(p.isidentifier() for p in parts):
+        return None
+    return d, ".".join(parts)
+
+
 def import_file(path: Path) -> ModuleType:
-    """Import a Python file as a module of its own (source must stay on disk: cuTile reads it)."""
+    """Import a kernel file (its source must stay on disk: cuTile reads it).
+
+    A file inside a package (TileGym's ``src/tilegym/ops/cutile/*.py`` use ``from .utils
+    import ...``) is imported as part of it, by its dotted name with the package root on
+    ``sys.path``, so relative imports resolve; anything else is imported on its own."""
     path = path.resolve()
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     if path.suffix != ".py":
         raise UsageError(f"{path}: not a Python file")
+    pkg = package_name(path)
+    if pkg is None:
+        return _import_standalone(path)
+    try:
+        module = _import_in_package(path, *pkg)
+    except KernelLoadError as e:
+        # the package itself may not import (a missing optional dependency in an __init__):
+        # a file without relative imports still loads standalone; otherwise the package's error is the one to see
+        try:
+            return _import_standalone(path)
+        except KernelLoadError:
+            raise e from None
+    if module is not None:
+        return module
+    # an installed copy of the package is already imported in this process: the file alone is what was asked for
+    try:
+        return _import_standalone(path)
+    except KernelLoadError as e:
+        shadow = getattr(sys.modules.get(pkg[1].split(".")[0]), "__file__", None)
+        raise KernelLoadError(f"{e.message}; {path} belongs to package {pkg[1].split('.')[0]}, but this process "
+                              f"already imported that package from {shadow}") from None
+
+
+def _same_file(module: ModuleType, path: Path) -> bool:
+    f = getattr(module, "__file__", None)
+    return bool(f) and Path(f).resolve() == path
+
+
+def _import_in_package(path: Path, root: Path, dotted: str) -> ModuleType | None:
+    top = dotted.split(".")[0]
+    loaded = sys.modules.get(dotted)
+    if loaded is not None:
+        return loaded if _same_file(loaded, path) else None
+    if top in sys.modules and not str(Path(getattr(sys.modules[top], "__file__", "") or "")).startswith(
+            str(root) + "/"):
+        return None
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        module = importlib.import_module(dotted)
+    except SyntaxError as e:
+        raise KernelLoadError(f"{e.filename or path}:{e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:  # the user's package raised at import
+        raise _import_error(path, e) from None
+    return module if _same_file(module, path) else None
+
+
+def _import_standalone(path: Path) -> ModuleType:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     modname = f"_cutile_diag_user_{path.stem}_{digest}"
     if modname in sys.modules:
@@ -76,15 +144,19 @@ def import_file(path: Path) -> ModuleType:
         raise KernelLoadError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:  # the user's module raised at import
         del sys.modules[modname]
-        tb = e.__traceback__
-        line = None
-        while tb is not None:
-            if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        where = f"{path}:{line}" if line else str(path)
-        raise KernelLoadError(f"{where}: importing the file raised {type(e).__name__}: {e}") from None
+        raise _import_error(path, e) from None
     return module
+
+
+def _import_error(path: Path, e: BaseException) -> KernelLoadError:
+    tb = e.__traceback__
+    line = None
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    where = f"{path}:{line}" if line else str(path)
+    return KernelLoadError(f"{where}: importing the file raised {type(e).__name__}: {e}")
 
 
 def is_kernel(obj) -> bool:
