@@ -117,8 +117,8 @@ def _q(v):
 
 def roof_bound_ms(point: dict) -> float | None:
     """Latency at the roof: max(bytes / bandwidth roof, FLOPs / compute roof), measured ceilings first."""
-    bw = _q(point.get("roof_bw_measured")) or _q(point.get("roof_bw_spec"))
-    fl = _q(point.get("roof_flops_measured")) or _q(point.get("roof_flops_spec"))
+    bw = _q(point.get("roof_bw_measured")) or _q(point.get("roof_bw_datasheet"))
+    fl = _q(point.get("roof_flops_measured")) or _q(point.get("roof_flops_datasheet"))
     b, f = point.get("bytes") or 0.0, point.get("flops") or 0.0
     ts = [x for x in ((b / bw) if bw and b else None, (f / fl) if fl and f else None) if x]
     return max(ts) * 1e3 if ts else None

@@ -288,12 +288,15 @@ def render_md(results: dict) -> str:
     peaks = results["steps"].get("peaks")
     if isinstance(peaks, dict) and peaks.get("device"):
         d, c = peaks["device"], peaks.get("ceilings") or {}
-        lines += ["## Peaks", "", "| quantity | spec | measured |", "|---|---|---|",
-                  f"| DRAM TB/s | {fmt(_tera(d['peak_dram_bw']['value']))} | "
+        lines += ["## Peaks", "", "| quantity | datasheet | theoretical (max clock) | measured |",
+                  "|---|---|---|---|",
+                  f"| DRAM TB/s | {fmt(_tera((d['datasheet'].get('dram_bw') or {}).get('value')))} | "
+                  f"{fmt(_tera(d['theoretical_dram_bw']['value']))} | "
                   f"{fmt(_tera((c.get('dram_bw') or {}).get('value')))} |"]
         for k, q in (c.get("flops") or {}).items():
-            spec = d["peak_flops"].get(k, {}).get("value")
-            lines.append(f"| {k} TFLOP/s | {fmt(_tera(spec))} | {fmt(_tera(q['value']))} |")
+            ds = (d["datasheet"].get(k) or {}).get("value")
+            th = d["theoretical_flops"].get(k, {}).get("value")
+            lines.append(f"| {k} TFLOP/s | {fmt(_tera(ds))} | {fmt(_tera(th))} | {fmt(_tera(q['value']))} |")
         lines.append("")
     rows = []
     for name, step in results["steps"].items():
@@ -305,7 +308,7 @@ def render_md(results: dict) -> str:
             if p:
                 row.update(ms=fmt(p["latency_ms"], ".4f"), rel=fmt((p.get("stats") or {}).get("rel_std"), ".2f"),
                            tbps=fmt(p["achieved_tbps"]), tflops=fmt(p["achieved_tflops"]), ai=fmt(p["ai"]),
-                           cls=p["recipe_class"], bound=p["bound"], spec=fmt(p["pct_spec"], ".0f"),
+                           cls=p["recipe_class"], bound=p["bound"], spec=fmt(p["pct_datasheet"], ".0f"),
                            meas=fmt(p["pct_measured"], ".0f"), level=p["level"],
                            check=((p.get("check") or {}).get("summary") or "-")[:40])
                 if res.get("ncu") and not res["ncu"].get("error"):

@@ -330,12 +330,23 @@ def _workloads_in(module) -> dict[str, Any]:
     return out
 
 
-def _instantiate(obj, label: str, kwargs: dict) -> Workload:
+def instantiate(obj, label: str, kwargs: dict) -> Workload:
+    """A workload from a class (or an instance, which takes no arguments); bad arguments are a WorkloadError."""
     if isinstance(obj, Workload):
         if kwargs:
             raise WorkloadError(f"{label} is a workload instance; it takes no arguments "
                                 f"(got {', '.join(kwargs)})")
         return obj
+    try:
+        sig = inspect.signature(obj)
+        sig.bind(**kwargs)
+    except ValueError:          # no signature to check: let the call say
+        sig = None
+    except TypeError as e:
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        takes = [n for n, p in sig.parameters.items() if p.kind in kinds]
+        raise WorkloadError(f"cannot create workload {label}: {e}",
+                            hint=("it takes: " + ", ".join(takes)) if takes else "it takes no arguments") from None
     try:
         return obj(**kwargs)
     except TypeError as e:
@@ -394,6 +405,6 @@ def load_workload(ref: str, **kwargs) -> Workload:
                                 hint="wrap it in a Workload (inputs, run, reference, flops, bytes) "
                                      "or use a built-in one: " + ", ".join(builtin_names()))
         raise WorkloadError(f"{path}::{name} is {type(obj).__name__}, not a Workload")
-    wl = _instantiate(obj, f"{path}::{name}", kwargs)
+    wl = instantiate(obj, f"{path}::{name}", kwargs)
     wl.ref, wl.ref_kwargs = f"{Path(path).resolve()}::{name}", dict(kwargs)
     return validate(wl, f"{path}::{name}")

@@ -18,13 +18,21 @@ def test_roofline_offline_json(capsys):
     rc, d = run_json(capsys, ["roofline", "examples:matmul", "--device", "h200", "--config", "4096-f16", "2048-f16",
                               "--latency-ms", "4096-f16=0.2155", "2048-f16=0.04", "--json"])
     assert rc == 0
-    assert d["device"]["name"] == "NVIDIA H200" and d["ceilings"] is None
+    assert d["device"]["name"] == "NVIDIA H200"
+    # the preset carries the project's committed H200 measurement, with its provenance
+    assert d["ceilings"]["flops"]["f16:tensor"]["value"] == pytest.approx(727e12, rel=1e-3)
+    assert "bench/results/optimize-h200/peaks.json" in d["ceilings"]["dram_bw"]["source"]
     res = {r["config"]: r for r in d["results"]}
     p = res["4096-f16"]["point"]
     assert p["latency_source"] == "recorded"
     assert p["achieved_tflops"] == pytest.approx(2 * 4096 ** 3 / 0.2155e-3 / 1e12)
     assert p["bound"] == "compute" and p["recipe_class"] == "compute-bound"
-    assert p["pct_spec"] == pytest.approx(100 * p["achieved_flops"] / p["roof_flops_spec"]["value"])
+    # % of the datasheet's 989.5 TFLOP/s, of the measured 727, and (separately) of the clock-derived 1070
+    assert p["roof_flops_datasheet"]["value"] == pytest.approx(989.5e12)
+    assert p["pct_datasheet"] == pytest.approx(100 * p["achieved_flops"] / 989.5e12)
+    assert p["pct_measured"] == pytest.approx(100 * p["achieved_flops"] / 727.0287e12, rel=1e-4)
+    assert p["pct_theoretical"] == pytest.approx(100 * p["achieved_flops"] / p["roof_flops_theoretical"]["value"])
+    assert p["roof_flops_theoretical"]["value"] == pytest.approx(4096 * 132 * 1980e6)
     assert p["valid"] is True and p["verdict"]
     st = res["4096-f16"]["static"]
     assert st["available"] and st["mma_flops"] == 2 * 4096 ** 3 and st["grid"] == [32, 32]
@@ -38,6 +46,24 @@ def test_roofline_offline_invalid_point_exits_1(capsys):
     p = d["results"][0]["point"]
     assert p["valid"] is False and p["level"] == "invalid" and p["verdict"].startswith("INVALID")
     assert d["results"][0]["static"] is None
+
+
+def test_roofline_offline_above_the_measured_ceiling_is_invalid(capsys):
+    # 0.18 ms = 764 TFLOP/s f16: below every theoretical roof, 5 % above the recorded cuBLAS ceiling
+    rc = main(["roofline", "examples:matmul", "--device", "h200", "--config", "4096-f16", "--latency-ms", "0.18",
+               "--no-static"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "INVALID" in out and "measured f16 tensor ceiling" in out
+    assert "% datasheet" in out and "% measured" in out and "% spec" not in out
+
+
+def test_roofline_offline_preset_without_measurement_says_so(capsys):
+    rc, d = run_json(capsys, ["roofline", "examples:matmul", "--device", "a100", "--config", "4096-f16",
+                              "--latency-ms", "1.0", "--json", "--no-static"])
+    assert rc == 0 and d["ceilings"] is None
+    p = d["results"][0]["point"]
+    assert p["pct_measured"] is None and p["pct_datasheet"] is not None
+    assert any("no measured ceilings" in n for n in p["notes"])
 
 
 @pytest.mark.parametrize("suffix,magic", [(".png", b"\x89PNG\r\n\x1a\n"), (".svg", b"<svg")])
@@ -59,7 +85,10 @@ def test_plot_marks_invalid_points(tmp_path):
     path = tmp_path / "roof.svg"
     main(["roofline", "examples:vector_add", "--device", "h200", "--config", "16M-f32", "--latency-ms", "0.001",
           "--plot", str(path), "--no-static"])
-    assert b"INVALID" in path.read_bytes()
+    data = path.read_bytes()
+    assert b"INVALID" in data
+    # every roof line says which kind it is: no bare "spec"
+    assert b"datasheet" in data and b"measured" in data and b"theoretical (max clock)" in data and b"spec" not in data
 
 
 def test_plot_rejects_other_formats(tmp_path, capsys):
@@ -73,7 +102,24 @@ def test_plot_rejects_other_formats(tmp_path, capsys):
     (["roofline", "examples:softmax", "--device", "h200", "--latency-ms", "0.05"], "one --latency-ms for 2"),
     (["roofline", "examples:softmax", "--device", "h200", "--latency-ms", "x=1"], "no configuration 'x'"),
     (["roofline", "examples:softmax", "--device", "h200", "--config", "32768x1024-f16", "--latency-ms", "-1"],
-     "must be positive"),
+     "must be a finite number > 0"),
+    *[(["roofline", "examples:matmul", "--device", "h200", "--config", "4096-f16", "--latency-ms", v],
+       "must be a finite number > 0") for v in ("inf", "nan", "0", "-0.5")],
+    (["roofline", "examples:matmul", "--device", "h200", "--config", "4096-f16", "--latency-ms", "4096-f16=inf"],
+     "--latency-ms 4096-f16: must be a finite number > 0, not inf"),
+    (["roofline", "examples:matmul", "--device", "h200", "--config", "4096-f16", "--latency-ms", "abc"],
+     "is not a number"),
+    *[(["roofline", "examples:matmul", "--timeout", v], "--timeout: must be a finite number > 0") for v in
+      ("-5", "0", "inf", "nan")],
+    (["roofline", "examples:matmul", "--timeout", "abc"], "--timeout: 'abc' is not a number"),
+    (["roofline", "examples:matmul", "--rep-ms", "-1"], "--rep-ms: must be a finite number >= 0"),
+    (["roofline", "examples:matmul", "--check-seed", "1.5"], "--check-seed: '1.5' is not an integer"),
+    (["roofline", "examples:matmul", "--gpu", "-1"], "--gpu: must be a finite number >= 0"),
+    (["roofline", "examples:matmul", "--device", "h200", "--config", "4096-f16", "--latency-ms", "0.2", "--plot",
+      "/proc/nope/x.png"], "--plot /proc/nope/x.png: cannot create"),
+    *[(["roofline", w, "--device", "h200", "--config", "4096-f16", "--latency-ms", "0.2", "--workload-arg",
+        "foo=bar"], f"cannot create workload {w}: got an unexpected keyword argument 'foo'")
+      for w in ("examples:matmul", "tilegym:matmul")],
     (["roofline", "examples:softmax", "--device", "z900", "--latency-ms", "1"], "unknown device preset"),
     (["roofline", "examples:softmax", "--config", "nope"], "no configuration 'nope'"),
     (["roofline", "nope.py::W"], "no such file"),
@@ -100,9 +146,19 @@ def test_list_configs(capsys):
 
 def test_peaks_offline_json(capsys):
     rc, d = run_json(capsys, ["peaks", "--device", "h200", "--json"])
-    assert rc == 0 and d["ceilings"] is None
-    assert d["device"]["peak_dram_bw"]["value"] == pytest.approx(4.8146e12, rel=1e-4)
-    assert d["device"]["peak_flops"]["bf16:tensor"]["source"].startswith("4096 bf16 tensor FLOP/clk/SM")
+    assert rc == 0 and d["ceilings"]["measured_at"].startswith("2026-12-02")
+    assert d["device"]["theoretical_dram_bw"]["value"] == pytest.approx(4.8146e12, rel=1e-4)
+    assert d["device"]["theoretical_flops"]["bf16:tensor"]["source"].startswith("4096 bf16 tensor FLOP/clk/SM")
+    assert d["device"]["datasheet"]["bf16:tensor"]["value"] == pytest.approx(989.5e12)
+
+
+def test_peaks_offline_table_labels_every_kind(capsys):
+    assert main(["peaks", "--device", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert "bf16:tensor (datasheet)" in out and "bf16:tensor (theoretical, max clock)" in out
+    assert "bf16:tensor (measured)" in out and "% of datasheet" in out and "(spec)" not in out
+    assert main(["peaks", "--device", "a100"]) == 0
+    assert "no measured ceilings for the NVIDIA A100-SXM4-80GB preset" in " ".join(capsys.readouterr().out.split())
 
 
 def test_peaks_offline_table(capsys):
@@ -116,3 +172,33 @@ def test_peaks_without_gpu(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["peaks"]) == 2
     assert "offline mode" in capsys.readouterr().err
+
+
+def test_check_seed_reaches_the_harness_and_a_failure_says_how_to_replay(capsys, monkeypatch):
+    import cutile_diag.bench as bench
+    from cutile_diag.bench.correctness import CheckResult
+    from cutile_diag.bench.runner import MeasureResult
+    from cutile_diag.roofline import device
+    seen = []
+
+    def fake_measure(ref, config, *, check_seed=None, **kw):
+        seen.append(check_seed)
+        chk = CheckResult(False, 1234567 if check_seed is None else check_seed, error=None)
+        return MeasureResult(ref, config, "mismatch", error="FAIL (seed ...): y: wrong", check=chk)
+
+    monkeypatch.setattr(device, "live_device", lambda index=None: device.preset("h200"))
+    monkeypatch.setattr(bench, "measure_isolated", fake_measure)
+    assert main(["roofline", "examples:vector_add", "--config", "1M-f32", "--no-static"]) == 1
+    assert "--check-seed 1234567" in capsys.readouterr().out
+    assert main(["roofline", "examples:vector_add", "--config", "1M-f32", "--no-static", "--check-seed", "42"]) == 1
+    assert seen == [None, 42]          # default: None = a fresh seed drawn by the check itself
+
+
+def test_plot_write_failure_is_a_usage_error(tmp_path):
+    from cutile_diag.errors import UsageError
+    from cutile_diag.roofline import analyze, plot_roofline, preset
+    dev = preset("h200")
+    p = analyze("w", "c", latency_ms=1.0, flops=1e9, bytes=1e9, unit=("f32", "cuda"), device=dev)
+    (tmp_path / "taken.svg").mkdir()                 # the file name is a folder: savefig fails
+    with pytest.raises(UsageError, match="cannot write"):
+        plot_roofline([p], dev, None, tmp_path / "taken.svg")

@@ -172,3 +172,26 @@ def test_result_json_roundtrip():
     back = CheckResult.from_json(r.to_json())
     assert back.passed == r.passed and back.comparisons[0].worst_index == (61,)
     assert math.isnan(back.comparisons[0].max_abs_err)
+
+
+def test_each_check_draws_a_fresh_seed_and_records_it():
+    wl, cfg = _Scale("ok"), _Scale.configs[0]
+    seeds = {check_workload(wl, cfg, device="cpu").seed for _ in range(4)}
+    assert len(seeds) == 4 and all(isinstance(s, int) and s >= 0 for s in seeds)
+
+
+def test_a_failing_check_names_its_seed_and_replays_exactly():
+    wl, cfg = _Scale("wrong"), _Scale.configs[0]
+    r = check_workload(wl, cfg, device="cpu")
+    assert not r.passed and f"seed {r.seed}" in r.summary and r.to_json()["seed"] == r.seed
+    again = check_workload(wl, cfg, seed=r.seed, device="cpu")
+    assert again.comparisons[0].worst_actual == r.comparisons[0].worst_actual
+
+
+def test_measure_config_checks_on_a_fresh_seed_unless_one_is_given():
+    from cutile_diag.bench.runner import measure_config
+    wl, cfg = _Scale("wrong"), _Scale.configs[0]      # fails the check: stops before any GPU timing
+    a, b = (measure_config(wl, cfg, device="cpu") for _ in range(2))
+    assert a.status == b.status == "mismatch" and a.check.seed != b.check.seed
+    assert f"seed {a.check.seed}" in a.error
+    assert measure_config(wl, cfg, device="cpu", check_seed=7).check.seed == 7

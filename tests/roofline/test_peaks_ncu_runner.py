@@ -126,3 +126,19 @@ def test_measure_result_json_roundtrip():
     r = MeasureResult("w", "c", "ok", stats=summarize([1.0, 1.1]))
     back = MeasureResult.from_json(json.loads(json.dumps(r.to_json())))
     assert back.ok and back.median_ms == pytest.approx(1.05) and back.stats == r.stats
+
+
+def test_recorded_h200_ceilings_are_the_committed_measurement():
+    from pathlib import Path
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.peaks import RECORDED_CEILINGS, recorded_ceilings
+    committed = json.loads((Path(__file__).parents[2] / "bench/results/optimize-h200/peaks.json").read_text())
+    c = committed["ceilings"]
+    rec = RECORDED_CEILINGS["NVIDIA H200"]
+    assert rec.dram_bw.value == c["dram_bw"]["value"] and rec.measured_at == c["measured_at"]
+    assert {k: q.value for k, q in rec.flops.items()} == {k: q["value"] for k, q in c["flops"].items()}
+    assert committed["device"]["driver_version"] in rec.dram_bw.source
+    # handed out as a copy: a caller's edit does not leak into the next preset
+    got = recorded_ceilings(preset("h200"))
+    got.flops.clear()
+    assert recorded_ceilings(preset("h200")).flops

@@ -4,7 +4,7 @@ import textwrap
 import pytest
 
 from cutile_diag.errors import CutileDiagError, KernelLoadError, UsageError
-from cutile_diag.workload import (CaptureSpec, Workload, WorkloadConfig, WorkloadError, dtype_name, load_workload,
+from cutile_diag.workload import (CaptureSpec, WorkloadConfig, WorkloadError, dtype_name, load_workload,
                                   torch_dtype, workload)
 from cutile_diag.workloads import builtin_names
 
@@ -144,6 +144,13 @@ def test_constructor_kwargs(tmp_path):
         load_workload("examples:vector_add", source=str(tmp_path / "nope.py"))
     with pytest.raises(WorkloadError, match="cannot create workload"):
         load_workload(f"{_write(tmp_path, 'wl.py', GOOD)}::Copy", bogus=1)
+    # built-ins refuse unknown arguments the same way, and list the ones they take
+    with pytest.raises(WorkloadError, match="cannot create workload examples:matmul: .*'foo'") as e:
+        load_workload("examples:matmul", foo="bar")
+    assert "it takes: source" in e.value.one_line()
+    with pytest.raises(WorkloadError, match="tilegym:matmul: .*'foo'") as e:
+        load_workload("tilegym:matmul", foo="bar")
+    assert "it takes no arguments" in e.value.one_line()
 
 
 def test_config_lookup_error_lists_names():
@@ -248,7 +255,6 @@ def _fake_tilegym(monkeypatch, impls):
 
 @pytest.mark.parametrize("style", ["mode", "static_persistent"])
 def test_tilegym_rms_norm_picks_the_installed_keyword(monkeypatch, style):
-    import torch
     if style == "mode":
         def impl(input, normalized_shape, weight, eps, bias=None, mode=None, offset=0.0, **kwargs):
             return input.clone()

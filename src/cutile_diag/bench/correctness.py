@@ -3,10 +3,15 @@
 Public API::
 
     compare(actual, expected, tol, name="out") -> Comparison     # one tensor pair
-    check_workload(wl, cfg, seed=1234, device="cuda") -> CheckResult
+    check_workload(wl, cfg, seed=None, device="cuda") -> CheckResult   # seed None: a fresh one, recorded
+    fresh_seed() -> int
     check_outputs(wl, cfg, actual, expected) -> CheckResult        # e.g. after a timed loop
     reference_outputs(wl, inputs) / run_outputs(wl, inputs, result) -> {name: tensor}
     poison_(tensor) -> bool
+
+Each check draws fresh random inputs: with no seed given, a new seed from the OS's entropy
+pool, recorded in the result (``CheckResult.seed``, and in a failure's summary) so that a
+failure can be replayed with that seed.
 
 Rules: |actual - expected| <= atol + rtol * |expected| element-wise (torch.allclose's
 rule), computed in float64.  NaN never passes — not in the output, not in the reference
@@ -81,7 +86,8 @@ class CheckResult:
         if not bad:
             worst = max((c.max_abs_err or 0.0) for c in self.comparisons) if self.comparisons else 0.0
             return f"PASS (max abs err {worst:.3g})"
-        return "FAIL: " + "; ".join(f"{c.name}: {c.message}" for c in bad)
+        head = f"FAIL (seed {self.seed}): " if self.seed is not None else "FAIL: "
+        return head + "; ".join(f"{c.name}: {c.message}" for c in bad)
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "seed": self.seed, "error": self.error, "summary": self.summary,
@@ -244,9 +250,16 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def check_workload(wl: Workload, cfg: WorkloadConfig, *, seed: int = 1234, device: str = "cuda") -> CheckResult:
-    """Run once on fresh inputs from ``seed`` and compare with the reference."""
+def fresh_seed() -> int:
+    import secrets
+    return secrets.randbits(31)        # torch.manual_seed and numpy both take it
+
+
+def check_workload(wl: Workload, cfg: WorkloadConfig, *, seed: int | None = None,
+                   device: str = "cuda") -> CheckResult:
+    """Run once on fresh inputs from ``seed`` (None: a fresh seed, recorded) and compare with the reference."""
     import torch
+    seed = fresh_seed() if seed is None else int(seed)
     try:
         inputs = wl.make_inputs(cfg, seed, device)
     except WorkloadError:

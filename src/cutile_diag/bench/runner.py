@@ -13,7 +13,8 @@ Public API (what the optimisation loop calls)::
     run_isolated("pkg.mod:function" | "file.py::function", kwargs, timeout_s) -> JSON-able result
     MeasureResult.from_json(d) / .to_json()
 
-Order of a measurement: (1) check on fresh inputs from ``check_seed`` (outputs poisoned);
+Order of a measurement: (1) check on fresh inputs from ``check_seed`` (None, the default: a
+fresh seed per check, recorded in ``r.check.seed``; outputs poisoned);
 a failing check stops here — a wrong kernel's time means nothing; (2) new inputs from
 ``seed``, the reference for them computed up front; (3) warm-up, then outputs poisoned and
 the timed repetitions; (4) the outputs the timed runs left are compared with the reference
@@ -95,7 +96,7 @@ def _device_info(device: str) -> dict:
 
 
 def measure_config(wl: Workload, cfg: WorkloadConfig, options: BenchOptions | None = None, *,
-                   check: bool = True, seed: int = 0, check_seed: int = 1234,
+                   check: bool = True, seed: int = 0, check_seed: int | None = None,
                    device: str = "cuda", post_check: bool = True) -> MeasureResult:
     """Check, then time one configuration in this process."""
     import torch
@@ -214,7 +215,7 @@ def _spawn(request: dict, timeout_s: float, env: dict | None) -> tuple[dict | No
 
 
 def measure_isolated(workload: str, config: str, *, options: BenchOptions | None = None, check: bool = True,
-                     seed: int = 0, check_seed: int = 1234, device: int | None = None, post_check: bool = True,
+                     seed: int = 0, check_seed: int | None = None, device: int | None = None, post_check: bool = True,
                      workload_kwargs: dict | None = None, timeout_s: float = 300.0,
                      env: dict | None = None) -> MeasureResult:
     """``measure_config`` in a child process that is killed after ``timeout_s`` seconds."""

@@ -43,7 +43,7 @@ def _measure(request: dict) -> dict:
         device = _set_device(request)
         wl, cfg = load_for_request(request)
         r = measure_config(wl, cfg, BenchOptions.from_json(request.get("options")), check=request.get("check", True),
-                           seed=int(request.get("seed", 0)), check_seed=int(request.get("check_seed", 1234)),
+                           seed=int(request.get("seed", 0)), check_seed=request.get("check_seed"),
                            device=device, post_check=request.get("post_check", True))
         return r.to_json()
     except CutileDiagError as e:

@@ -6,14 +6,21 @@
     cutile-diag roofline examples:matmul --device h200 --latency-ms 4096-f16=0.25 2048-f16=0.04
 
 ``<kernel>`` is a workload reference (``examples:<kernel>``, ``tilegym:<op>``,
-``file.py::Workload``).  Each configuration is checked for correctness, then timed in a
-subprocess that is killed after ``--timeout`` seconds.  Exit status: 0 when every
+``file.py::Workload``).  Each configuration is checked for correctness on fresh random inputs
+(a new seed each time, printed and kept in ``--json``; ``--check-seed N`` replays one), then
+timed in a subprocess that is killed after ``--timeout`` seconds.  Percent of roof is
+given against NVIDIA's datasheet figure and the measured ceiling (offline presets carry the
+project's committed measurement where one exists); the theoretical roof (table rate x max
+clock) is in ``--json`` and the plot.  Exit status: 0 when every
 configuration produced a valid point, 1 when one failed (mismatch, error, timeout) or was
 flagged INVALID by the above-roof guard, 2 for bad input.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from pathlib import Path
 
 from ..errors import UsageError
 from ..output import console, err_console, print_json, progress
@@ -24,7 +31,7 @@ def register(subparsers) -> None:
         "roofline", help="place a workload's configurations on the device roofline",
         description="Measure (or take recorded latencies for) each configuration of a workload, then report "
                     "TB/s, TFLOP/s, arithmetic intensity, the class, percent of the applicable roof against the "
-                    "spec roof and the measured ceiling, and a verdict.")
+                    "datasheet peak and the measured ceiling, and a verdict.")
     p.add_argument("kernel", help="workload: examples:<kernel>, tilegym:<op> or path/file.py::Workload")
     p.add_argument("--config", nargs="+", action="extend", metavar="NAME", help="configurations (default: all)")
     p.add_argument("--list", action="store_true", help="list the workload's configurations and exit")
@@ -33,15 +40,17 @@ def register(subparsers) -> None:
     p.add_argument("--device", metavar="PRESET", help="offline device preset (a100, h100, h200, b200)")
     p.add_argument("--latency-ms", nargs="+", metavar="MS|NAME=MS",
                    help="recorded latency: one number (one configuration) or NAME=MS per configuration")
-    p.add_argument("--gpu", type=int, default=None, metavar="N", help="CUDA device index")
+    p.add_argument("--gpu", metavar="N", help="CUDA device index")
     p.add_argument("--ncu", action="store_true", help="also collect Nsight Compute metrics (needs ncu on PATH)")
     p.add_argument("--no-check", action="store_true", help="skip the correctness check (not recommended)")
+    p.add_argument("--check-seed", metavar="N", help="seed of the correctness check's inputs (default: a fresh one "
+                                                     "per check, reported so that a failure can be replayed)")
     p.add_argument("--no-static", action="store_true", help="skip the static FLOP/byte count from the TileIR")
     p.add_argument("--no-peaks", action="store_true", help="do not measure ceilings when none are cached")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-configuration timeout (s)")
+    p.add_argument("--timeout", default="300", metavar="S", help="per-configuration timeout (s, default 300)")
     p.add_argument("--in-process", action="store_true", help="measure in this process (no timeout protection)")
-    p.add_argument("--warmup-ms", type=float, default=None, help="warm-up budget per configuration (ms)")
-    p.add_argument("--rep-ms", type=float, default=None, help="timed budget per configuration (ms)")
+    p.add_argument("--warmup-ms", metavar="MS", help="warm-up budget per configuration (ms)")
+    p.add_argument("--rep-ms", metavar="MS", help="timed budget per configuration (ms)")
     p.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (tiny kernels)")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions (warm cache)")
     p.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -59,6 +68,22 @@ def _kwargs(items: list[str]) -> dict:
     return out
 
 
+def number_arg(flag: str, text, *, low: float = 0.0, strict: bool = True, integer: bool = False):
+    """A finite number above ``low`` (or at least it when not strict); one-line UsageError otherwise.
+
+    Parsed here, not by argparse, whose errors are a usage block rather than one line.
+    """
+    if text is None:
+        return None
+    try:
+        v = int(text) if integer else float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag}: '{text}' is not {'an integer' if integer else 'a number'}") from None
+    if not math.isfinite(v) or (v <= low if strict else v < low):
+        raise UsageError(f"{flag}: must be a finite number {'>' if strict else '>='} {low:g}, not {text}")
+    return v
+
+
 def _latencies(items: list[str] | None, cfgs) -> dict[str, float] | None:
     if not items:
         return None
@@ -66,13 +91,7 @@ def _latencies(items: list[str] | None, cfgs) -> dict[str, float] | None:
     out: dict[str, float] = {}
 
     def num(text, where):
-        try:
-            v = float(text)
-        except ValueError:
-            raise UsageError(f"--latency-ms {where}: '{text}' is not a number") from None
-        if not v > 0:
-            raise UsageError(f"--latency-ms {where}: must be positive, not {text}")
-        return v
+        return number_arg(f"--latency-ms {where}", text)      # nan, inf, 0 and negatives are no latency
 
     if len(items) == 1 and "=" not in items[0]:
         if len(cfgs) != 1:
@@ -90,6 +109,19 @@ def _latencies(items: list[str] | None, cfgs) -> dict[str, float] | None:
     return out
 
 
+def _check_plot_path(text: str) -> None:
+    """Fail before minutes of measuring, not after: the suffix, and a folder that exists or can be made."""
+    path = Path(text)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise UsageError(f"--plot {path}: the file must end in .png or .svg")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)     # plot_roofline would make it anyway
+    except OSError as e:
+        raise UsageError(f"--plot {path}: cannot create {path.parent}: {e.strerror or e}") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UsageError(f"--plot {path}: {path.parent} is not writable")
+
+
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
@@ -98,8 +130,15 @@ def run(args: argparse.Namespace) -> int:
     from ..bench import BenchOptions
     from ..roofline.analysis import roofline_workload
     from ..roofline.device import live_device, preset
-    from ..roofline.peaks import get_ceilings
+    from ..roofline.peaks import get_ceilings, recorded_ceilings
     from ..workload import load_workload
+    timeout = number_arg("--timeout", args.timeout)
+    warmup_ms = number_arg("--warmup-ms", args.warmup_ms, strict=False)
+    rep_ms = number_arg("--rep-ms", args.rep_ms, strict=False)
+    gpu = number_arg("--gpu", args.gpu, strict=False, integer=True)
+    check_seed = number_arg("--check-seed", args.check_seed, strict=False, integer=True)
+    if args.plot:
+        _check_plot_path(args.plot)
     wl = load_workload(args.kernel, **_kwargs(args.workload_arg))
     if args.list:
         if args.json:
@@ -120,9 +159,9 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise UsageError("offline mode needs a latency for every selected configuration",
                              hint="missing: " + ", ".join(missing))
-        ceilings = None
+        ceilings = recorded_ceilings(dev)     # the project's own measurement of this preset, if any
     else:
-        dev = live_device(args.gpu)
+        dev = live_device(gpu)
         ceilings = get_ceilings(dev, measure_if_missing=not args.no_peaks and not lat)
     if args.ncu:
         from ..roofline.ncu import ncu_available
@@ -132,13 +171,14 @@ def run(args: argparse.Namespace) -> int:
         if dev.kind != "live":
             raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
     opts = BenchOptions(flush_l2=not args.no_flush, cuda_graph=args.cuda_graph)
-    if args.warmup_ms is not None:
-        opts.warmup_ms = args.warmup_ms
-    if args.rep_ms is not None:
-        opts.rep_ms = args.rep_ms
+    if warmup_ms is not None:
+        opts.warmup_ms = warmup_ms
+    if rep_ms is not None:
+        opts.rep_ms = rep_ms
     with progress(len(cfgs), f"roofline {wl.name}", enabled=not args.json) as bar:
         results = roofline_workload(wl, cfgs, device=dev, ceilings=ceilings, latencies=lat, options=opts,
-                                    check=not args.no_check, isolated=not args.in_process, timeout_s=args.timeout,
+                                    check=not args.no_check, check_seed=check_seed,
+                                    isolated=not args.in_process, timeout_s=timeout,
                                     static=not args.no_static, ncu=args.ncu,
                                     on_step=lambda m: bar.update(m))
     points = [r.point for r in results if r.point is not None]
@@ -165,10 +205,14 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(wl, dev, ceilings, results) -> None:
     from rich.markup import escape
     from rich.table import Table
-    t = Table(title=escape(f"{wl.name} on {dev.name} ({dev.kind})"))
+    t = Table(title=escape(f"{wl.name} on {dev.name} ({dev.kind})"),
+              caption="bound: by the theoretical ridge (table rate x max clock); % datasheet: of NVIDIA's figure "
+                      "for this variant; % measured: of the measured ceiling"
+                      + (" (recorded for this preset)" if ceilings and ceilings.details.get("recorded_from") else "")
+                      + "; --json also has % of the theoretical roof")
     for col, j in (("config", "left"), ("ms", "right"), ("±%", "right"), ("TB/s", "right"), ("TFLOP/s", "right"),
-                   ("AI", "right"), ("class", "left"), ("bound", "left"), ("% spec", "right"), ("% meas.", "right"),
-                   ("verdict", "left")):
+                   ("AI", "right"), ("class", "left"), ("bound", "left"), ("% datasheet", "right"),
+                   ("% measured", "right"), ("verdict", "left")):
         t.add_column(col, justify=j)
     for r in results:
         p = r.point
@@ -180,17 +224,20 @@ def _print_table(wl, dev, ceilings, results) -> None:
                  "moderate": "[yellow]headroom[/yellow]", "far": "[red]far below[/red]"}.get(p.level, p.level)
         t.add_row(escape(p.config), f"{p.latency_ms:.4f}", rel, f"{p.achieved_tbps:.3f}", f"{p.achieved_tflops:.2f}",
                   "-" if p.ai is None else f"{p.ai:.1f}", p.recipe_class,
-                  f"{p.bound}" + (f" (ridge {p.ridge_spec:.0f})" if p.ridge_spec else ""),
-                  _pct(p.pct_spec), _pct(p.pct_measured), level)
+                  f"{p.bound}" + (f" (ridge {p.ridge_theoretical:.0f})" if p.ridge_theoretical else ""),
+                  _pct(p.pct_datasheet), _pct(p.pct_measured), level)
     console.print(t)
     for r in results:
         if r.point is None:
             console.print(f"[bold]{escape(r.config)}[/bold]: [red]{r.status}[/red]: {escape(str(r.error))}")
+            chk = getattr(r.measure, "check", None)
+            if chk is not None and not chk.passed and chk.seed is not None:
+                console.print(f"  replay the failing inputs with --check-seed {chk.seed}")
             continue
         p = r.point
         console.print(f"[bold]{escape(p.config)}[/bold]: {escape(p.verdict)}")
         if p.check and p.check.get("summary"):
-            console.print(f"  correctness: {escape(p.check['summary'])}")
+            console.print(f"  correctness: {escape(p.check['summary'])} on inputs from seed {p.check.get('seed')}")
         st = p.static
         if st and st.get("available"):
             ratios = st.get("ratios") or {}

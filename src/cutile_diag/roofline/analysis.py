@@ -3,19 +3,20 @@
 Public API::
 
     results = roofline_workload(wl, cfgs, device=dev, ceilings=c, latencies=None, options=None,
-                                check=True, isolated=True, timeout_s=300, static=True, ncu=False,
-                                on_step=print)
+                                check=True, check_seed=None, isolated=True, timeout_s=300, static=True,
+                                ncu=False, on_step=print)
     for r in results: r.config, r.status, r.error, r.point (RooflinePoint | None), r.measure
 
 ``latencies`` (config name -> ms) switches a configuration to offline placement: no GPU,
-no correctness check.  Otherwise each configuration is measured through
+no correctness check.  ``check_seed`` None (the default) checks each configuration on fresh
+random inputs from a new seed, recorded in the point's ``check``.  Otherwise each configuration is measured through
 ``bench.measure_isolated`` (a killable subprocess; ``isolated=False`` measures in this
 process).  A configuration whose check fails, raises or times out gets no point — a wrong
 kernel has no meaningful speed — and its result says why.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..errors import CutileDiagError
@@ -61,7 +62,8 @@ def static_summary(wl: Workload, cfg: WorkloadConfig, device: DeviceModel) -> di
 
 def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: DeviceModel,
                       ceilings: Ceilings | None = None, latencies: dict[str, float] | None = None,
-                      options=None, check: bool = True, isolated: bool = True, timeout_s: float = 300.0,
+                      options=None, check: bool = True, check_seed: int | None = None,
+                      isolated: bool = True, timeout_s: float = 300.0,
                       static: bool = True, ncu: bool = False,
                       on_step: Callable[[str], None] | None = None) -> list[ConfigResult]:
     from ..bench import BenchOptions, measure_config, measure_isolated
@@ -90,10 +92,10 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
                     raise CutileDiagError(f"workload {wl.name} has no reference string for a subprocess",
                                           hint="load it with load_workload(), or pass isolated=False")
                 m = measure_isolated(wl.ref, cfg.name, workload_kwargs=wl.ref_kwargs or None, options=options,
-                                     check=check, timeout_s=timeout_s,
+                                     check=check, check_seed=check_seed, timeout_s=timeout_s,
                                      device=device.index if device.kind == "live" else None)
             else:
-                m = measure_config(wl, cfg, options, check=check)
+                m = measure_config(wl, cfg, options, check=check, check_seed=check_seed)
             res.measure = m
             if not m.ok:
                 res.status, res.error = m.status, m.error

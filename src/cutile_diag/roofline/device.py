@@ -5,11 +5,19 @@ Public API::
     dev = live_device(index=None)        # NVML + CUDA device properties (torch); NoGPUError without a GPU
     dev = preset("h200")                 # offline: a100, h100, h200, b200 (PRESETS)
     dev = device_model("h200" | None)    # preset by name, else the live GPU
-    dev.peak_dram_bw() -> Quantity(bytes/s)       # 2 x max memory clock x bus width / 8
-    dev.peak_flops("bf16", "tensor") -> Quantity  # table FLOP/clk/SM x SMs x max SM clock
-    dev.ridge("bf16", "tensor") -> float          # FLOP/byte where the two roofs meet
-    dev.spec_peaks() -> {"bf16:tensor": Quantity, ...}
+    dev.theoretical_dram_bw() -> Quantity(bytes/s)       # 2 x max memory clock x bus width / 8
+    dev.theoretical_flops("bf16", "tensor") -> Quantity  # table FLOP/clk/SM x SMs x max SM clock
+    dev.ridge("bf16", "tensor") -> float                 # FLOP/byte where the two theoretical roofs meet
+    dev.theoretical_peaks() -> {"bf16:tensor": Quantity, ...}
+    dev.datasheet_peak("dram_bw" | "bf16:tensor") -> Quantity   # NVIDIA's figure for this exact variant
     dev.key -> "NVIDIA H200|GPU-…|driver 580.159"  (measured-ceiling cache key)
+    datasheet_variant("NVIDIA H100 PCIe") -> "h100-pcie" | None
+
+Two kinds of "peak", never mixed up: *theoretical* = the per-arch table rate x the NVML
+**maximum** clock (H100/H200 bf16: 4096 x 132 x 1980 MHz = 1070 TFLOP/s, above NVIDIA's
+989, which is quoted at a lower boost clock); *datasheet* = NVIDIA's published dense figure
+for the exact product variant (SXM / PCIe / NVL, memory size), unknown when the variant is
+not recognised rather than borrowed from a sibling.
 
 ``Quantity(value, unit, source)``: ``source`` says which call, table row or preset produced
 the value (``"nvmlDeviceGetMaxClockInfo(SM)"``, ``"torch.cuda.get_device_properties"``,
@@ -72,7 +80,7 @@ class DeviceModel:
     warnings: list[str] = field(default_factory=list)
 
     # -- derived roofs ---------------------------------------------------------------------
-    def peak_dram_bw(self) -> Quantity:
+    def theoretical_dram_bw(self) -> Quantity:
         mc, bw = self.mem_clock_max_mhz, self.bus_width_bits
         if not (mc.known and bw.known):
             why = mc.source if not mc.known else bw.source
@@ -81,7 +89,7 @@ class DeviceModel:
         return _q(value, "B/s", f"2 x memory clock {mc.value:g} MHz [{mc.source}] x {bw.value} bit "
                                 f"[{bw.source}] / 8 (DDR)")
 
-    def peak_flops(self, dtype: str, unit: str = "tensor") -> Quantity:
+    def theoretical_flops(self, dtype: str, unit: str = "tensor") -> Quantity:
         rate = flops_per_clk_per_sm(self.arch, dtype, unit)
         label = f"{canonical_dtype(dtype)} {unit}"
         if rate is None:
@@ -96,14 +104,25 @@ class DeviceModel:
                                    f"[{clk.source}]")
 
     def ridge(self, dtype: str, unit: str = "tensor") -> float | None:
-        f, b = self.peak_flops(dtype, unit), self.peak_dram_bw()
+        f, b = self.theoretical_flops(dtype, unit), self.theoretical_dram_bw()
         if not (f.known and b.known) or b.value <= 0:
             return None
         return f.value / b.value
 
-    def spec_peaks(self) -> dict[str, Quantity]:
+    def theoretical_peaks(self) -> dict[str, Quantity]:
         table = ARCH_TABLES.get(arch_family(self.arch), {})
-        return {f"{d}:{u}": self.peak_flops(d, u) for (d, u) in table}
+        return {f"{d}:{u}": self.theoretical_flops(d, u) for (d, u) in table}
+
+    def datasheet_peak(self, what: str) -> Quantity:
+        """NVIDIA's figure: ``"dram_bw"`` (B/s) or ``"bf16:tensor"`` (FLOP/s); unknown, never guessed."""
+        if what != "dram_bw":
+            d, _, u = what.partition(":")
+            what = f"{canonical_dtype(d)}:{u or 'tensor'}"
+        q = self.datasheet.get(what)
+        if q is not None:
+            return q
+        return _q(None, "B/s" if what == "dram_bw" else "FLOP/s",
+                  f"unknown: no datasheet figure for {what} on {self.name}")
 
     @property
     def key(self) -> str:
@@ -118,18 +137,80 @@ class DeviceModel:
                    "total_memory_bytes", "sm_clock_current_mhz", "mem_clock_current_mhz"):
             v = getattr(self, f_)
             out[f_] = v.to_json() if v is not None else None
-        out["peak_dram_bw"] = self.peak_dram_bw().to_json()
-        out["peak_flops"] = {k: q.to_json() for k, q in self.spec_peaks().items()}
+        out["theoretical_dram_bw"] = self.theoretical_dram_bw().to_json()
+        out["theoretical_flops"] = {k: q.to_json() for k, q in self.theoretical_peaks().items()}
         out["datasheet"] = {k: q.to_json() for k, q in self.datasheet.items()}
         out["warnings"] = list(self.warnings)
         return out
 
 
 # ---------------------------------------------------------------------------------------
-# presets
+# presets and datasheets
 
-def _preset(name, arch, sms, sm_mhz, mem_mhz, bus, l2_mib, smem_kib, optin_kib, watts, mem_gb, src,
-            datasheet=None, warnings=()) -> DeviceModel:
+_NV_NAME = {"tf32": "TF32", "f16": "FP16", "bf16": "BF16", "f8": "FP8"}
+
+
+def _sheet(doc: str, tbps: float, sparse_tflops: dict[str, float], fp32: float | None = None) -> dict[str, Quantity]:
+    """NVIDIA's datasheet figures for one variant; tensor rates are quoted with 2:4 sparsity, dense = half."""
+    src = f"NVIDIA {doc} datasheet"
+    out = {"dram_bw": _q(tbps * 1e12, "B/s", f"{src}: {tbps:g} TB/s")}
+    for dt, sp in sparse_tflops.items():
+        out[f"{dt}:tensor"] = _q(sp / 2 * 1e12, "FLOP/s", f"{src}: {sp:g} TFLOPS {_NV_NAME.get(dt, dt)} with sparsity "
+                                                          f"-> {sp / 2:g} dense")
+    if fp32:
+        out["f32:cuda"] = _q(fp32 * 1e12, "FLOP/s", f"{src}: {fp32:g} TFLOPS FP32")
+    return out
+
+
+_A100_T = {"tf32": 312, "f16": 624, "bf16": 624}
+_H100_SXM_T = {"tf32": 989, "f16": 1979, "bf16": 1979, "f8": 3958}
+_NVL_T = {"tf32": 835, "f16": 1671, "bf16": 1671, "f8": 3341}
+DATASHEETS: dict[str, dict[str, Quantity]] = {
+    "a100-sxm4-80gb": _sheet("A100 80GB SXM", 2.039, _A100_T, 19.5),
+    "a100-sxm4-40gb": _sheet("A100 40GB SXM", 1.555, _A100_T, 19.5),
+    "a100-pcie-80gb": _sheet("A100 80GB PCIe", 1.935, _A100_T, 19.5),
+    "a100-pcie-40gb": _sheet("A100 40GB PCIe", 1.555, _A100_T, 19.5),
+    "h100-sxm": _sheet("H100 SXM", 3.35, _H100_SXM_T, 67),
+    "h100-pcie": _sheet("H100 PCIe", 2.0, {"tf32": 756, "f16": 1513, "bf16": 1513, "f8": 3026}, 51),
+    "h100-nvl": _sheet("H100 NVL", 3.9, _NVL_T, 60),
+    "h200-sxm": _sheet("H200 SXM", 4.8, _H100_SXM_T, 67),
+    "h200-nvl": _sheet("H200 NVL", 4.8, _NVL_T, 60),
+    "b200": _sheet("HGX B200 (per GPU)", 8.0, {"f16": 4500, "bf16": 4500, "f8": 9000}),
+}
+
+
+def datasheet_variant(gpu_name: str) -> str | None:
+    """The DATASHEETS key of a device name (NVML/torch spelling), None when not sure.
+
+    Only exact variants count: an A100 40GB, an H100 PCIe or NVL, a GH200 or GB200 must not
+    get the SXM / HGX figures of the preset with the same family name.
+    """
+    toks = gpu_name.upper().replace("-", " ").replace("_", " ").split()
+    if "MIG" in toks:                                  # "... MIG 3g.40gb": the parent's name comes first
+        toks = toks[:toks.index("MIG")]
+    rest = set(toks) - {"NVIDIA"}
+    sxm = any(t.startswith("SXM") for t in rest)
+    if "A100" in rest:
+        form = "pcie" if "PCIE" in rest else "sxm4" if sxm else None
+        mem = "80gb" if "80GB" in rest else "40gb" if "40GB" in rest else None
+        return f"a100-{form}-{mem}" if form and mem else None
+    if "H100" in rest:
+        if "NVL" in rest:
+            return "h100-nvl"
+        if "PCIE" in rest:
+            return "h100-pcie"
+        return "h100-sxm" if "80GB" in rest and (sxm or "HBM3" in rest) else None
+    if "H200" in rest:
+        if "NVL" in rest:
+            return "h200-nvl"
+        return "h200-sxm" if rest - {"H200", "141GB", "HBM3E"} <= {"SXM", "SXM5"} else None
+    if "B200" in rest:
+        return "b200" if rest - {"B200", "HGX"} <= {"SXM", "SXM6"} else None
+    return None
+
+
+def _preset(name, variant, arch, sms, sm_mhz, mem_mhz, bus, l2_mib, smem_kib, optin_kib, watts, mem_gb, src,
+            warnings=()) -> DeviceModel:
     major, minor = int(arch[3:-1]), int(arch[-1])
     p = f"preset {name}: {src}"
     return DeviceModel(
@@ -138,35 +219,25 @@ def _preset(name, arch, sms, sm_mhz, mem_mhz, bus, l2_mib, smem_kib, optin_kib, 
         bus_width_bits=_q(bus, "bit", p), l2_bytes=_q(l2_mib * MIB, "B", p),
         smem_per_sm_bytes=_q(smem_kib * KIB, "B", p), smem_per_block_optin_bytes=_q(optin_kib * KIB, "B", p),
         power_limit_w=_q(watts, "W", p), mig_mode=_q(False, "", p), total_memory_bytes=_q(mem_gb * 10**9, "B", p),
-        datasheet={k: _q(v, u, s) for k, (v, u, s) in (datasheet or {}).items()}, warnings=list(warnings))
+        datasheet=dict(DATASHEETS[variant]), warnings=list(warnings))
 
 
 _NV = "NVIDIA datasheet"
 PRESETS: dict[str, DeviceModel] = {
-    "a100": _preset("NVIDIA A100-SXM4-80GB", "sm_80", 108, 1410, 1593, 5120, 40, 164, 163, 400, 80,
-                    f"{_NV} (A100 SXM4 80GB: 108 SMs, 1410 MHz boost, HBM2e 1593 MHz x 5120 bit)",
-                    {"dram_bw": (2.039e12, "B/s", f"{_NV}: 2039 GB/s"),
-                     "bf16:tensor": (312e12, "FLOP/s", f"{_NV}: 312 TFLOPS BF16 dense (624 sparse)"),
-                     "f32:cuda": (19.5e12, "FLOP/s", f"{_NV}: 19.5 TFLOPS FP32")}),
-    "h100": _preset("NVIDIA H100 80GB HBM3", "sm_90", 132, 1980, 2619, 5120, 50, 228, 227, 700, 80,
-                    f"{_NV} (H100 SXM5: 132 SMs, 1980 MHz max, HBM3 2619 MHz x 5120 bit)",
-                    {"dram_bw": (3.35e12, "B/s", f"{_NV}: 3.35 TB/s"),
-                     "bf16:tensor": (989e12, "FLOP/s", f"{_NV}: 989 TFLOPS BF16 dense (1979 sparse)"),
-                     "f32:cuda": (67e12, "FLOP/s", f"{_NV}: 67 TFLOPS FP32")}),
-    "h200": _preset("NVIDIA H200", "sm_90", 132, 1980, 3201, 6016, 60, 228, 227, 700, 141,
+    "a100": _preset("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb", "sm_80", 108, 1410, 1593, 5120, 40, 164, 163, 400, 80,
+                    f"{_NV} (A100 SXM4 80GB: 108 SMs, 1410 MHz boost, HBM2e 1593 MHz x 5120 bit)"),
+    "h100": _preset("NVIDIA H100 80GB HBM3", "h100-sxm", "sm_90", 132, 1980, 2619, 5120, 50, 228, 227, 700, 80,
+                    f"{_NV} (H100 SXM5: 132 SMs, 1980 MHz max, HBM3 2619 MHz x 5120 bit)"),
+    "h200": _preset("NVIDIA H200", "h200-sxm", "sm_90", 132, 1980, 3201, 6016, 60, 228, 227, 700, 141,
                     "measured on an H200 (NVML max SM clock 1980 MHz, max memory clock 3201 MHz, bus width "
-                    "6016 bit, power limit 700 W; torch: 132 SMs, 60 MiB L2; driver 580)",
-                    {"dram_bw": (4.8e12, "B/s", f"{_NV}: 4.8 TB/s"),
-                     "bf16:tensor": (989e12, "FLOP/s", f"{_NV}: 989 TFLOPS BF16 dense (1979 sparse)"),
-                     "f32:cuda": (67e12, "FLOP/s", f"{_NV}: 67 TFLOPS FP32")}),
-    "b200": _preset("NVIDIA B200", "sm_100", 148, 1965, 3906, 8192, 126, 228, 227, 1000, 180,
+                    "6016 bit, power limit 700 W; torch: 132 SMs, 60 MiB L2; driver 580)"),
+    "b200": _preset("NVIDIA B200", "b200", "sm_100", 148, 1965, 3906, 8192, 126, 228, 227, 1000, 180,
                     f"{_NV} (HGX B200: 148 SMs, 8 TB/s HBM3e over 8192 bit -> 3906 MHz); SM clock and L2 "
                     "unverified on this project",
-                    {"dram_bw": (8.0e12, "B/s", f"{_NV}: 8 TB/s"),
-                     "bf16:tensor": (2.25e15, "FLOP/s", f"{_NV}: 2.25 PFLOPS BF16 dense (4.5 sparse)")},
                     warnings=["B200 preset: SM clock (1965 MHz) and L2 size are not verified on hardware by "
                               "this project; query the device when one is available"]),
 }
+_PRESET_VARIANT = {"a100-sxm4-80gb": "a100", "h100-sxm": "h100", "h200-sxm": "h200", "b200": "b200"}
 _PRESET_ALIASES = {"a100-sxm4": "a100", "a100-80gb": "a100", "h100-sxm": "h100", "h100-sxm5": "h100",
                    "h200-sxm": "h200", "b200-hgx": "b200"}
 
@@ -185,12 +256,9 @@ def preset(name: str) -> DeviceModel:
 
 
 def preset_for_name(gpu_name: str) -> DeviceModel | None:
-    """The preset whose GPU a live device name is (``"NVIDIA H200"`` -> h200)."""
-    n = gpu_name.upper()
-    for key in ("h200", "h100", "a100", "b200"):
-        if key.upper() in n:
-            return preset(key)
-    return None
+    """The preset of exactly this variant (``"NVIDIA H200"`` -> h200; an H100 PCIe -> None)."""
+    key = _PRESET_VARIANT.get(datasheet_variant(gpu_name) or "")
+    return preset(key) if key else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,7 +281,8 @@ def live_device(index: int | None = None) -> DeviceModel:
     p = torch.cuda.get_device_properties(idx)
     cc = (int(p.major), int(p.minor))
     warnings: list[str] = []
-    fallback = preset_for_name(p.name)
+    variant = datasheet_variant(p.name)
+    fallback = preset_for_name(p.name)     # only for this exact variant: a sibling's clocks would be wrong
 
     def tq(attr, unit, scale=1):
         v = getattr(p, attr, None)
@@ -268,7 +337,11 @@ def live_device(index: int | None = None) -> DeviceModel:
         sm_clock_current_mhz=_nvq(nv, "sm_clock_current_mhz", "MHz", why),
         mem_clock_current_mhz=_nvq(nv, "mem_clock_current_mhz", "MHz", why),
         driver_version=driver, uuid=uuid, index=idx,
-        datasheet=dict(fallback.datasheet) if fallback else {}, warnings=warnings)
+        datasheet=dict(DATASHEETS[variant]) if variant else {}, warnings=warnings)
+    if not variant:
+        dev.warnings.append(f"no datasheet figures for '{p.name}' (not a variant this project has figures for: "
+                            "A100 SXM4/PCIe 40/80GB, H100 SXM/PCIe/NVL, H200 SXM/NVL, B200): % of datasheet "
+                            "is unknown")
     if arch_family(dev.arch) not in ARCH_TABLES:
         dev.warnings.append(f"{dev.arch} has no FLOP table: compute roofs are unknown")
     return dev

@@ -5,21 +5,27 @@ Public API::
     p = analyze("examples:matmul", "4096-f16", latency_ms=0.25, flops=1.37e11, bytes=1.0e8,
                 unit=("f16", "tensor"), device=dev, ceilings=c, latency_source="measured",
                 grid=(32, 32))
-    p.achieved_bw, p.achieved_flops, p.ai, p.recipe_class, p.bound, p.ridge_spec
-    p.pct_spec, p.pct_measured        # percent of the bound that applies
+    p.achieved_bw, p.achieved_flops, p.ai, p.recipe_class, p.bound, p.ridge_theoretical
+    p.pct_datasheet, p.pct_measured, p.pct_theoretical   # percent of the attainable roof
     p.valid, p.invalid_reasons, p.verdict, p.level
 
     recipe_class(ai) -> "memory-bound" (< 10) | "balanced" (10-50) | "compute-bound" (> 50)
 
-The recipe's thresholds set knob priority; the device's ridge point (peak FLOP/s ÷ peak
-B/s for the unit the kernel uses) decides which roof applies.  Percent of roof is achieved
-bandwidth ÷ bandwidth roof when the point sits left of the ridge, achieved FLOP/s ÷ compute
-roof otherwise — against the spec roof (tables x clocks) and against the measured ceiling.
+Three sets of roofs, each a bandwidth and a compute peak for the unit the kernel uses:
+*datasheet* (NVIDIA's figures for the variant), *measured* (``cutile-diag peaks``, or the
+committed measurement of an offline preset) and *theoretical* (arch table x NVML max
+clock, always above the datasheet on H100/H200).  Percent of roof is achieved over
+attainable under each set: bandwidth when the point sits left of that set's ridge, FLOP/s
+otherwise.  ``bound`` (and the recipe note) use the theoretical ridge, the one every arch
+has; the verdict cites the measured ceiling, else the datasheet, else the theoretical roof.
 
-Guard: a point above the measured ceiling by more than ``guard_margin`` (default 3 %, the
-ceiling's own run-to-run noise), or above the spec roof at all (2 % slack for clocks above
-the NVML maximum), is INVALID — a broken timer, a cached or unwritten output, or a wrong
-byte/FLOP count — never a win.
+Guard: a point more than ``guard_margin`` above a measured ceiling, or above the theoretical
+roof at all (2 % slack for clocks above the NVML maximum), is INVALID — a broken timer, a
+cached or unwritten output, or a wrong byte/FLOP count — never a win.  The 3 % default
+margin is the measured noise, not slack: in the committed H200 ceilings the best repetition
+beats the median by 1.7 % (streaming add) and 0.9-1.3 % (cuBLAS GEMMs), plus the harness's
+1 % rel_std target for the kernel itself.  Datasheet figures do not guard: a device at its
+max clock legitimately beats them (they are quoted at a lower boost clock).
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ RECIPE_MEMORY_MAX = 10.0
 RECIPE_COMPUTE_MIN = 50.0
 NEAR_ROOF_PCT = 80.0
 MID_ROOF_PCT = 50.0
-SPEC_SLACK = 0.02
+THEORETICAL_SLACK = 0.02
 
 
 def recipe_class(ai: float | None) -> str:
@@ -62,14 +68,18 @@ class RooflinePoint:
     achieved_flops: float                # FLOP/s
     ai: float | None                     # FLOP/byte
     recipe_class: str
-    bound: str                           # memory | compute | unknown (by the spec ridge)
-    ridge_spec: float | None
+    bound: str                           # memory | compute | unknown (by the theoretical ridge)
+    ridge_theoretical: float | None
+    ridge_datasheet: float | None
     ridge_measured: float | None
-    roof_bw_spec: Quantity
-    roof_flops_spec: Quantity
+    roof_bw_theoretical: Quantity
+    roof_flops_theoretical: Quantity
+    roof_bw_datasheet: Quantity
+    roof_flops_datasheet: Quantity
     roof_bw_measured: Quantity | None
     roof_flops_measured: Quantity | None
-    pct_spec: float | None
+    pct_theoretical: float | None
+    pct_datasheet: float | None
     pct_measured: float | None
     valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
@@ -92,7 +102,7 @@ class RooflinePoint:
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for k in ("roof_bw_spec", "roof_flops_spec", "roof_bw_measured", "roof_flops_measured"):
+        for k in [k for k in d if k.startswith("roof_")]:
             d[k] = d[k].to_json() if d[k] is not None else None
         d["achieved_tbps"], d["achieved_tflops"] = self.achieved_tbps, self.achieved_tflops
         d["grid"] = list(self.grid) if self.grid else None
@@ -105,6 +115,15 @@ def _pct(achieved: float, roof: Quantity | None) -> float | None:
     return 100.0 * achieved / roof.value
 
 
+def _place(bw_ach: float, fl_ach: float, ai: float | None, bw: Quantity | None, fl: Quantity | None,
+           fallback_bound: str) -> tuple[float | None, str, float | None]:
+    """(ridge, bound, percent of the attainable roof) under one set of roofs."""
+    ridge = fl.value / bw.value if (bw and bw.known and bw.value > 0 and fl and fl.known) else None
+    bound = fallback_bound if (ridge is None or ai is None) else ("memory" if ai < ridge else "compute")
+    pct = _pct(bw_ach, bw) if bound == "memory" else _pct(fl_ach, fl) if bound == "compute" else None
+    return ridge, bound, pct
+
+
 _MEM_HINTS = ("the memory path: tile loads through TMA instead of per-element gather/scatter (load_ptr_tko in the "
               "TileIR), enough bytes in flight (tile size, occupancy, a persistent grid), latency hints on the "
               "main loads, store allow_tma")
@@ -112,28 +131,29 @@ _COMP_HINTS = ("the math path: tensor-core use (f32 operands without a TF32 cast
                "shape, pipelining depth and occupancy, register spills")
 
 
-def _verdict(p: RooflinePoint, num_sms: int | None) -> None:
+def _verdict(p: RooflinePoint, num_sms: int | None, pct: float | None, bound: str, against: str) -> None:
     if not p.valid:
         p.level = "invalid"
         p.verdict = ("INVALID: " + "; ".join(p.invalid_reasons) + ". Not a speedup: suspect the timer, a cached or "
-                     "unwritten output, or a wrong byte/FLOP count.")
+                     "unwritten output, or a wrong byte/FLOP count")
+        if any("measured" in r for r in p.invalid_reasons):
+            p.verdict += " (or a low ceiling: re-measure with `cutile-diag peaks --refresh` on the GPU)"
+        p.verdict += "."
         return
-    pct = p.pct_measured if p.pct_measured is not None else p.pct_spec
-    against = "measured ceiling" if p.pct_measured is not None else "spec roof"
-    if pct is None or p.bound == "unknown":
+    if pct is None or bound == "unknown":
         p.level = "unknown"
         p.verdict = "no roof for this unit on this device: only the latency can be judged"
         return
-    roof = f"{p.bound} roof"
+    roof = f"{bound} roof"
     if pct >= NEAR_ROOF_PCT:
         p.level = "near"
         what = ("move fewer bytes (fusion, lower-precision storage, recompute instead of reload)"
-                if p.bound == "memory" else "do fewer FLOPs or use a faster unit (tensor cores, lower precision)")
+                if bound == "memory" else "do fewer FLOPs or use a faster unit (tensor cores, lower precision)")
         p.verdict = (f"near the {roof} ({pct:.0f}% of the {against}): knobs will not move it much; "
                      f"a further speedup needs a structural change — {what}")
     else:
         p.level = "moderate" if pct >= MID_ROOF_PCT else "far"
-        hints = _MEM_HINTS if p.bound == "memory" else _COMP_HINTS
+        hints = _MEM_HINTS if bound == "memory" else _COMP_HINTS
         lead = "headroom left" if p.level == "moderate" else "far below the roof"
         p.verdict = f"{pct:.0f}% of the {roof} ({against}): {lead}; look at {hints}"
     extra = []
@@ -159,68 +179,66 @@ def analyze(workload: str, config: str, *, latency_ms: float, flops: float, byte
     bw_ach = float(bytes) / t
     fl_ach = float(flops) / t
     ai = (float(flops) / float(bytes)) if bytes and bytes > 0 else None
-    bw_spec, fl_spec = device.peak_dram_bw(), device.peak_flops(dtype, u)
+    bw_th, fl_th = device.theoretical_dram_bw(), device.theoretical_flops(dtype, u)
+    bw_ds, fl_ds = device.datasheet_peak("dram_bw"), device.datasheet_peak(f"{dtype}:{u}")
     bw_meas = ceilings.ceiling("dram") if ceilings else None
     fl_meas = ceilings.ceiling(f"{dtype}:{u}") if ceilings else None
-    ridge_spec = (fl_spec.value / bw_spec.value) if (fl_spec.known and bw_spec.known and bw_spec.value) else None
-    ridge_meas = None
-    if bw_meas and bw_meas.known:
-        fl_for_ridge = fl_meas if (fl_meas and fl_meas.known) else fl_spec
-        if fl_for_ridge.known:
-            ridge_meas = fl_for_ridge.value / bw_meas.value
-
-    def bound_for(ridge):
-        if ai is None:
-            return "memory" if bytes and bytes > 0 else "compute"
-        if ridge is None:
-            return "unknown" if not bw_spec.known else "memory"
-        return "memory" if ai < ridge else "compute"
-
-    bound = bound_for(ridge_spec)
-    bound_meas = bound_for(ridge_meas) if ridge_meas is not None else bound
-    pct_spec = _pct(bw_ach, bw_spec) if bound == "memory" else _pct(fl_ach, fl_spec) if bound == "compute" else None
-    if bound_meas == "memory":
-        pct_meas = _pct(bw_ach, bw_meas)
-    elif bound_meas == "compute":
-        pct_meas = _pct(fl_ach, fl_meas)
+    if ai is None:
+        base = "memory" if bytes and bytes > 0 else "compute"
     else:
-        pct_meas = None
+        base = "unknown" if not bw_th.known else "memory"     # no compute roof: only bandwidth can judge it
+    ridge_th, bound, pct_th = _place(bw_ach, fl_ach, ai, bw_th, fl_th, base)
+    # a set without its own compute figure still places the point by the theoretical ridge
+    ridge_ds, bound_ds, pct_ds = _place(bw_ach, fl_ach, ai, bw_ds, fl_ds, bound)
+    ridge_meas, bound_meas, pct_meas = _place(bw_ach, fl_ach, ai, bw_meas, fl_meas, bound)
     p = RooflinePoint(workload=workload, config=config, latency_ms=latency_ms, latency_source=latency_source,
                       flops=float(flops), bytes=float(bytes), compute_dtype=dtype, compute_unit=u,
                       device=device.name, achieved_bw=bw_ach, achieved_flops=fl_ach, ai=ai,
-                      recipe_class=recipe_class(ai), bound=bound, ridge_spec=ridge_spec, ridge_measured=ridge_meas,
-                      roof_bw_spec=bw_spec, roof_flops_spec=fl_spec, roof_bw_measured=bw_meas,
-                      roof_flops_measured=fl_meas, pct_spec=pct_spec, pct_measured=pct_meas,
-                      grid=tuple(grid) if grid else None)
+                      recipe_class=recipe_class(ai), bound=bound, ridge_theoretical=ridge_th,
+                      ridge_datasheet=ridge_ds, ridge_measured=ridge_meas, roof_bw_theoretical=bw_th,
+                      roof_flops_theoretical=fl_th, roof_bw_datasheet=bw_ds, roof_flops_datasheet=fl_ds,
+                      roof_bw_measured=bw_meas, roof_flops_measured=fl_meas, pct_theoretical=pct_th,
+                      pct_datasheet=pct_ds, pct_measured=pct_meas, grid=tuple(grid) if grid else None)
     # -- the above-roof guard: every roof, not only the one that applies --------------------
-    checks = [("bandwidth", bw_ach, bw_meas, "measured copy ceiling"), ("FLOP rate", fl_ach, fl_meas,
-                                                                         f"measured {dtype} {u} ceiling")]
-    for what, ach, ceil, label in checks:
+    recorded = ", recorded for this preset" if ceilings and ceilings.details.get("recorded_from") else ""
+    for what, ach, ceil, label in (("bandwidth", bw_ach, bw_meas, "measured DRAM ceiling"),
+                                   ("FLOP rate", fl_ach, fl_meas, f"measured {dtype} {u} ceiling")):
         if ceil is not None and ceil.known and ceil.value > 0 and ach > ceil.value * (1 + guard_margin):
             p.invalid_reasons.append(f"{what} {ach / 1e12:.3g} T/s is {100 * (ach / ceil.value - 1):.0f}% above "
-                                     f"the {label} ({ceil.value / 1e12:.3g} T/s)")
-    for what, ach, roof, label in (("bandwidth", bw_ach, bw_spec, "spec bandwidth"),
-                                   ("FLOP rate", fl_ach, fl_spec, f"spec {dtype} {u} peak")):
-        if roof.known and roof.value > 0 and ach > roof.value * (1 + SPEC_SLACK):
+                                     f"the {label} ({ceil.value / 1e12:.3g} T/s{recorded}; noise margin "
+                                     f"{100 * guard_margin:g}%)")
+    for what, ach, roof, label in (("bandwidth", bw_ach, bw_th, "theoretical bandwidth"),
+                                   ("FLOP rate", fl_ach, fl_th, f"theoretical {dtype} {u} peak at max clock")):
+        if roof.known and roof.value > 0 and ach > roof.value * (1 + THEORETICAL_SLACK):
             p.invalid_reasons.append(f"{what} {ach / 1e12:.3g} T/s exceeds the {label} "
                                      f"({roof.value / 1e12:.3g} T/s)")
     p.valid = not p.invalid_reasons
-    if not fl_spec.known:
-        p.notes.append(f"no {dtype} {u} compute roof for {device.arch}: {fl_spec.source}")
-    if ceilings is None and device.kind == "live":
-        p.notes.append("no measured ceilings: run `cutile-diag peaks` to add them")
+    if not fl_th.known:
+        p.notes.append(f"no {dtype} {u} compute roof for {device.arch}: {fl_th.source}")
+    if ceilings is None:
+        p.notes.append(f"offline: device preset {device.name}, recorded latency; this preset has no measured "
+                       "ceilings, so only the theoretical roof guards against impossible results"
+                       if device.kind == "preset" else "no measured ceilings: run `cutile-diag peaks` to add them")
     elif device.kind == "preset":
-        p.notes.append(f"offline: device preset {device.name}, recorded latency; no measured ceilings")
+        when = f" measured {ceilings.measured_at[:10]}" if ceilings.measured_at else ""
+        p.notes.append(f"offline: device preset {device.name}, recorded latency; ceilings{when} from "
+                       f"{ceilings.details.get('recorded_from') or 'the caller'}")
     if fl_meas is None and ceilings is not None and flops:
         p.notes.append(f"no measured {dtype} {u} ceiling (peaks measures bf16/f16 tensor GEMMs): the FLOP guard "
-                       "uses the spec peak only")
-    if p.recipe_class != "unknown" and bound in ("memory", "compute") and ridge_spec is not None:
+                       "uses the theoretical peak only")
+    if not fl_ds.known and flops and bound == "compute":
+        p.notes.append(f"% of datasheet unknown: {fl_ds.source}")
+    if p.recipe_class != "unknown" and bound in ("memory", "compute") and ridge_th is not None:
         rc = p.recipe_class
         if (rc == "compute-bound" and bound == "memory") or (rc == "memory-bound" and bound == "compute"):
-            p.notes.append(f"the recipe calls AI {ai:.1f} {rc}, but this device's ridge is {ridge_spec:.0f} "
+            p.notes.append(f"the recipe calls AI {ai:.1f} {rc}, but this device's ridge is {ridge_th:.0f} "
                            f"FLOP/B for {dtype} {u}, so the {bound} roof applies")
         elif rc == "balanced":
-            p.notes.append(f"balanced by the recipe (AI {ai:.1f}); the device ridge is {ridge_spec:.0f} FLOP/B, "
+            p.notes.append(f"balanced by the recipe (AI {ai:.1f}); the device ridge is {ridge_th:.0f} FLOP/B, "
                            f"so the {bound} roof applies")
-    _verdict(p, device.sm_count.value if device.sm_count.known else None)
+    cited = next(((pc, b, what) for pc, b, what in ((pct_meas, bound_meas, "measured ceiling"),
+                                                    (pct_ds, bound_ds, "datasheet"),
+                                                    (pct_th, bound, "theoretical roof at max clock"))
+                  if pc is not None), (None, bound, ""))
+    _verdict(p, device.sm_count.value if device.sm_count.known else None, *cited)
     return p

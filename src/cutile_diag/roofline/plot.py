@@ -4,9 +4,10 @@ Public API::
 
     plot_roofline(points, device, ceilings, "roofline.svg") -> Path
 
-Log-log axes: x = arithmetic intensity (FLOP/byte), y = TFLOP/s.  Solid lines are the spec
-roofs (bandwidth and each compute unit the points use), dashed lines the measured ceilings;
-each configuration is a dot labelled with its name, invalid points (above a roof) a red x.
+Log-log axes: x = arithmetic intensity (FLOP/byte), y = TFLOP/s.  Per compute unit the
+points use: a solid line for NVIDIA's datasheet roofs, a dashed line for the measured
+ceilings and a thin dotted line for the theoretical roofs (table rate x max clock); each
+configuration is a dot labelled with its name, invalid points (above a roof) a red x.
 Points without FLOPs or bytes cannot sit on log axes and are listed in the caption instead.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ def plot_roofline(points: Sequence[RooflinePoint], device: DeviceModel, ceilings
     shown = [p for p in points if p.ai and p.ai > 0 and p.achieved_flops > 0]
     hidden = [p for p in points if p not in shown]
     ais = [p.ai for p in shown]
-    bw = device.peak_dram_bw()
+    bw = device.theoretical_dram_bw()
     units = sorted({(p.compute_dtype, p.compute_unit) for p in points}) or [("bf16", "tensor")]
     ridges = [device.ridge(d, u) for d, u in units]
     lo = min([*ais, *(r for r in ridges if r)] or [1.0]) / 10
@@ -43,19 +44,22 @@ def plot_roofline(points: Sequence[RooflinePoint], device: DeviceModel, ceilings
 
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    mb = ceilings.ceiling("dram") if ceilings else None
     for i, (d, u) in enumerate(units):
         c = colors[i % len(colors)]
-        fl = device.peak_flops(d, u)
-        if bw.known and fl.known:
-            ax.plot(x, np.minimum(fl.value, x * bw.value) / 1e12, color=c, lw=2,
-                    label=f"spec {d} {u}: {fl.value / 1e12:.0f} TFLOP/s, {bw.value / 1e12:.2f} TB/s")
-        mb = ceilings.ceiling("dram") if ceilings else None
-        mf = ceilings.ceiling(f"{d}:{u}") if ceilings else None
-        if mb is not None and mb.known:
-            top = mf.value if (mf is not None and mf.known) else (fl.value if fl.known else None)
-            if top:
-                lab = f"measured: {mb.value / 1e12:.2f} TB/s" + (f", {top / 1e12:.0f} TFLOP/s {d}" if mf else "")
-                ax.plot(x, np.minimum(top, x * mb.value) / 1e12, color=c, lw=1.2, ls="--", label=lab)
+        for what, b, f, style in (("datasheet", device.datasheet_peak("dram_bw"), device.datasheet_peak(f"{d}:{u}"),
+                                   dict(lw=2)),
+                                  ("measured", mb, ceilings.ceiling(f"{d}:{u}") if ceilings else None,
+                                   dict(lw=1.2, ls="--")),
+                                  ("theoretical (max clock)", bw, device.theoretical_flops(d, u),
+                                   dict(lw=0.8, ls=":"))):
+            if b is None or not b.known:
+                continue
+            if f is None or not f.known:      # bandwidth slope only: no compute figure of this kind
+                ax.plot(x, x * b.value / 1e12, color=c, label=f"{what}: {b.value / 1e12:.2f} TB/s", **style)
+                continue
+            ax.plot(x, np.minimum(f.value, x * b.value) / 1e12, color=c,
+                    label=f"{what} {d} {u}: {f.value / 1e12:.0f} TFLOP/s, {b.value / 1e12:.2f} TB/s", **style)
     for p in shown:
         y = p.achieved_flops / 1e12
         if p.valid:
@@ -79,7 +83,11 @@ def plot_roofline(points: Sequence[RooflinePoint], device: DeviceModel, ceilings
     if hidden:
         fig.text(0.01, 0.01, "not plotted (no FLOPs or bytes): " + ", ".join(p.config for p in hidden), fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format=fmt)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format=fmt)
+    except OSError as e:           # an unwritable or missing folder is the user's input, not a bug
+        raise UsageError(f"--plot {path}: cannot write: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
     return path

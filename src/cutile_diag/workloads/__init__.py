@@ -4,7 +4,7 @@ Public API::
 
     BUILTIN                         # "examples:matmul" -> factory(**kwargs) -> Workload
     builtin_names() -> list[str]
-    resolve_builtin("examples:matmul", source="variant.py") -> Workload
+    resolve_builtin("examples:matmul", source="variant.py") -> Workload   # unknown arguments: WorkloadError
     resolve_builtin("matmul")       # a bare name works when exactly one built-in has it
 
 Example workloads take ``source=`` (a copy of the example module, e.g. an optimisation

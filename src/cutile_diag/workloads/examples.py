@@ -15,7 +15,8 @@ import functools
 from pathlib import Path
 
 from ..examples import EXAMPLES_DIR
-from ..workload import CaptureSpec, Tolerance, Workload, WorkloadConfig, WorkloadError, torch_dtype
+from ..workload import (CaptureSpec, Tolerance, Workload, WorkloadConfig, WorkloadError, instantiate,
+                        torch_dtype)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -287,7 +288,6 @@ _CLASSES = {
 
 
 def make(name: str, **kwargs) -> Workload:
-    cls = _CLASSES[name]
-    wl = cls(**kwargs)
+    wl = instantiate(_CLASSES[name], f"examples:{name}", kwargs)
     wl.name = f"examples:{name}"
     return wl

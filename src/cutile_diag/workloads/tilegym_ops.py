@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from ..workload import Workload, WorkloadConfig, WorkloadError, torch_dtype
+from ..workload import Workload, WorkloadConfig, WorkloadError, instantiate, torch_dtype
 
 
 def _gen(seed: int, device: str):
@@ -242,6 +242,6 @@ _CLASSES = {"softmax": Softmax, "rms_norm": RMSNorm, "matmul": Matmul, "silu_and
 
 
 def make(op: str, **kwargs) -> Workload:
-    wl = _CLASSES[op](**kwargs)
+    wl = instantiate(_CLASSES[op], f"tilegym:{op}", kwargs)
     wl.name = f"tilegym:{op}"
     return wl
