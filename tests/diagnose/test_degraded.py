@@ -145,14 +145,114 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, make, message):
     assert message in err
 
 
-def test_cli_ledger(example_captures, tmp_path, capsys):
-    ledger = tmp_path / "ledger.jsonl"
-    ledger.write_text('{"iteration": 0, "optimization": "baseline"}\n'
-                      '{"iteration": 1, "playbook_id": "A", "status": "keep"}\n')
-    rc = main(["diagnose", str(example_captures["gather_scale"].path), "--ledger", str(ledger), "--json"])
+def _loop_ledger(state):
+    """A ledger written by the loop's own Ledger: A reverted, B kept (>= 5 %), E kept but demoted."""
+    from cutile_diag.loop.ledger import Ledger
+    led = Ledger(state)
+    led.create({"type": "setup", "kernel": "gather_scale"})
+    row = {"type": "iteration", "latency_ms": 1.0, "correctness": "PASS"}
+    for it, entry, status, demote in ((0, None, "keep", False), (1, "A", "revert", False),
+                                      (2, "B", "keep", False), (3, "E", "keep", True)):
+        led.append({**row, "iteration": it, "optimization": entry or "baseline", "status": status,
+                    "entry": {"id": entry} if entry else None, "decision": {"demote": demote}})
+    return led
+
+
+@pytest.mark.parametrize("point_at", ["file", "folder"])
+def test_cli_ledger_uses_the_loops_rule(example_captures, tmp_path, capsys, point_at):
+    led = _loop_ledger(tmp_path / "state")
+    assert set(led.tried()) == {"A", "E"}
+    target = led.path if point_at == "file" else led.dir
+    rc = main(["diagnose", str(example_captures["gather_scale"].path), "--ledger", str(target), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 0 and doc["recommendations"][0]["id"] != "A"
-    assert [r for r in doc["recommendations"] if r["id"] == "A"][0]["tried"] == 1
-    ledger.write_text("{not json\n")
-    rc = main(["diagnose", str(example_captures["gather_scale"].path), "--ledger", str(ledger)])
-    assert rc == 2 and "not a JSON line" in capsys.readouterr().err
+    tried = {r["id"]: r["tried"] for r in doc["recommendations"]}
+    assert rc == 0 and doc["recommendations"][0]["id"] == "B"     # A demoted, B kept as a win
+    assert tried["A"] == 1 and tried["E"] == 1 and tried["B"] == 0
+
+
+def _bad(path, kind):
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "latin1":
+        path.write_bytes("{\"caf\u00e9\": 1}\n".encode("latin-1"))
+    else:
+        path.write_text("{not json\n")
+    return path
+
+
+@pytest.mark.parametrize("option", ["--ledger", "--roofline", "--ncu"])
+@pytest.mark.parametrize("kind, message", [("folder", "folder"), ("latin1", "not UTF-8"), ("garbage", "not JSON")])
+def test_cli_bad_evidence_files_are_one_line(example_captures, tmp_path, capsys, option, kind, message):
+    f = _bad(tmp_path / "input", kind)
+    rc = main(["diagnose", str(example_captures["gather_scale"].path), option, str(f)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("cutile-diag: error:") and "\n" not in err and "Traceback" not in err
+    assert message in err, err
+
+
+def test_cli_tried_normalises_case_and_rejects_unknown_ids(example_captures, capsys):
+    cap = str(example_captures["gather_scale"].path)
+    assert main(["diagnose", cap, "--tried", "ZZ,d"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cutile-diag: error:") and "'ZZ'" in err and "A,B,C,D" in err and "\n" not in err
+    assert main(["diagnose", cap, "--tried", " a ", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["recommendations"][0]["id"] != "A"
+    assert [r["tried"] for r in doc["recommendations"] if r["id"] == "A"] == [1]
+
+
+@pytest.mark.parametrize("edit, skipped", [
+    (lambda m: m.update(targets=["sm_90"]), "'targets' is a list"),
+    (lambda m: m.update(targets="sm_90"), "'targets' is a string"),
+    (lambda m: m.update(kernel="gather_scale"), "'kernel' is a string"),
+    (lambda m: m.update(signature="x=f32[16]"), "'signature' is a string"),
+    (lambda m: m["signature"].update(spec=["f32[16]"]), "'signature.spec' is a list"),
+    (lambda m: m["targets"].update(sm_90=[1]), "'targets.sm_90' is a list"),
+])
+def test_manifest_of_another_shape_degrades(example_captures, tmp_path, capsys, edit, skipped):
+    cap = _copy(example_captures, "gather_scale", tmp_path)
+    m = json.loads((cap / "manifest.json").read_text())
+    edit(m)
+    (cap / "manifest.json").write_text(json.dumps(m))
+    rc = main(["diagnose", str(cap), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and any(skipped in n and "ignored" in n for n in doc["notes"]), doc["notes"]
+    assert doc["recommendations"][0]["id"] == "A"        # the files themselves still diagnose
+
+
+def test_manifest_that_is_not_an_object_is_one_line(example_captures, tmp_path, capsys):
+    cap = _copy(example_captures, "gather_scale", tmp_path)
+    (cap / "manifest.json").write_text("[1, 2]")
+    assert main(["diagnose", str(cap)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cutile-diag: error:") and "not a JSON object" in err and "\n" not in err
+
+
+def test_empty_remarks_are_named_not_checked(example_captures, tmp_path):
+    cap = _copy(example_captures, "matmul_f32", tmp_path)
+    (cap / "sm_90" / "remarks.yaml").write_text("")
+    d = diagnose_capture(cap)
+    assert "remarks (TMA selection, FMA fallback): sm_90/remarks.yaml is empty" in _checks(d)
+    facts = {f.key: f for f in d.evidence}
+    assert facts["remarks.available"].value is False and facts["remarks.available"].detail == "empty"
+    assert "remarks.fma_fallback" not in facts and "remarks.tma_stores" not in facts
+    assert d.first.id == "D"                       # the IR still proves the f32 mma
+    assert "F" in {p["id"] for p in d.possible}    # a TMA store cannot be ruled in or out
+
+
+def test_unknown_entry_on_a_capture_folder_is_an_error(example_captures, capsys):
+    rc = main(["diagnose", str(example_captures["gather_scale"].path), "--entry", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("cutile-diag: error:") and "no entry 'nope'" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("corrupt", [b"\x00\xff garbage", b"entry @k() optimization_hints=<default = {}> {\n  %0 ="])
+def test_corrupt_loc_tileir_falls_back_to_the_plain_text(example_captures, tmp_path, corrupt):
+    cap = _copy(example_captures, "gather_scale", tmp_path)
+    (cap / "kernel.loc.tileir").write_bytes(corrupt)
+    d = diagnose_capture(cap)
+    assert d.first.id == "A"
+    assert d.first.evidence_facts[0]["sites"][0]["source"].startswith("kernel.tileir:")
+    assert any(n.startswith("kernel.loc.tileir:") and "read kernel.tileir instead" in n for n in d.notes), d.notes
+    assert "Python source lines of IR ops: kernel.loc.tileir" in _checks(d)
+    assert not any(n.check.startswith("TileIR structure") for n in d.not_checked)

@@ -73,6 +73,68 @@ def test_loads_without_latency_hints_get_e(diagnoses, kernel):
     assert {s["op"] for s in _sites(e)} <= {"load_view_tko", "load_ptr_tko"}
 
 
+FIXTURES = Path(__file__).with_name("fixture_kernels.py")
+
+
+@pytest.fixture(scope="module")
+def fixture_diagnoses(tmp_path_factory):
+    from cutile_diag.capture.aot import capture_aot
+    out = tmp_path_factory.mktemp("fixture-captures")
+    return {k: diagnose_capture(capture_aot(f"{FIXTURES}::{k}", archs=("sm_90",), out_dir=out))
+            for k in ("matmul_tuned_no_latency", "copy_f_order")}
+
+
+def test_tuned_kernel_without_latency_hints_first_recommends_hints(fixture_diagnoses):
+    """Persistent, swizzled, occupancy pinned, TMA loads — the latency hint is the finding left."""
+    d = fixture_diagnoses["matmul_tuned_no_latency"]
+    assert {"A", "B", "I"} <= {a["id"] for a in d.already_applied}
+    first = d.first
+    assert first.id == "E" and first.transform == "latency_hints"
+    assert "lowered to TMA without a latency hint" in first.reason
+    assert {s["op"] for s in _sites(first, "ir.loop_loads_without_latency")} == {"load_view_tko"}
+    assert [s["op"] for s in _sites(first, "remarks.tma_loads")] == ["RemarkMemoryLoadInstructionSelected"] * 2
+    # the re-sweeps of the pinned launch configuration come after it
+    assert {"C", "G"} <= set(_ids(d)) and "exploratory" in _rec(d, "C").reason
+
+
+def test_tma_narrow_contiguous_dimension_recommends_p(fixture_diagnoses):
+    d = fixture_diagnoses["copy_f_order"]
+    first = d.first
+    assert first.id == "P"
+    assert "under 16 bytes" in first.reason and "16-byte aligned" in first.reason
+    site = _sites(first, "ir.tma_narrow_tiles")[0]
+    assert site["op"] == "load_view_tko" and "contiguous dimension 4 x 2 B = 8 B < 16 B" in site["detail"]
+    assert _sites(first, "remarks.tma_load_failures")[0]["op"] == "RemarkMemoryTmaLoadFailed"
+
+
+def test_tiles_over_one_tma_box_are_evidence_and_g_when_tma_fails(tmp_path, evidences):
+    from cutile_diag.capture.aot import capture_aot
+    from cutile_diag.diagnose.collect_capture import collect_capture
+    from cutile_diag.examples import EXAMPLES_DIR
+    big = {"A": "f16[4096,4096]", "B": "f16[4096,4096]", "C": "f16[4096,4096]", "TM": 512, "TN": 256, "TK": 64}
+    ev = collect_capture(capture_aot(f"{EXAMPLES_DIR / 'matmul.py'}::matmul", big, out_dir=tmp_path, name="big"))
+    f = ev.get("ir.tma_oversize_tiles")
+    assert f.value == 2 and {s.op for s in f.sites} == {"load_view_tko", "store_view_tko"}   # A 512x64, C 512x256
+    assert "tile 512x64 = 32768 elements > one TMA box (16384)" in f.sites[0].detail
+    # tileiras split it into boxes (no failure): evidence only, G stays on its weak clause
+    assert ev.value("remarks.tma_load_failures") == 0
+    assert "TMA box" not in _rec(diagnose(ev), "G").reason
+    ev.add("remarks.tma_load_failures", 1, "remarks.yaml")
+    ev.add("remarks.tma_failure_reasons", ["box too large"], "remarks.yaml")
+    assert _rec(diagnose(ev), "G").reason.startswith("tile larger than one TMA box")
+
+
+def test_change_line_matches_the_class(diagnoses, example_captures, capsys):
+    c = _rec(diagnoses["matmul"], "C")
+    assert diagnoses["matmul"].bottleneck == "compute-bound" and c.changes[0].startswith("compute-bound:")
+    assert not any(x.startswith("memory-bound:") for x in c.changes)
+    assert _rec(diagnoses["vector_add"], "C").changes[0].startswith("memory-bound:")
+    main(["diagnose", str(example_captures["matmul"].path)])
+    out = capsys.readouterr().out
+    assert "change: compute-bound: occupancy x num_ctas" in " ".join(out.split())
+    assert "memory-bound: sweep occupancy only" not in out
+
+
 def test_tuned_kernel_gets_none_of_what_it_already_applies(diagnoses):
     d = diagnoses["matmul_tuned"]
     recommended = set(_ids(d))

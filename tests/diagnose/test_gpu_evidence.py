@@ -179,6 +179,70 @@ def test_cli_roofline_file(example_captures, tmp_path):
     assert doc["confidence"] == "high"
 
 
+@pytest.fixture(scope="module")
+def roofline_json(tmp_path_factory):
+    """What `cutile-diag roofline WORKLOAD --json` really writes (results[].point.latency_ms ...)."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["roofline", "examples:matmul_f32", "--device", "h200", "--latency-ms", "1024-f32=0.405",
+                   "2048-f32=3.1", "--json"])
+    assert rc == 0
+    f = tmp_path_factory.mktemp("roofline") / "rf.json"
+    f.write_text(buf.getvalue())
+    assert "latency_ms" not in json.loads(f.read_text())["results"][0]      # nested under 'point'
+    return f
+
+
+def _diagnose_json(*argv):
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["diagnose", *argv, "--json"])
+    return rc, json.loads(buf.getvalue())
+
+
+def test_cli_roofline_file_from_the_roofline_command(example_captures, roofline_json):
+    rc, doc = _diagnose_json(str(example_captures["matmul_f32"].path), "--roofline", str(roofline_json))
+    facts = {f["key"]: f["value"] for f in doc["evidence"]}
+    assert rc == 0 and any(c.startswith("gpu: 2 configuration") for c in doc["collected"])
+    # the single-valued facts describe the costliest configuration, and the output says which
+    assert facts["gpu.latency_ms"] == 3.1 and facts["gpu.configs"] == 2
+    assert any("2048-f32 (the costliest of 2" in n for n in doc["notes"])
+    assert facts["gpu.roofline_class"] == "compute-bound" and facts["gpu.pct_of_roof"] < 25
+    assert doc["recommendations"][0]["id"] == "D"
+
+
+def test_fma_fallback_stays_first_when_the_gpu_says_latency_bound(example_captures, roofline_json, tmp_path):
+    """Low occupancy (ncu) + far from the roof: latency-bound, whose class order puts C before D —
+    but the FMA fallback is the root cause, so D still comes first."""
+    ncu = tmp_path / "ncu.json"
+    ncu.write_text(json.dumps({"kernels": [{"name": "matmul", "duration_ns": 3.1e6, "achieved_occupancy_pct": 11.5,
+                                            "registers_per_thread": 255}]}))
+    rc, doc = _diagnose_json(str(example_captures["matmul_f32"].path), "--roofline", str(roofline_json),
+                             "--ncu", str(ncu))
+    facts = {f["key"]: f["value"] for f in doc["evidence"]}
+    assert rc == 0 and doc["bottleneck"] == "latency-bound"
+    assert facts["ncu.achieved_occupancy_pct"] == 11.5 and facts["ncu.registers"] == 255
+    recs = {r["id"]: r for r in doc["recommendations"]}
+    assert recs["C"]["rank"] < recs["D"]["rank"]          # the class order alone would pick C
+    assert doc["recommendations"][0]["id"] == "D" and recs["D"]["root_cause"]
+    assert any("RemarkTensorCoreMMA" in line for line in recs["D"]["evidence"])
+
+
+def test_offline_latency_names_the_configuration_it_describes(capsys):
+    rc = main(["diagnose", "examples:vector_add", "--config", "1M-f32", "--config", "16M-f32", "--device", "h200",
+               "--latency-ms", "0.0525", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["context"]["configuration"] == "16M-f32" and doc["kernel"].endswith("(16M-f32)")
+    assert "--latency-ms 0.0525 applied to configuration 16M-f32, the costliest of the 2 selected (choose one " \
+           "with --config)" in doc["notes"]
+
+
+def test_latency_ms_on_a_capture_folder_is_an_error(example_captures, capsys):
+    assert main(["diagnose", str(example_captures["vector_add"].path), "--device", "h200", "--latency-ms", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cutile-diag: error:") and "need a workload" in err and "\n" not in err
+
+
 def test_cli_usage_errors(capsys):
     assert main(["diagnose", "examples:vector_add", "--latency-ms", "1"]) == 2
     assert "--device" in capsys.readouterr().err

@@ -155,18 +155,57 @@ def load_capture(path: str | Path) -> CaptureFolder:
             raise UsageError(f"{p} holds {len(subs)} captures; name one",
                              hint=", ".join(d.name for d in subs[:8]))
         raise UsageError(f"{p}: not a capture folder (no {MANIFEST})")
+    if not m.is_file():
+        raise UsageError(f"{m}: not a file")
     try:
-        manifest = json.loads(m.read_text())
+        manifest = json.loads(m.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ParseError(f"manifest is not UTF-8 text (byte {e.start})", path=str(m)) from None
     except json.JSONDecodeError as e:
         raise ParseError(f"manifest is not JSON: {e.msg}", path=str(m), line=e.lineno, column=e.colno) from None
+    if not isinstance(manifest, dict):
+        raise ParseError(f"manifest is {_json_type(manifest)}, not a JSON object", path=str(m))
+    problems = _check_shape(manifest)
     schema = str(manifest.get("schema", ""))
-    folder = CaptureFolder(p, manifest)
+    folder = CaptureFolder(p, manifest, problems=problems)
     if schema != SCHEMA:
         folder.schema_ok = False
         folder.problems.append(
             f"manifest schema '{schema or 'none'}' is not {SCHEMA}: fields may be missing; "
             "only the files themselves are trusted")
     return folder
+
+
+def _json_type(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(v), "a number")
+
+
+def _check_shape(manifest: dict) -> list[str]:
+    """Drop (and name) every field whose JSON type differs from what the readers index into,
+    so a manifest written by another tool degrades instead of raising AttributeError later."""
+    problems: list[str] = []
+
+    def ok(parent: dict, key: str, want: type, where: str) -> bool:
+        v = parent.get(key)
+        if key in parent and not isinstance(v, want) and not (v is None and want is str):
+            problems.append(f"manifest {where} is {_json_type(parent.pop(key))}, not "
+                            f"{_json_type(want())}: ignored")
+        return isinstance(parent.get(key), want)
+
+    for key, want in (("schema", str), ("kernel", dict), ("signature", dict), ("hints", dict), ("targets", dict)):
+        ok(manifest, key, want, f"'{key}'")
+    for key in ("name", "function", "symbol"):
+        ok(manifest.get("kernel", {}), key, str, f"'kernel.{key}'")
+    sig = manifest.get("signature", {})
+    if ok(sig, "spec", dict, "'signature.spec'") and not all(isinstance(v, str) for v in sig["spec"].values()):
+        problems.append("manifest 'signature.spec' has non-string specs: ignored")
+        del sig["spec"]
+    for arch, tgt in list(manifest.get("targets", {}).items()):
+        if ok(manifest["targets"], arch, dict, f"'targets.{arch}'"):
+            for key in ("facts", "ptx_directives"):
+                ok(tgt, key, dict, f"'targets.{arch}.{key}'")
+    return problems
 
 
 def list_captures(root: str | Path) -> list[CaptureFolder]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from ..errors import CutileDiagError, NoGPUError, UsageError
@@ -31,12 +32,15 @@ def register(sub) -> None:
                    help="argument spec for FILE.py::KERNEL without CAPTURE_SPECS (repeatable)")
     p.add_argument("--out", help="keep the capture made for a kernel ref / workload in this folder")
     p.add_argument("--tried", default="", help="playbook ids already tried for this kernel, e.g. B,E (demoted)")
-    p.add_argument("--ledger", help="the optimisation loop's JSON-lines ledger: tried ids are read from it")
+    p.add_argument("--ledger", help="the optimisation loop's ledger.jsonl (or its state folder): the entries it "
+                                    "demotes count as tried")
     p.add_argument("--gpu", action="store_true", help="treat an example name as its workload (measure it)")
     p.add_argument("--static", action="store_true", help="never measure, even for a workload")
     p.add_argument("--config", action="append", default=None, help="workload configuration(s) to measure")
     p.add_argument("--device", help="offline: device preset (a100, h100, h200, b200) for --latency-ms")
-    p.add_argument("--latency-ms", type=float, help="offline: a recorded latency of the first configuration")
+    p.add_argument("--latency-ms", type=float,
+                   help="offline: a recorded latency (ms) of the configuration diagnosed: the costliest of the "
+                        "selected ones (pick it with --config)")
     p.add_argument("--roofline", help="add GPU evidence from a saved roofline JSON (cutile-diag roofline --json)")
     p.add_argument("--ncu", help="add Nsight Compute metrics from a JSON file ({metric: value})")
     p.add_argument("--timeout", type=float, default=300.0, help="per-measurement timeout in seconds")
@@ -47,42 +51,44 @@ def register(sub) -> None:
 
 # --- inputs ------------------------------------------------------------------------------------
 
-def _tried(args) -> list[str]:
-    out = [t.strip() for t in args.tried.split(",") if t.strip()]
+def _tried(args) -> Counter:
+    """--tried ids (any case; an unknown id is an error) plus what a --ledger demotes."""
+    from ..diagnose.playbook import default_playbook
+    ids = default_playbook().ids
+    out: Counter = Counter()
+    for t in filter(None, (x.strip().upper() for x in args.tried.split(","))):
+        if t not in ids:
+            raise UsageError(f"--tried: '{t}' is not a playbook id", hint="valid ids: " + ",".join(ids))
+        out[t] += 1
     if args.ledger:
         out += tried_from_ledger(args.ledger)
     return out
 
 
-def tried_from_ledger(path: str) -> list[str]:
-    """Playbook ids from a JSON-lines ledger (one per iteration; the baseline row has none)."""
-    from ..diagnose.playbook import default_playbook
+def tried_from_ledger(path: str) -> Counter:
+    """The entries the loop itself demotes (``Ledger.tried``: tried and not a clear win), read from
+    a ledger file or a loop state folder holding ``ledger.jsonl``."""
+    from ..loop.ledger import LEDGER_FILE, Ledger
+
+    class _FileLedger(Ledger):       # a ledger file under any name, not only <state>/ledger.jsonl
+        def __init__(self, file):
+            super().__init__(Path(file).parent)
+            self.path = Path(file)
+
     p = Path(path)
-    if not p.exists():
+    if p.is_dir():
+        if not (p / LEDGER_FILE).is_file():
+            raise UsageError(f"{p}: a folder without {LEDGER_FILE} (not a loop state folder)")
+        p = p / LEDGER_FILE
+    elif not p.is_file():
         raise UsageError(f"{p}: no such ledger")
-    ids = set(default_playbook().ids)
-    out: list[str] = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{p}:{n}: not a JSON line ({e.msg})") from None
-        if not isinstance(rec, dict):
-            continue
-        cand = [rec.get(k) for k in ("playbook_id", "entry_id", "entry", "id")]
-        chosen = rec.get("chosen") or rec.get("recommendation") or {}
-        if isinstance(chosen, dict):
-            cand.append(chosen.get("id"))
-        opt = rec.get("optimization")
-        if isinstance(opt, str):
-            cand.append(opt.split(":", 1)[0].split()[0] if opt.strip() else None)
-        for c in cand:
-            if isinstance(c, str) and c in ids:
-                out.append(c)
-                break
-    return out
+    try:
+        return _FileLedger.load(p).tried()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: not UTF-8 text (byte {e.start}); expected the loop's {LEDGER_FILE}") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{p}: an iteration record is malformed ({type(e).__name__}: {e}); "
+                         f"expected the loop's {LEDGER_FILE}") from None
 
 
 def _classify_target(args) -> tuple[str, object]:
@@ -143,22 +149,25 @@ def _py_target(path: Path, name: str | None, args):
 # --- running ---------------------------------------------------------------------------------------
 
 def run(args) -> int:
-    from ..diagnose.engine import diagnose_capture, diagnose_tileir
+    from ..diagnose.engine import diagnose_tileir
     tried = _tried(args)
     kind, payload = _classify_target(args)
+    if (args.latency_ms is not None or args.device) and kind != "workload":
+        # a recorded latency needs the workload's FLOP/byte counts: never drop it silently
+        raise UsageError("--latency-ms / --device need a workload (examples:<kernel>, tilegym:<op>, FILE.py::Workload)",
+                         hint="for a capture folder pass --roofline FILE from `cutile-diag roofline WORKLOAD --json`")
     show = not args.json
     diagnoses = []
     if kind == "captures":
         with progress(len(payload), "diagnosing captures", enabled=show) as bar:
             for folder in payload:
-                diagnoses.append(_with_extra(args, diagnose_capture(folder, arch=args.arch, entry=args.entry,
-                                                                    tried=tried), folder))
+                diagnoses.append(_with_extra(args, folder, tried))
                 bar.advance()
     elif kind == "capture":
-        diagnoses.append(_with_extra(args, None, payload, tried=tried))
+        diagnoses.append(_with_extra(args, payload, tried))
     elif kind == "tileir":
-        if args.roofline or args.latency_ms:
-            raise UsageError("--roofline / --latency-ms need a capture folder or a workload, not a bare TileIR file")
+        if args.roofline:
+            raise UsageError("--roofline needs a capture folder or a workload, not a bare TileIR file")
         diagnoses.append(diagnose_tileir(Path(payload), entry=args.entry, tried=tried))
     elif kind == "kernel":
         diagnoses.append(_diagnose_kernel_ref(args, payload, tried))
@@ -179,54 +188,74 @@ def run(args) -> int:
     return 0
 
 
-def _with_extra(args, diag, folder, tried=None):
+def _with_extra(args, folder, tried):
     """A capture folder, plus GPU evidence from --roofline / --ncu files when given."""
-    if diag is not None and not (args.roofline or args.ncu):
-        return diag
     from ..diagnose.collect_capture import collect_capture
-    from ..diagnose.collect_gpu import collect_gpu
+    from ..diagnose.collect_gpu import collect_gpu, collect_ncu
     from ..diagnose.engine import _static_only, diagnose
+    ncu = _load_ncu(args.ncu) if args.ncu else None     # bad files fail before any work
+    points, device, host_ms = _load_roofline(args.roofline) if args.roofline else ([], None, None)
     ev = collect_capture(folder, arch=args.arch, entry=args.entry)
     _static_only(ev)
-    if args.roofline:
-        points, device = _load_roofline(args.roofline)
-        collect_gpu(ev, points=points, device=device, ncu=_load_ncu(args.ncu) if args.ncu else None)
-    elif args.ncu:
-        from ..diagnose.collect_gpu import NCU_ALIASES
-        nc = _load_ncu(args.ncu)
-        for key, names in NCU_ALIASES.items():
-            for n in names:
-                if n in nc:
-                    ev.add(key, nc[n], f"ncu: {n}", f"{n} = {nc[n]} ({args.ncu})")
-                    break
-    return diagnose(ev, tried=tried if tried is not None else _tried(args))
+    if points:
+        primary = _costliest_point(points)
+        if len(points) > 1:
+            ev.notes.append(f"GPU facts describe configuration {primary} (the costliest of {len(points)} in "
+                            f"{args.roofline}); the others feed the cross-configuration facts")
+        collect_gpu(ev, points=points, primary=primary, device=device, host_ms=host_ms, ncu=ncu)
+    elif ncu is not None:
+        collect_ncu(ev, ncu, origin=args.ncu)
+    return diagnose(ev, tried=tried)
 
 
 def _load_json(path: str, what: str):
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{p}: no such {what} file")
+    if not p.is_file():
+        raise UsageError(f"{p}: " + (f"a folder, not a {what} JSON file" if p.is_dir() else f"no such {what} file"))
     try:
-        return json.loads(p.read_text())
+        return json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{p}: not UTF-8 text (byte {e.start}); expected a {what} JSON file") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
 
 
 def _load_roofline(path: str):
+    """(points, device, host ms of the costliest point) from `cutile-diag roofline --json`
+    ({device, results: [{config, status, point, measure, ncu}]}) or a list / {points: [...]} of points."""
     doc = _load_json(path, "roofline")
-    device = None
+    device, items = None, doc
     if isinstance(doc, dict):
-        device = doc.get("device")
-        for key in ("points", "results", "configs", "roofline"):
-            if isinstance(doc.get(key), list):
-                doc = doc[key]
-                break
-        else:
-            doc = [doc] if "latency_ms" in doc else []
-    if not isinstance(doc, list) or not doc or not all(isinstance(x, dict) and "latency_ms" in x for x in doc):
-        raise UsageError(f"{path}: no roofline points (objects with latency_ms, bound, pct_spec ...)",
+        device = doc.get("device") if isinstance(doc.get("device"), dict) else None
+        items = next((doc[k] for k in ("results", "points", "configs", "roofline") if isinstance(doc.get(k), list)),
+                     [doc])
+    points, hosts = [], {}
+    for x in items if isinstance(items, list) else []:
+        if isinstance(x, dict) and "point" in x:     # a roofline result: the point, its measurement, its ncu
+            if not isinstance(x["point"], dict):
+                continue                             # a configuration that failed to measure
+            m = x.get("measure") if isinstance(x.get("measure"), dict) else {}
+            pt = dict(x["point"])
+            if not pt.get("stats") and m.get("stats"):
+                pt["stats"] = m["stats"]
+            if not pt.get("ncu") and isinstance(x.get("ncu"), dict):
+                pt["ncu"] = x["ncu"]
+            hosts[pt.get("config")] = (m.get("measurement") or {}).get("host_enqueue_ms")
+            x = pt
+        if isinstance(x, dict) and "latency_ms" in x:
+            points.append(x)
+    if not points:
+        raise UsageError(f"{path}: no roofline points (objects with latency_ms, bound, pct_datasheet ...)",
                          hint="write it with: cutile-diag roofline WORKLOAD --json > FILE")
-    return doc, device
+    return points, device, hosts.get(_costliest_point(points))
+
+
+def _costliest_point(points: list[dict]) -> str | None:
+    """The configuration the single-valued facts describe: the most bytes, then FLOPs (as for workloads)."""
+    def cost(p):
+        return tuple(float(p.get(k) or 0.0) if isinstance(p.get(k), (int, float)) else 0.0
+                     for k in ("bytes", "flops"))
+    return max(points, key=cost).get("config")
 
 
 def _load_ncu(path: str) -> dict:
@@ -256,7 +285,7 @@ def _diagnose_kernel_ref(args, ref: str, tried):
             err_console.print(f"[dim]capturing {ref} for {arch} …[/]")
         folder = capture_aot(ref, specs, archs=[arch], out_dir=out)
         if args.roofline or args.ncu:
-            return _with_extra(args, None, folder.path, tried=tried)
+            return _with_extra(args, folder.path, tried)
         d = diagnose_capture(folder, arch=arch, entry=args.entry, tried=tried)
         if tmp is not None:
             d.context["capture"] = None
@@ -279,7 +308,7 @@ def _costliest(wl, cfgs):
 
 
 def _diagnose_workload(args, ref: str, tried):
-    """Capture the workload's kernel for its first configuration, then measure every configuration."""
+    """Capture the workload's kernel for its costliest configuration, then measure every configuration."""
     from ..capture.aot import capture_aot
     from ..diagnose.collect_capture import collect_capture
     from ..diagnose.collect_gpu import collect_gpu
@@ -295,7 +324,7 @@ def _diagnose_workload(args, ref: str, tried):
     if args.device:
         device = preset(args.device)
         if args.latency_ms is None and not args.static:
-            raise UsageError("--device needs --latency-ms (a recorded latency of the first configuration)")
+            raise UsageError("--device needs --latency-ms (a recorded latency of the diagnosed configuration)")
     elif args.latency_ms is not None:
         raise UsageError("--latency-ms needs --device PRESET (which GPU the latency was recorded on)")
     elif not args.static:
@@ -315,7 +344,6 @@ def _diagnose_workload(args, ref: str, tried):
             folder = _capture_by_running(args, wl, primary, out)
         if folder is not None:
             ev = collect_capture(folder, arch=None, entry=args.entry)
-            ev.kernel = f"{wl.name} ({primary.name})"
         elif spec is None:
             ev.missing("TileIR structure (hints, gathers, loops, mma dtypes)",
                        f"workload {wl.name} declares no capture spec", "implement Workload.capture(cfg, num_sms)")
@@ -325,8 +353,9 @@ def _diagnose_workload(args, ref: str, tried):
             folder = capture_aot(spec.kernel, dict(spec.args), archs=[arch], out_dir=out,
                                  hints=dict(spec.hints) if spec.hints else None)
             ev = collect_capture(folder, arch=arch, entry=args.entry)
-            ev.kernel = f"{wl.name} ({primary.name})"
+        ev.kernel = f"{wl.name} ({primary.name})"
         ev.context["workload"] = wl.ref or ref
+        ev.context["configuration"] = primary.name
         points, host_ms = [], None
         if device is None:
             _static_only(ev)
@@ -338,6 +367,9 @@ def _diagnose_workload(args, ref: str, tried):
                                   flops=wl.flops(primary), bytes=wl.bytes(primary), unit=wl.compute_unit(primary),
                                   device=device, latency_source="recorded", grid=spec.grid if spec else None))
             ev.missing("host / launch overhead", "offline: a recorded latency has no host time")
+            ev.notes.append(f"--latency-ms {args.latency_ms:g} applied to configuration {primary.name}"
+                            + (f", the costliest of the {len(cfgs)} selected (choose one with --config)"
+                               if len(cfgs) > 1 else ""))
         else:
             points, host_ms = _measure(args, wl, cfgs, device, sms, ev, primary)
         if points:
@@ -384,10 +416,10 @@ def _measure(args, wl, cfgs, device, sms, ev, primary=None):
     try:
         from ..roofline.peaks import load_cached
         ceilings = load_cached(device)
-    except Exception:  # no cache yet: the spec roofs still apply
+    except Exception:  # no cache yet: the datasheet roofs still apply
         ceilings = None
     if ceilings is None:
-        ev.notes.append("no measured ceilings for this GPU (run `cutile-diag peaks`): % of roof is against the spec roof")
+        ev.notes.append("no measured ceilings for this GPU (run `cutile-diag peaks`): % of roof is against the datasheet roof")
     points, host_ms = [], None
     with progress(len(cfgs), "measuring", enabled=not args.json) as bar:
         for cfg in cfgs:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from ..capture.manifest import CaptureFolder, load_capture
-from ..errors import CutileDiagError
+from ..errors import CutileDiagError, UsageError
 from ..ir_parsers.tileir_ops import STORES
 from .evidence import Evidence, Site
 
@@ -82,12 +82,7 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
         ev.notes.append(p)
 
     # --- the TileIR
-    module = None
-    try:
-        module = folder.module
-    except CutileDiagError as e:
-        ev.missing("TileIR structure (hints, gathers, loops, mma dtypes)", e.one_line(),
-                   "re-capture the kernel")
+    module = _parse_tileir(folder, ev)
     symbol = folder.symbol
     function = (folder.manifest.get("kernel") or {}).get("function")
     if module is not None:
@@ -97,11 +92,16 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
             name = symbol
         try:
             collect_tileir(module, ev, entry=name)
+        except UsageError:
+            if entry is not None:
+                raise        # the user named an entry that is not there: an error, as on a bare file
+            ev.missing("TileIR structure", f"the manifest's symbol {symbol} is not an entry of the TileIR")
+            module = None
         except CutileDiagError as e:
             ev.missing("TileIR structure", e.one_line())
             module = None
         else:
-            if not module.has_locations:
+            if not module.has_locations:   # (a corrupt -g text was already named: missing() keeps the first)
                 ev.missing("Python source lines of IR ops", "the capture has no kernel.loc.tileir",
                            "tileirdisasm -g output")
         symbol = symbol or ev.context.get("symbol")
@@ -109,7 +109,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
     # --- which target
     archs = folder.targets or _archs_on_disk(folder)
     if arch is not None and arch not in archs:
-        from ..errors import UsageError
         raise UsageError(f"{folder.path}: no target {arch}", hint="captured: " + (", ".join(archs) or "none"))
     arch = arch or ("sm_90" if "sm_90" in archs else (archs[0] if archs else None))
     if arch is None:
@@ -124,8 +123,12 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
 
     def read(role: str, check: str, parse):
         p = folder.path / arch / _role_file(role)
-        if not p.exists():
+        if not p.is_file():
             ev.missing(check, f"{arch}/{p.name} is not in the capture")
+            return None, p
+        if _blank(p):
+            # an empty file records nothing: zero remarks would read as "no TMA failure, no FMA fallback"
+            ev.missing(check, f"{arch}/{p.name} is empty", "re-capture the kernel")
             return None, p
         try:
             return parse(p), p
@@ -144,7 +147,8 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
     if rem is not None:
         _remark_facts(ev, _dedupe(rem), rpath, symbol, function)
     else:
-        ev.add("remarks.available", False, f"{arch}/remarks.yaml", "no remarks")
+        ev.add("remarks.available", False, f"{arch}/remarks.yaml",
+               "empty" if rpath.is_file() and _blank(rpath) else "no remarks")
 
     res, rp = read("resources", "registers / shared memory", lambda p: parse_resource_usage(p.read_text(), path=str(p)))
     r = _pick(res, symbol, function)
@@ -194,12 +198,16 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
         if ptx.exists():
             from ..capture.cubin import ptx_directives
             directives = ptx_directives(ptx.read_text(errors="replace"))
-    if directives and "maxnreg" in directives:
-        ev.add("cubin.maxnreg", int(directives["maxnreg"]), f"{arch}/kernel.ptx", f".maxnreg {directives['maxnreg']}")
-    if "cubin.threads_per_cta" not in ev and directives and directives.get("reqntid"):
-        t = directives["reqntid"]
-        n = math.prod(t) if isinstance(t, list) else int(t)
-        ev.add("cubin.threads_per_cta", n, f"{arch}/kernel.ptx", f".reqntid {t}")
+    try:   # values from a manifest of another writer may not be numbers
+        if directives and "maxnreg" in directives:
+            ev.add("cubin.maxnreg", int(directives["maxnreg"]), f"{arch}/kernel.ptx",
+                   f".maxnreg {directives['maxnreg']}")
+        if "cubin.threads_per_cta" not in ev and directives and directives.get("reqntid"):
+            t = directives["reqntid"]
+            n = math.prod(int(x) for x in t) if isinstance(t, list) else int(t)
+            ev.add("cubin.threads_per_cta", n, f"{arch}/kernel.ptx", f".reqntid {t}")
+    except (TypeError, ValueError):
+        ev.notes.append(f"{arch}: PTX directives in the manifest are not numbers: ignored")
 
     sass, _ = read("sass", "SASS instruction mix", lambda p: parse_sass(p.read_text(errors="replace")))
     f = _pick(sass, symbol, function)
@@ -210,6 +218,33 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
 
     _grid_facts(folder, ev, module, arch)
     return ev
+
+
+def _blank(p: Path) -> bool:
+    return p.stat().st_size <= 4096 and not p.read_bytes().strip()
+
+
+def _parse_tileir(folder: CaptureFolder, ev: Evidence):
+    """The -g text (source locations), else the plain text: a corrupt kernel.loc.tileir falls back to
+    an intact kernel.tileir, and the diagnosis says so."""
+    from ..ir_parsers.tileir import parse_tileir
+    failed: list[str] = []
+    for role in ("tileir_loc", "tileir"):
+        p = folder.file(role)
+        if p is None:
+            continue
+        try:
+            module = parse_tileir(p.read_text(errors="replace"), path=str(p))
+        except Exception as e:   # a corrupt file is reported, never a crash of the diagnosis
+            failed.append(f"{p.name}: {e.one_line() if isinstance(e, CutileDiagError) else f'{type(e).__name__}: {e}'}")
+            continue
+        if failed:
+            ev.notes.append(f"{failed[0]} — read {p.name} instead")
+            ev.missing("Python source lines of IR ops", f"{failed[0]}", "re-capture the kernel")
+        return module
+    ev.missing("TileIR structure (hints, gathers, loops, mma dtypes)",
+               "; ".join(failed) or f"{folder.path}: capture has no TileIR text", "re-capture the kernel")
+    return None
 
 
 def _role_file(role: str) -> str:

@@ -30,7 +30,7 @@ NCU_ALIASES: dict[str, tuple[str, ...]] = {
                                 "Memory Throughput"),
     "ncu.achieved_occupancy_pct": ("achieved_occupancy_pct", "sm__warps_active.avg.pct_of_peak_sustained_active",
                                    "Achieved Occupancy"),
-    "ncu.registers": ("registers", "launch__registers_per_thread", "Registers Per Thread"),
+    "ncu.registers": ("registers", "registers_per_thread", "launch__registers_per_thread", "Registers Per Thread"),
     "ncu.spill_bytes": ("spill_bytes", "local_spill_bytes"),
     "ncu.dram_bytes": ("dram_bytes", "dram__bytes.sum", "dram__bytes_read.sum+dram__bytes_write.sum"),
     "ncu.l2_hit_pct": ("l2_hit_pct", "lts__t_sector_hit_rate.pct", "L2 Hit Rate"),
@@ -58,10 +58,11 @@ def _num(v) -> float | None:
 
 
 def _pct(p) -> tuple[float | None, str]:
-    meas, spec = _num(_get(p, "pct_measured")), _num(_get(p, "pct_spec"))
+    # 'pct_spec' / 'ridge_spec': the name in roofline JSON saved before the datasheet split
+    meas = _num(_get(p, "pct_measured"))
     if meas is not None:
         return meas, "measured ceiling"
-    return spec, "spec roof"
+    return _num(_get(p, "pct_datasheet")) or _num(_get(p, "pct_spec")), "datasheet roof"
 
 
 def _class(p) -> str:
@@ -193,7 +194,7 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
                    str(_get(sc, "source") or ""))
         if _get(device, "name"):
             ev.add("device.name", str(_get(device, "name")), f"device: {_get(device, 'kind') or 'live'}")
-    ridge = _num(_get(p, "ridge_measured")) or _num(_get(p, "ridge_spec"))
+    ridge = _num(_get(p, "ridge_measured")) or _num(_get(p, "ridge_datasheet")) or _num(_get(p, "ridge_spec"))
     if ridge:
         ev.add("device.ridge_intensity", ridge, src,
                f"{_get(p, 'compute_dtype')} {_get(p, 'compute_unit')} roof / DRAM roof")
@@ -240,21 +241,33 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
         _sign_flips(ev, valid, baseline)
 
     # Nsight Compute
-    nc = dict(ncu or {})
-    if not nc and isinstance(_get(p, "ncu"), Mapping):
-        nc = dict(_get(p, "ncu"))
+    nc = ncu or (_get(p, "ncu") if isinstance(_get(p, "ncu"), Mapping) else None)
     if nc:
-        found = 0
-        for key, names in NCU_ALIASES.items():
-            for n in names:
-                v = _num(nc.get(n))
-                if v is not None:
-                    ev.add(key, int(v) if key in ("ncu.registers", "ncu.spill_bytes") else v,
-                           f"ncu: {n}", f"{n} = {nc.get(n)}")
-                    found += 1
-                    break
-        if not found:
-            ev.missing("Nsight Compute metrics", "the ncu result has none of the known metrics")
+        collect_ncu(ev, nc)
     else:
         ev.missing("Nsight Compute metrics", "not collected", "run with --ncu where ncu is installed")
+    return ev
+
+
+def collect_ncu(ev: Evidence, ncu: Mapping[str, Any], origin: str = "") -> Evidence:
+    """Nsight Compute metrics: a flat {metric: value} dict, or the roofline's ncu result
+    ({kernels: [...]}, as `cutile-diag roofline --ncu --json` writes it: the longest kernel counts)."""
+    nc = dict(ncu)
+    kernels = [k for k in nc.get("kernels") or [] if isinstance(k, Mapping)]
+    if kernels:
+        top = max(kernels, key=lambda k: _num(k.get("duration_ns")) or 0.0)
+        nc.update(top)
+        origin = origin or f"kernel {top.get('name', '?')}"
+    found = 0
+    for key, names in NCU_ALIASES.items():
+        for n in names:
+            v = _num(nc.get(n))
+            if v is not None:
+                ev.add(key, int(v) if key in ("ncu.registers", "ncu.spill_bytes") else v,
+                       f"ncu: {n}", f"{n} = {nc.get(n)}" + (f" ({origin})" if origin else ""))
+                found += 1
+                break
+    if not found:
+        why = f"ncu failed: {nc['error']}" if nc.get("error") else "the ncu result has none of the known metrics"
+        ev.missing("Nsight Compute metrics", why)
     return ev

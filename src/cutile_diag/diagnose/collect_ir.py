@@ -21,11 +21,16 @@ from pathlib import Path
 
 from ..ir_parsers.tileir import Entry, Module, Op, parse_tileir
 from ..ir_parsers.tileir_ops import LOADS, STORES
+from ..ir_parsers.tileir_types import ELEM_BITS
 from .evidence import Evidence, Site
 
 _ATOMICS = ("atomic_rmw_tko", "atomic_cas_tko", "atomic_red_view_tko")
 _FTZ_OPS = ("exp2", "rsqrt", "sqrt", "divf")
 _NONZERO_PADDING = ("neg_inf", "pos_inf", "nan", "neg_zero")
+# TMA limits (references/knob-catalog.md): ~16K elements per box (tileiras 13.5 splits a larger
+# tile into several boxes of at most 256 rows), and >= 16 contiguous bytes per tile row
+TMA_BOX_ELEMS = 16384
+TMA_MIN_CONTIG_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,27 @@ def _store_value_type(op: Op):
     return op.operand_types[0] if op.operand_types else None
 
 
+def _tma_view(op: Op) -> tuple[tuple[int, ...], int, int] | None:
+    """(tile shape, contiguous tile dim, element bytes) of a 2-D+ tile access that may use TMA."""
+    i = 0 if op.name == "load_view_tko" else 1
+    view = op.operand_types[i] if len(op.operand_types) > i else None
+    if view is None or view.kind != "partition_view" or _hint_value(op, "allow_tma") is False:
+        return None
+    shape, bits = view.tile_shape, ELEM_BITS.get(view.view_elem or "")
+    inner = view.inner
+    strides = [s.strip() for s in (inner.param.get("strides", "") if inner else "").strip("[]").split(",")]
+    if not shape or len(shape) < 2 or not bits or "1" not in strides:
+        return None
+    contiguous = len(strides) - 1 - strides[::-1].index("1")       # the array dim with stride 1
+    dim_map = re.findall(r"\d+", view.param.get("dim_map", ""))     # order="F": tile dim i -> array dim
+    if dim_map:
+        dims = [int(d) for d in dim_map]
+        if contiguous not in dims:
+            return None
+        contiguous = dims.index(contiguous)
+    return shape, contiguous, bits // 8 or 1
+
+
 def _moved_type(op: Op):
     return (op.result_types[0] if op.result_types else None) if op.name in LOADS else _store_value_type(op)
 
@@ -408,6 +434,26 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
     padded = [o for o in view_loads if o.operand_types and (o.operand_types[0].padding or "") in _NONZERO_PADDING]
     count("ir.nonzero_padding_loads", padded, "view loads with non-zero padding",
           lambda o: f"padding_value = {o.operand_types[0].padding}: TMA pads only with zero")
+
+    # --- tile shapes vs the TMA limits
+    oversize, narrow, tdet = [], [], {}
+    for o in view_loads + view_stores:
+        tv = _tma_view(o)
+        if tv is None:
+            continue
+        shape, c, nbytes = tv
+        tile = "x".join(map(str, shape))
+        if math.prod(shape) > TMA_BOX_ELEMS:
+            oversize.append(o)
+            tdet[(id(o), 0)] = (f"tile {tile} = {math.prod(shape)} elements > one TMA box ({TMA_BOX_ELEMS}): "
+                                "several boxes per access")
+        if shape[c] * nbytes < TMA_MIN_CONTIG_BYTES:
+            narrow.append(o)
+            tdet[(id(o), 1)] = (f"tile {tile}: contiguous dimension {shape[c]} x {nbytes} B = {shape[c] * nbytes} B "
+                                f"< {TMA_MIN_CONTIG_BYTES} B: not TMA-eligible")
+    count("ir.tma_oversize_tiles", oversize, "tiles over one TMA box", lambda o: tdet[(id(o), 0)])
+    count("ir.tma_narrow_tiles", narrow, "tiles with a contiguous dimension under 16 bytes",
+          lambda o: tdet[(id(o), 1)])
 
     # --- loops and scheduling structure
     fors = [o for o in ops if o.name == "for"]

@@ -5,7 +5,8 @@
    recommendation, unknown -> "possible, needs <facts>", an entry whose ``already_applied``
    holds -> listed as already applied and never recommended;
 3. rank by the entry's priority for the bottleneck class (plus the clause's penalty for weak
-   evidence), entries already tried in this kernel's history after the untried ones;
+   evidence), a ``root_cause`` clause (an f32 mma on CUDA cores) ahead of every class order,
+   entries already tried in this kernel's history after the untried ones;
 4. predicted effect = the entry's prior range, narrowed by its ``adjust`` rules and, with a
    GPU measurement, capped by the headroom left under the roof.
 
@@ -45,6 +46,7 @@ class Recommendation:
     verify: list[str] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
+    root_cause: bool = False
 
 
 @dataclass
@@ -96,7 +98,7 @@ def _rec_json(r: Recommendation) -> dict:
             "predicted_effect": r.predicted_effect, "risk": r.risk, "automatic": r.automatic,
             "transform": r.transform, "alternatives": r.alternatives, "rank": r.rank, "tried": r.tried,
             "summary": r.summary, "changes": r.changes, "risks": r.risks, "verify": r.verify,
-            "references": r.references, "evidence_facts": r.evidence_facts}
+            "references": r.references, "root_cause": r.root_cause, "evidence_facts": r.evidence_facts}
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -143,6 +145,17 @@ def fact_lines(fact: Fact) -> list[str]:
     if more > 0:
         lines.append(f"… and {more} more")
     return [f"{head}"] + ["  " + ln for ln in lines]
+
+
+def changes_for(changes: list[str], cls: str) -> list[str]:
+    """Change lines prefixed '<class>:' apply to that class: the kernel's own first, then the
+    general ones; other classes' lines are kept (last) only when none is the kernel's."""
+    def owner(line: str) -> str | None:
+        head = line.split(":", 1)[0].strip()
+        return head if head in CLASSES else None
+    own = [c for c in changes if owner(c) == cls]
+    general = [c for c in changes if owner(c) is None]
+    return own + general if own else general + [c for c in changes if owner(c) not in (None, cls)]
 
 
 def _tried_counts(tried: Iterable[str] | Mapping[str, int] | None) -> Counter:
@@ -236,10 +249,10 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
             id=entry.id, name=entry.name, reason=render_reason(clause.reason, facts),
             evidence=lines, evidence_facts=structured, predicted_effect=_predicted(entry, facts),
             risk=entry.risk, automatic=entry.automatic, transform=entry.transform, rank=rank,
-            tried=counts.get(entry.id, 0), summary=entry.summary, changes=entry.changes,
+            tried=counts.get(entry.id, 0), summary=entry.summary, changes=changes_for(entry.changes, bottleneck),
             risks=entry.risks, verify=entry.verify, references=entry.references,
-            alternatives=entry.alternatives)
-        recs.append(((rec.tried > 0, rec.tried, rank, order), rec))
+            alternatives=entry.alternatives, root_cause=clause.root_cause)
+        recs.append(((rec.tried > 0, rec.tried, not rec.root_cause, rank, order), rec))
 
     recs.sort(key=lambda t: t[0])
     ordered = [r for _, r in recs]
@@ -270,8 +283,8 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
                 id=entry.id, name=entry.name, reason=render_reason(clause.reason, facts), evidence=[],
                 predicted_effect=_predicted(entry, facts), risk=entry.risk, automatic=entry.automatic,
                 transform=entry.transform, rank=entry.rank(bottleneck), tried=counts.get(entry.id, 0),
-                summary=entry.summary, changes=entry.changes, risks=entry.risks, verify=entry.verify,
-                references=entry.references))
+                summary=entry.summary, changes=changes_for(entry.changes, bottleneck), risks=entry.risks,
+                verify=entry.verify, references=entry.references))
 
     return Diagnosis(
         kernel=ev.kernel, bottleneck=bottleneck, confidence=confidence,

@@ -96,6 +96,12 @@ FACTS: dict[str, FactSpec] = {
     "ir.kernel_hints_set": _f("bool", "tileir", "any entry-level hint (occupancy / num_ctas / num_worker_warps) set"),
     "ir.max_tile_elems": _f("int", "tileir", "largest tile moved by one memory op, in elements"),
     "ir.max_tile_bytes": _f("int", "tileir", "largest tile moved by one memory op, in bytes"),
+    "ir.tma_oversize_tiles": _f("int", "tileir",
+                                "2-D+ view loads/stores (TMA allowed) whose tile exceeds one TMA box (16K elements): "
+                                "tileiras splits it into several boxes"),
+    "ir.tma_narrow_tiles": _f("int", "tileir",
+                              "2-D+ view loads/stores (TMA allowed) whose contiguous tile dimension is under 16 bytes: "
+                              "not TMA-eligible"),
     "ir.max_f32_tile_elems": _f("int", "tileir", "largest f32 tile produced by a non-mma op, in elements"),
     "ir.reductions": _f("int", "tileir", "reduce / scan ops"),
     "ir.debug_ops": _f("int", "tileir", "print_tko / assert ops"),

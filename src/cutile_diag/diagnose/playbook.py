@@ -4,7 +4,7 @@ Entry schema (see ``references/playbook/README.md``)::
 
     id, name, summary, transform ("" = manual), alternatives, changes, risk, risks, verify,
     references, bounded_by_roof, already_applied (predicate), last_resort
-    [[applies_when]]  expr, reason, cite, penalty      # any clause true -> the entry applies
+    [[applies_when]]  expr, reason, cite, penalty, root_cause   # any clause true -> the entry applies
     [[adjust]]        when, note, effect_high, effect_low
     [priority]        <class> = rank (lower = earlier), default = rank
     [expected_effect] low, high   # speedup fraction: t_before / t_after - 1
@@ -15,6 +15,7 @@ silently never matching.
 """
 from __future__ import annotations
 
+import importlib.resources
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class Clause:
     reason: str
     cite: tuple[str, ...] = ()
     penalty: float = 0.0
+    root_cause: bool = False    # the finding invalidates tuning anything else: rank first in every class
 
 
 @dataclass(frozen=True)
@@ -114,21 +116,27 @@ class Playbook:
         return [e.id for e in self.entries]
 
 
+def packaged_references() -> Path | None:
+    """``cutile_diag/diagnose/references``: in a checkout a symlink to the top-level references/
+    (the one source), in a wheel the copy setuptools made of it (pyproject package-data)."""
+    cand = importlib.resources.files(__package__) / "references"
+    return Path(cand).resolve() if isinstance(cand, Path) and (cand / "playbook").is_dir() else None
+
+
 def references_dir() -> Path:
-    """The repo's references/ folder: $CUTILE_DIAG_REFERENCES, else found from the package."""
+    """$CUTILE_DIAG_REFERENCES, else the package's references (checkout or installed wheel),
+    else a references/ folder above the package (a checkout whose symlink was not materialised)."""
     env = os.environ.get(REFERENCES_ENV)
     if env:
         p = Path(env).expanduser()
         if not (p / "playbook").is_dir():
             raise PlaybookError(f"{REFERENCES_ENV}={env} has no playbook/ folder")
         return p
-    here = Path(__file__).resolve()
-    for parent in here.parents:
+    packaged = packaged_references()
+    if packaged is not None:
+        return packaged
+    for parent in Path(__file__).resolve().parents:
         cand = parent / "references"
-        if (cand / "playbook").is_dir():
-            return cand
-        # an installed package may carry a copy as package data
-        cand = parent / "data" / "references"
         if (cand / "playbook").is_dir():
             return cand
     raise PlaybookError("cannot find the references/ folder with the playbook",
@@ -183,7 +191,8 @@ def load_entry(path: Path) -> Entry:
         bad = [k for k in cite if k not in FACTS]
         if bad:
             raise PlaybookError(f"{cw}: cites unknown fact {', '.join(bad)}")
-        clauses.append(Clause(_pred(c["expr"], cw), str(c["reason"]), cite, float(c.get("penalty", 0))))
+        clauses.append(Clause(_pred(c["expr"], cw), str(c["reason"]), cite, float(c.get("penalty", 0)),
+                              bool(c.get("root_cause", False))))
     prio = d["priority"]
     if not isinstance(prio, dict) or not prio:
         raise PlaybookError(f"{where}: 'priority' must be a table of class = rank")
