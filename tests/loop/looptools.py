@@ -8,7 +8,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cutile_diag.examples import EXAMPLES_DIR
 
@@ -111,15 +110,15 @@ SPEC = {"configs": {"small": 0.05, "large": 0.40}, "noise": 0.003, "run_noise": 
 
 
 def make_loop(repo: Path, spec: dict | None = None, *, recs=None, transforms=None, diagnoser=None, hooks=None,
-              **opts):
+              ref: str | None = None, branch: str | None = None, **opts):
     """A fresh session (branch + ledger) and a runner on the simulated backend."""
     from cutile_diag.loop.backends import SimulatedBackend
     from cutile_diag.loop.runner import LoopOptions, Runner
     from cutile_diag.loop.setup import create_session
     backend = SimulatedBackend({**SPEC, **(spec or {})})
     options = LoopOptions(capture=False, **{"rounds": 3, **opts})
-    s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
-                            options=options.to_json())
+    s, led = create_session(ref or f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
+                            options=options.to_json(), branch=branch)
     runner = Runner(s, backend, led, diagnoser=diagnoser or RankedDiagnoser(recs or []),
                     transforms=transforms or {}, options=options, hooks=hooks)
     return runner

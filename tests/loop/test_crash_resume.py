@@ -2,7 +2,6 @@
 ``--resume`` records the crash and carries on."""
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -48,12 +47,17 @@ def test_killed_mid_iteration_then_resume(repo, point):
     assert any("died during iteration 2" in m for m in r2.resume_log)
     crash = r2.led.iterations[2]
     assert (crash["status"], crash["decision"]["rule"]) == ("crash", "interrupted")
+    # the row's correctness is the verification's, when it finished before the kill
+    verified = point in ("after_verify", "after_measure", "after_commit")
+    assert crash["correctness"] == ("PASS" if verified else "FAIL")
+    # the interrupted candidate counts as tried: resuming does not run the step that killed the loop again
+    assert crash["change"]["tried"] == [{"transform": "faster", "params": {}}]
     res = r2.run()
-    assert calls["n"] == 1
-    assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash", "keep"]
-    assert res.stop_rule == "max-iterations"
+    assert calls["n"] == 1 and r2._transforms["faster"].applied == 1
+    assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash"]
+    assert res.stop_rule == "exhausted"
     assert_consistent(r2, repo)
-    assert "# fake:faster" in (repo / "vector_add.py").read_text()
+    assert "# fake:faster" not in (repo / "vector_add.py").read_text()
 
 
 def test_crash_after_record_needs_no_recovery(repo):
@@ -128,8 +132,10 @@ def test_hard_kill_then_resume(repo, point):
     kept1 = r2.led.iterations[1]["commits"]["kept"]
     assert head(repo) == kept1 and dirty(repo) == []
     assert r2.led.iterations[2]["status"] == "crash"
-    r2.run()
-    assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash", "keep"]
+    res = r2.run()
+    # kill -9 mid-step: the step is recorded as tried, so --resume does not retry it (no second kill)
+    assert ts["faster"].applied == 0 and res.stop_rule == "exhausted"
+    assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash"]
     assert_consistent(r2, repo)
 
 
@@ -161,3 +167,97 @@ def test_resume_refuses_foreign_changes(repo):
     git(repo, "commit", "-qam", "a commit on the loop's branch")
     with pytest.raises(GitError, match="commits after the last kept one"):
         reload_runner(repo, r)
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> command line of the live processes whose parent is ``pid``."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_sigterm_kills_the_hung_child_and_resume_does_not_retry_it(repo, tmp_path):
+    import json
+    import signal
+    import time
+    spec = tmp_path / "sim.json"
+    spec.write_text(json.dumps({"configs": {"1M": 0.012, "16M": 0.06}, "hang": ["latency_hints"]}))
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    argv = [sys.executable, "-m", "cutile_diag", "optimize", ref, "--simulate", str(spec), "--no-capture",
+            "--only", "E", "--max-sweep", "1", "--rounds", "1", "--budget", "300"]
+    p = subprocess.Popen(argv, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sleeper, t0 = None, time.monotonic()
+        while sleeper is None and time.monotonic() - t0 < 90 and p.poll() is None:
+            sleeper = next((c for c, cmd in _children(p.pid).items() if "time.sleep(3600)" in cmd), None)
+            time.sleep(0.1)
+        assert sleeper is not None, p.communicate(timeout=5)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143 and "terminated (SIGTERM)" in err and "Traceback" not in err
+    assert not _alive(sleeper)                               # the hung child went with the loop
+    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.loop.session import find_state_dir
+    led = Ledger.load(find_state_dir(ref))
+    # like Ctrl-C: the tree is on the last kept commit, the iteration pending for --resume
+    assert head(repo) == led.kept_commit() and dirty(repo) == [] and led.pending()["iteration"] == 1
+    # --resume records the crash (verified before the hang: PASS) and moves on to the next setting, which
+    # hangs too (every latency_hints change does here) and is killed at the new budget; two crashes: stop
+    res = subprocess.run([sys.executable, "-m", "cutile_diag", "optimize", "--resume", ref, "--budget", "3",
+                          "--json"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert [(r["status"], r["correctness"]) for r in doc["rows"]] == [("keep", "PASS"), ("crash", "PASS"),
+                                                                      ("crash", "PASS")]
+    assert doc["stop_rule"] == "no-improvement" and dirty(repo) == []
+    first, second = (it["change"]["tried"] for it in Ledger.load(find_state_dir(ref)).iterations[1:])
+    assert first[0]["params"] == {} and second[0]["params"] != {}      # the interrupted step was not retried
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_kill_9_takes_the_hung_child_along(repo, tmp_path):
+    import json
+    import signal
+    import time
+    spec = tmp_path / "sim.json"
+    spec.write_text(json.dumps({"configs": {"1M": 0.012}, "hang": ["latency_hints"]}))
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    p = subprocess.Popen([sys.executable, "-m", "cutile_diag", "optimize", ref, "--simulate", str(spec),
+                          "--no-capture", "--only", "E", "--max-sweep", "1", "--rounds", "1", "--budget", "300"],
+                         cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sleeper, t0 = None, time.monotonic()
+        while sleeper is None and time.monotonic() - t0 < 90 and p.poll() is None:
+            sleeper = next((c for c, cmd in _children(p.pid).items() if "time.sleep(3600)" in cmd), None)
+            time.sleep(0.1)
+        assert sleeper is not None
+        p.send_signal(signal.SIGKILL)           # no handler runs: only the kernel's parent-death signal
+        p.wait(timeout=30)
+        t0 = time.monotonic()
+        while _alive(sleeper) and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        assert not _alive(sleeper)
+    finally:
+        if p.poll() is None:
+            p.kill()

@@ -76,3 +76,65 @@ def test_unknown_kernel(tmp_path):
     f.write_text("def f(): pass\n")
     with pytest.raises(KernelLoadError, match="does not import cuda.tile"):
         locate(f, "f")
+
+
+def test_constant_aliases_are_constants(tmp_path):
+    f = tmp_path / "k.py"
+    f.write_text("import cuda.tile as ct\nfrom typing import TypeAlias\n"
+                 "ConstInt = ct.Constant[int]\nConstBool: TypeAlias = ct.Constant[bool]\nC = ct.Constant\n"
+                 "Tile = ConstInt\n\n@ct.kernel\ndef k(a, T: ConstInt, F: ConstBool, W: C[int], U: Tile, n: int):\n"
+                 "    pass\n")
+    assert locate(f, "k").kernel.constants == ["T", "F", "W", "U"]
+
+
+AUTOTUNED = '''
+import cuda.tile as ct
+from types import SimpleNamespace
+from cuda.tile.tune import exhaustive_search
+
+ConstInt = ct.Constant[int]
+_OCC = (2, 4, 6, 8)
+
+
+def _configs(dtype, cap):
+    if dtype == "f64":
+        for t in TABLE[cap]:
+            yield SimpleNamespace(TM=t, occupancy=1)
+        return
+    if cap[0] < 9:
+        for tm in [64, 128]:
+            for occ in [1, 2]:
+                yield SimpleNamespace(TM=tm, occupancy=occ)
+    else:
+        yield SimpleNamespace(TM=128, occupancy=1)
+        yield SimpleNamespace(TM=256, occupancy=1)
+
+
+@ct.kernel
+def mm(A, TM: ConstInt):
+    pass
+
+
+@ct.kernel
+def sm(A, TN: ConstInt):
+    pass
+
+
+def launch_mm(a, stream):
+    configs = list(_configs(a.dtype, (9, 0)))
+    exhaustive_search(configs, stream, lambda c: (1,), mm, lambda c: (a, c.TM),
+                      lambda c: {"occupancy": c.occupancy})
+
+
+def launch_sm(a, stream):
+    exhaustive_search([SimpleNamespace(occupancy=o) for o in _OCC], stream, lambda c: (1,), sm, lambda c: (a, 64))
+'''
+
+
+def test_autotune_space_sizes(tmp_path):
+    f = tmp_path / "tuned.py"
+    f.write_text(AUTOTUNED)
+    (mm,) = locate(f, "mm").autotune
+    assert mm.size is None and mm.sizes == [2, 4, None]      # sm90+ / pre-sm90 / an f64 table of unknown size
+    (sm,) = locate(f, "sm").autotune
+    assert sm.size == 4 and sm.sizes == []

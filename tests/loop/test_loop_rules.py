@@ -139,7 +139,7 @@ def test_above_roof_measurement_is_never_a_win(repo):
     assert all(p["valid"] for p in base["roofline"].values())
     it = r.led.iterations[1]
     assert (it["status"], it["decision"]["rule"]) == ("revert", "above-roof")
-    assert "exceeds the spec bandwidth" in it["decision"]["reason"] and dirty(repo) == []
+    assert "bandwidth 240 T/s exceeds the" in it["decision"]["reason"] and dirty(repo) == []
 
 
 def test_iteration_cap_is_25(repo):
@@ -228,3 +228,51 @@ def test_baseline_must_be_correct(repo):
     with pytest.raises(LoopError, match="unchanged kernel fails"):
         r.start()
     assert r.led.last_stop()["rule"] == "baseline-failed" and r.led.iterations == []
+
+
+def test_a_hanging_sweep_point_fails_alone(repo):
+    ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}, {"v": 3}])}
+    spec = {"effects": {'occ{"v": 1}': 0.95, 'occ{"v": 3}': 0.85}, "hang": ['occ{"v": 2}']}
+    r = make_loop(repo, spec, recs=[rec("C", "occ")], transforms=ts, max_iterations=1, iteration_budget_s=4)
+    t0 = time.monotonic()
+    r.start()
+    it = r.led.iterations[1]
+    # the hung point was killed at its share of the budget; the others were screened and the best kept
+    assert (it["status"], it["applied"]) == ("keep", ['occ{"v": 3}']) and time.monotonic() - t0 < 15
+    hung = next(p for p in it["sweep"] if p["params"] == {"v": 2})
+    assert hung["result"].startswith("crash in screening") and "killed" in hung["result"]
+    assert [p["params"] for p in it["sweep"] if p.get("chosen")] == [{"v": 3}]
+
+
+def test_sweep_screening_goes_through_the_roofline_guard(repo):
+    # v1 would "win" the screening by being impossibly fast: the guard throws it out, v2 goes on
+    ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}])}
+    spec = {"effects": {'occ{"v": 1}': 0.01, 'occ{"v": 2}': 0.9},
+            "bytes": {"small": 1.2e8, "large": 9.6e8}, "flops": {"small": 1e6, "large": 8e6}}
+    r = make_loop(repo, spec, recs=[rec("C", "occ")], transforms=ts, max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    magic = next(p for p in it["sweep"] if p["params"] == {"v": 1})
+    assert magic["result"].startswith("above the roof") and not magic.get("chosen")
+    assert (it["status"], it["applied"]) == ("keep", ['occ{"v": 2}'])
+
+
+def test_crash_row_keeps_the_verification_and_the_screening_latency(repo):
+    from cutile_diag.loop.errors import CandidateCrash
+    ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}])}
+    r = make_loop(repo, {"effects": {'occ{"v": 1}': 0.9, 'occ{"v": 2}': 0.8}}, recs=[rec("C", "occ")],
+                  transforms=ts, max_iterations=1)
+    real = r.backend.measure
+
+    def measure(versions, ws, deadline, rounds):
+        if len(versions) > 1 and rounds == r.opt.rounds:      # the full comparison, after screening
+            raise CandidateCrash("iter-1/2: the measurement worker died (exit -11)")
+        return real(versions, ws, deadline, rounds)
+    r.backend.measure = measure
+    r.start()
+    it = r.led.iterations[1]
+    chosen = next(p for p in it["sweep"] if p.get("chosen"))
+    # verified PASS before the crash; the row shows the chosen point's screening latency, said so in the ledger
+    assert (it["status"], it["correctness"]) == ("crash", "PASS")
+    assert it["latency_ms"] == chosen["screen_ms"] and it["latency_source"] == "screening"
+    assert table_rows(r)[1]["latency_ms"] == round(chosen["screen_ms"], 6) and dirty(repo) == []

@@ -102,3 +102,45 @@ def test_status_and_recover(started, repo):
     assert "died during iteration 1" in recover(started.s, started.led)
     assert dirty(repo) == [] and table_rows(started)[1]["status"] == "crash"
     assert recover(started.s, started.led) is None
+
+
+def test_record_applies_the_stop_rules_and_the_cap(repo):
+    from cutile_diag.loop.errors import LoopError
+    from cutile_diag.loop.manual import record_manual
+    from cutile_diag.loop.runner import LoopOptions
+    r = make_loop(repo, {**SPEC, "effects": {**SPEC["effects"], "marker:PLANTED_TINY": 0.995}}, max_iterations=2)
+    r.baseline()
+    edit(repo, "PLANTED_TINY")
+    rec1 = record_manual(r.s, r.led, r.backend)
+    # < 2 %: kept, and the stop rule the automatic loop applies is recorded for the manual step too
+    assert (rec1["status"], rec1["decision"]["rule"]) == ("keep", "keep-stop")
+    assert rec1["stop"]["rule"] == "below-threshold" and r.led.last_stop()["rule"] == "below-threshold"
+    edit(repo, "PLANTED_FAST")
+    rec2 = record_manual(r.s, r.led, r.backend)        # a hand-over stop does not block a person's step
+    assert rec2["status"] == "keep" and r.led.last_stop()["rule"] == "max-iterations"
+    # the iteration cap does
+    edit(repo, "PLANTED_SLOWER")
+    with pytest.raises(LoopError, match="iteration cap is reached") as e:
+        record_manual(r.s, r.led, r.backend)
+    assert "--max-iterations" in e.value.one_line() and len(r.led.iterations) == 3
+    rec3 = record_manual(r.s, r.led, r.backend, options=LoopOptions.from_json(r.s.options, max_iterations=3))
+    assert rec3["iteration"] == 3
+
+
+def test_next_says_why_an_automatic_entry_is_manual_here(repo):
+    # an autotuned wrapper sets every hint through its hints_fn: a decorator edit (C) would be a no-op
+    from cutile_diag.loop.manual import next_step
+    f = repo / "vector_add.py"
+    f.write_text(f.read_text() + "\n\ndef tuned(a, b, c, stream, space):\n"
+                 "    from cuda.tile.tune import exhaustive_search\n"
+                 "    exhaustive_search(space, stream, lambda cfg: (1,), vector_add, lambda cfg: (a, b, c, 1024),\n"
+                 "                      lambda cfg: cfg.hints)\n")
+    git(repo, "commit", "-qam", "autotuned wrapper")
+    r = make_loop(repo, SPEC)
+    r.baseline()
+    ns = next_step(r.s, r.led, diagnoser=RankedDiagnoser([rec("C", "kernel_hints")]))
+    assert ns.rec.id == "C" and not ns.automatic
+    assert any("overrides" in w and "no-op" in w for w in ns.not_automatic)
+    text = "\n".join(ns.recipe)
+    assert "already autotuned (exhaustive_search in tuned()" in text and "widen the search space" in text
+    assert "loop record --entry C" in ns.command

@@ -1,7 +1,5 @@
 """The workload backend's long-lived workers: protocol, timeouts and deaths (no GPU needed), and
 one GPU run of the whole loop on an example kernel."""
-import json
-import shutil
 import sys
 
 import pytest
@@ -83,7 +81,6 @@ def test_workload_backend_loop_on_vector_add(repo):
 
 def test_proc_run_removes_none_env_and_keeps_empty(monkeypatch):
     """None removes a variable (CUDA_HOME must be absent, not empty, for cuTile's tileiras probe)."""
-    import sys
     from cutile_diag.loop import proc
     monkeypatch.setenv("CUTILE_DIAG_PROBE_VAR", "set")
     code = "import os; print(repr(os.environ.get('CUTILE_DIAG_PROBE_VAR')), repr(os.environ.get('OTHER_VAR')))"

@@ -92,3 +92,34 @@ def test_syntax_error_is_a_clear_error():
 def test_changed_lines():
     assert changed_lines("a\nb\nc\n", "a\nB\nc\nd\n") == (2, 4)
     assert changed_lines("a\n", "a\n") == ()
+
+
+ALIASED = '''import cuda.tile as ct
+from typing import TypeAlias
+
+ConstInt = ct.Constant[int]
+ConstBool: TypeAlias = ct.Constant[bool]
+Const = ct.Constant
+Tile = ConstInt
+
+
+@ct.kernel
+def k(a, b, T: ConstInt, FLAG: ConstBool, W: Const[int], U: Tile, n: int):
+    x = ct.load(a, index=(ct.bid(0),), shape=(T,))
+    ct.store(b, index=(ct.bid(0),), tile=x)
+
+
+def launch(a, b, stream):
+    ct.launch(stream, (8,), k, (a, b, 1024, True, 4, 2, 5))
+'''
+
+
+def test_constants_through_module_level_aliases():
+    # TileGym spells tile sizes `ConstInt = ct.Constant[int]`; every alias form resolves
+    k = load(ALIASED, "k")
+    assert k.constant_params() == {"T": "int", "FLAG": "bool", "W": "int", "U": "int"}
+    from cutile_diag.loop.transforms import TileSizeSweep
+    from cutile_diag.loop.transforms.tile_size_sweep import tile_params
+    assert tile_params(k) == ["T"]
+    res = TileSizeSweep().apply(ALIASED, "k", T=2048)
+    assert "(a, b, 2048, True, 4, 2, 5)" in res.new_source

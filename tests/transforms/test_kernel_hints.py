@@ -87,3 +87,59 @@ def test_replace_hints_refusals_and_probe():
     assert not ok and "no kernel named" in why
     with pytest.raises(TransformParamError):
         H.apply(example_source("softmax"), "softmax")
+
+
+TUNED = '''import cuda.tile as ct
+from math import ceil
+from types import SimpleNamespace
+from cuda.tile.tune import exhaustive_search
+
+from .utils import cached_replace_hints
+
+ConstInt = ct.Constant[int]
+_cache = {}
+
+
+@ct.kernel
+def _matmul_kernel(A, B, C, TM: ConstInt):
+    pass
+
+
+@ct.kernel(occupancy=2)
+def _softmax_kernel(X, Y, T: ConstInt):
+    pass
+
+
+def _tuned_matmul(stream, a, b, c):
+    if "k" not in _cache:
+        res = exhaustive_search([SimpleNamespace(TM=64, num_ctas=1, occupancy=1)], stream,
+                                lambda cfg: (ceil(1024 / cfg.TM), 1, 1), _matmul_kernel,
+                                lambda cfg: (a, b, c, cfg.TM),
+                                lambda cfg: {"num_ctas": cfg.num_ctas, "occupancy": cfg.occupancy})
+        best = res.best.config
+        _cache["k"] = (best, _matmul_kernel.replace_hints(num_ctas=best.num_ctas, occupancy=best.occupancy))
+    best, kern = _cache["k"]
+    ct.launch(stream, (1,), kern, (a, b, c, best.TM))
+
+
+def _softmax(stream, x, y, occ):
+    kern = cached_replace_hints(_softmax_kernel, occupancy=occ)
+    ct.launch(stream, (1,), kern, (x, y, 1024))
+'''
+
+
+def test_hints_the_wrapper_overrides_are_refused():
+    # TileGym's autotuned matmul: the search's hints_fn and replace_hints set occupancy and num_ctas,
+    # so a decorator value for them compiles to the same kernel (the no-op step of the H200 run)
+    from cutile_diag.loop.transforms.analysis import hint_overrides
+    from cutile_diag.loop.transforms.base import load
+    assert set(hint_overrides(load(TUNED, "_matmul_kernel"))) == {"num_ctas", "occupancy"}
+    ok, why = KernelHints().applicable(TUNED, "_matmul_kernel", occupancy=2)
+    assert not ok and "overrides occupancy" in why and "exhaustive_search" in why and "no-op" in why
+    assert not ReplaceHints().applicable(TUNED, "_matmul_kernel", num_ctas=2)[0]
+    # the knob the wrapper leaves alone is still a real change
+    assert KernelHints().applicable(TUNED, "_matmul_kernel", num_worker_warps=8)[0]
+    assert {k for c in KernelHints().candidates(TUNED, "_matmul_kernel") for k in c} == {"num_worker_warps", "overwrite"}
+    # a helper wrapping replace_hints (TileGym's cached_replace_hints) counts too
+    ok, why = KernelHints().applicable(TUNED, "_softmax_kernel", occupancy=4, overwrite=True)
+    assert not ok and "cached_replace_hints" in why

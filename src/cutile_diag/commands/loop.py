@@ -21,6 +21,7 @@ def register(sub) -> None:
     r.add_argument("--note", help="one line describing the edit (the table's optimization column)")
     r.add_argument("--budget", type=float, help="time budget in seconds (default: the loop's)")
     r.add_argument("--rounds", type=int, help="interleaved measurement rounds (default: the loop's)")
+    r.add_argument("--max-iterations", type=int, help="the loop's iteration cap (1..25; default: the loop's)")
     common.append(r)
     st = ls.add_parser("status", help="the table, the kept commit, pending work and what to do next")
     common.append(st)
@@ -53,7 +54,7 @@ def run_next(args) -> int:
         console.print("no playbook entry applies to the kept version")
         return 0
     r = ns.rec
-    kind = f"automatic ({r.transform})" if r.automatic else "manual"
+    kind = f"automatic ({r.transform})" if ns.automatic else "manual"
     console.print(f"[bold]{r.id} — {r.name}[/]  [dim]{kind}; diagnosis: {ns.diagnosis.bottleneck}[/]")
     if r.reason:
         console.print(f"why: {r.reason}")
@@ -62,6 +63,8 @@ def run_next(args) -> int:
     eff = r.predicted_effect or {}
     if eff:
         console.print(f"predicted: +{eff.get('low', 0):.0%} .. +{eff.get('high', 0):.0%}; risk {r.risk}")
+    for why in ns.not_automatic:
+        console.print(f"not automatic here: {why}", markup=False, highlight=False)
     for line in ns.recipe:
         console.print(line, markup=False, highlight=False)
     if ns.stop.stop:
@@ -71,17 +74,33 @@ def run_next(args) -> int:
 
 
 def run_record(args) -> int:
+    import sys
+    from ..loop.proc import Terminated, sigterm_unwinds
+    try:
+        with sigterm_unwinds():
+            return _run_record(args)
+    except Terminated:
+        print("cutile-diag: terminated (SIGTERM): the running step was killed and the tree reset to the last kept "
+              "commit (the edit is saved in the iteration's folder); `cutile-diag loop recover` records it",
+              file=sys.stderr)
+        return 143
+
+
+def _run_record(args) -> int:
     from ..loop.factory import make_backend
     from ..loop.manual import record_manual
     from ..loop.runner import LoopOptions
     s, led = _session(args)
-    opts = LoopOptions.from_json(s.options, iteration_budget_s=args.budget, rounds=args.rounds)
+    opts = LoopOptions.from_json(s.options, iteration_budget_s=args.budget, rounds=args.rounds,
+                                 max_iterations=args.max_iterations)
     backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
     try:
         rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo)
-    finally:
-        backend.close()
+    except BaseException:
+        getattr(backend, "abort", backend.close)()
+        raise
+    backend.close()
     if args.json:
         print_json(rec)
         return 0
@@ -89,6 +108,9 @@ def run_record(args) -> int:
     console.print(f"iteration {rec['iteration']}: {rec['optimization']} — {lat}, {rec['correctness']}, "
                   f"[bold]{rec['status']}[/]")
     console.print(f"reason: {rec['decision']['reason']}")
+    if rec.get("stop", {}).get("stop"):
+        console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `cutile-diag loop next` for another "
+                      "manual step)")
     console.print(f"[dim]{led.table_path}[/]")
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import CutileDiagError, UsageError
 from ..output import console, err_console, print_json
 
 
@@ -18,10 +18,13 @@ def register(sub) -> None:
                     "<out>/perf_results.md (the table) and <out>/ledger.jsonl (everything behind it).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Measure with a workload:   optimize my_op.py::my_kernel --workload examples:softmax\n"
-               "or TileGym-style commands: optimize src/tilegym/ops/cutile/softmax.py::softmax_kernel \\\n"
+               "or TileGym-style commands: optimize src/tilegym/ops/cutile/softmax.py::_softmax_kernel \\\n"
                "    --test-cmd \"pytest tests/ops/test_softmax.py -k 'test_ and cutile and not test_perf'\" \\\n"
                "    --bench-cmd \"pytest tests/ops/test_softmax.py -k 'test_perf and cutile' --print-record -s\"\n"
-               "Continue an interrupted loop: optimize --resume [KERNEL].  Manual steps: cutile-diag loop next|record.")
+               "    (add --bytes CONFIG=N [--flops CONFIG=N --unit f16:tensor] for the roofline guard)\n"
+               "TileGym kernels are module-private: their names start with '_' (_softmax_kernel, _matmul_kernel).\n"
+               "Continue an interrupted loop: optimize --resume [KERNEL] (new --test-cmd/--bench-cmd replace the\n"
+               "stored ones).  Manual steps: cutile-diag loop next|record.")
     p.add_argument("kernel", nargs="?", help="FILE.py::KERNEL (the @ct.kernel to optimise)")
     m = p.add_argument_group("measurement (choose one)")
     m.add_argument("--workload", help="workload reference: examples:<kernel>, tilegym:<op>, or file.py::Workload")
@@ -30,6 +33,14 @@ def register(sub) -> None:
     m.add_argument("--test-cmd", help="correctness command (exit 0 = PASS), run in the repository root")
     m.add_argument("--bench-cmd", help="benchmark command printing --print-record records (median = latency)")
     m.add_argument("--framework", default="cutile", help="record framework to read from --bench-cmd (default cutile)")
+    m.add_argument("--flops", action="append", default=[], metavar="CONFIG=N",
+                   help="FLOPs of a --bench-cmd configuration (CONFIG: its test id or a part of it; repeatable): "
+                        "with --bytes, the roofline guard and class for command-measured loops")
+    m.add_argument("--bytes", action="append", default=[], metavar="CONFIG=N",
+                   help="bytes moved by a --bench-cmd configuration (as --flops)")
+    m.add_argument("--unit", metavar="DTYPE:UNIT", help="compute roof for --flops, e.g. f16:tensor or f32:cuda")
+    m.add_argument("--roof-device", metavar="PRESET",
+                   help="device preset for that roofline (h100, h200, ...; default: the live GPU)")
     m.add_argument("--direction", default="forward", choices=("forward", "backward", "both"),
                    help="which record direction is the latency (default forward)")
     m.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (CI and demos; see loop.backends.SimSpec)")
@@ -92,10 +103,28 @@ def _echo(args):
 
 
 def run(args) -> int:
-    from ..loop.factory import backend_spec, make_backend
+    import sys
+    from ..loop.proc import Terminated, sigterm_unwinds
+    try:
+        with sigterm_unwinds():
+            return _run(args)
+    except Terminated:
+        # like Ctrl-C: the child's process group is killed, the tree is on the last kept commit
+        print("cutile-diag: terminated (SIGTERM): the running step was killed and the tree reset to the last kept "
+              "commit; `cutile-diag optimize --resume` records it and goes on", file=sys.stderr)
+        return 143
+
+
+def _counts(args) -> dict:
+    from ..loop.factory import counts_spec
+    return counts_spec(args.flops, args.bytes, args.unit, args.roof_device)
+
+
+def _run(args) -> int:
+    from ..loop.factory import backend_spec, check_commands, make_backend, resumed_backend
     from ..loop.runner import Runner
     from ..loop.session import find_state_dir, load_session
-    from ..loop.setup import check_resume, create_session
+    from ..loop.setup import check_resume, create_session, discard_session
     echo = _echo(args)
     if args.plan:
         return _plan(args)
@@ -103,15 +132,26 @@ def run(args) -> int:
         state = find_state_dir(args.kernel, args.out)
         s, led = load_session(state)
         opts = _options(args, s.options)
+        # new --test-cmd/--bench-cmd (a fix after a failed baseline) replace the stored ones, on the record
+        new = resumed_backend(s.backend, workload=args.workload, simulate=args.simulate, test_cmd=args.test_cmd,
+                              bench_cmd=args.bench_cmd, counts=_counts(args))
+        if new is not None:
+            check_commands(new, s.root)
         done = check_resume(s, led)
         if opts.to_json() != s.options:
             led.append({"type": "options", "options": opts.to_json()})
+        if new is not None:
+            led.append({"type": "backend", "backend": new, "reason": "given again on --resume"})
+            s.backend = new
+            done.append("measurement commands replaced (recorded in the ledger)")
         for d in done:
             (echo or (lambda _s: None))(d)
         backend = make_backend(s.backend, log_dir=state / "logs")
+        fresh = False
     else:
         if not args.kernel:
             raise UsageError("give the kernel to optimise: FILE.py::KERNEL", hint="or --resume to continue a loop")
+        from ..loop.git import repo_root
         from ..loop.locate import parse_ref
         kpath, _ = parse_ref(args.kernel)
         bench_opts = {k: v for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
@@ -119,18 +159,26 @@ def run(args) -> int:
                             bench_cmd=args.bench_cmd, simulate=args.simulate,
                             configs=[c.strip() for c in args.configs.split(",")] if args.configs else None,
                             kernel_file=kpath, framework=args.framework, direction=args.direction,
-                            bench_options=bench_opts, device=args.device)
+                            bench_options=bench_opts, device=args.device, counts=_counts(args))
+        check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
         opts = _options(args)
-        backend = None
         s, led = create_session(args.kernel, backend=spec, options=opts.to_json(), out=args.out, branch=args.branch,
                                 wrappers=args.wrapper, capture={"enabled": opts.capture, "archs": opts.archs,
                                                                 "args": opts.capture_args}, echo=echo)
         backend = make_backend(spec, log_dir=s.state_dir / "logs")
+        fresh = True
     try:
         runner = Runner(s, backend, led, options=opts, echo=echo)
         result = runner.start()
-    finally:
-        backend.close()
+    except BaseException as e:
+        getattr(backend, "abort", backend.close)()
+        if fresh and not led.iterations:
+            # the baseline never got measured: leave no branch or ledger that would block the next try
+            note = discard_session(s, led)
+            if isinstance(e, CutileDiagError):
+                e.hint = f"{e.hint}; {note}" if e.hint else note
+        raise
+    backend.close()
     if args.json:
         print_json(result)
         return 0
@@ -153,6 +201,11 @@ def _show(result) -> None:
     for c, info in list((result.classification or {}).items())[:3]:
         console.print(f"{c}: arithmetic intensity {info['ai']:.3g} FLOP/B ({info['recipe_class']}"
                       + (f"; {info['bound']} roof" if info.get("bound") else "") + ")")
+    guard = result.roofline_guard or {}
+    if guard and not guard.get("ran"):
+        console.print(f"[yellow]roofline guard not run:[/] {guard.get('why')}", highlight=False)
+    elif guard.get("unchecked"):
+        console.print(f"[yellow]roofline guard partial:[/] {guard.get('why')}", highlight=False)
     console.print(f"stopped: {result.stop_reason}")
     if result.baseline_ms and result.final_ms:
         console.print(f"latency {result.baseline_ms:.6f} ms -> {result.final_ms:.6f} ms "

@@ -7,7 +7,9 @@ One protocol, three implementations:
   the candidate are measured in the same sitting, alternating request by request;
 * ``CommandBackend`` — the user's own commands, TileGym style: ``--test-cmd`` decides
   correctness by its exit status, ``--bench-cmd`` prints ``--print-record`` records whose
-  medians are the latencies (one configuration per test id);
+  medians are the latencies (one configuration per test id); FLOP/byte counts given per
+  configuration (``--flops``/``--bytes``) give it the roofline guard, without them it says
+  the guard could not run;
 * ``SimulatedBackend`` — deterministic fake latencies for CI: per version, from the
   transforms applied and markers in the source, with configurable noise and planted
   behaviours (a wrong transform, a regression on one configuration, a crash, a hang, an
@@ -155,7 +157,7 @@ class _Worker:
         self.log_path = log
         self.proc = subprocess.Popen([sys.executable, "-m", "cutile_diag.loop.worker"], cwd=ws.root, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=proc.die_with_parent)
         self._buf = b""
         self.loaded: dict | None = None
 
@@ -240,7 +242,7 @@ class WorkloadBackend:
 
     def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
                  configs: Sequence[str] | None = None, bench_options: Mapping[str, Any] | None = None,
-                 device: int | None = None, seed: int = 0, check_seed: int = 1234, log_dir: Path | None = None,
+                 device: int | None = None, seed: int = 0, check_seed: int | None = None, log_dir: Path | None = None,
                  measure_ceilings: bool = False, baseline_label: str = "baseline"):
         self.workload = workload
         self.kwargs = dict(kwargs or {})
@@ -359,6 +361,11 @@ class WorkloadBackend:
         for d in list(self.workers):
             self.workers.pop(d).close()
 
+    def abort(self) -> None:
+        """Kill every worker now (an interrupt: a hung worker must not get a polite 10 s to quit)."""
+        for d in list(self.workers):
+            self.workers.pop(d).kill()
+
 
 # ---------------------------------------------------------------------------------------
 # command backend (TileGym style)
@@ -367,7 +374,8 @@ class CommandBackend:
     name = "command"
 
     def __init__(self, test_cmd: str, bench_cmd: str, *, framework: str = "cutile", direction: str = "forward",
-                 env: Mapping[str, str] | None = None, log_dir: Path | None = None, cwd: Path | None = None):
+                 env: Mapping[str, str] | None = None, log_dir: Path | None = None, cwd: Path | None = None,
+                 counts: Mapping[str, Any] | None = None):
         if not test_cmd:
             raise BackendError("--bench-cmd needs a --test-cmd: correctness is checked before every measurement")
         if not bench_cmd:
@@ -377,17 +385,50 @@ class CommandBackend:
         self.env = dict(env or {})
         self.log_dir = Path(log_dir) if log_dir else None
         self.cwd = cwd
+        # {"flops": {CONFIG: n}, "bytes": {CONFIG: n}, "unit": [dtype, unit], "device": preset}: CONFIG is a
+        # test id or a part of one (the longest match wins); without counts the roofline guard cannot run
+        self.counts = dict(counts or {})
         self._configs: list[str] | None = None
+        self._dev: Any = None
 
     def describe(self) -> dict:
         return {"backend": self.name, "test_cmd": self.test_cmd, "bench_cmd": self.bench_cmd,
-                "framework": self.framework, "direction": self.direction, "env": self.env}
+                "framework": self.framework, "direction": self.direction, "env": self.env, "counts": self.counts}
 
     def configs(self) -> list[str] | None:
         return self._configs
 
+    def _count(self, kind: str, config: str) -> float | None:
+        table = self.counts.get(kind) or {}
+        if config in table:
+            return float(table[config])
+        hits = [k for k in table if k in config]
+        return float(table[max(hits, key=len)]) if hits else None
+
+    def _unit(self) -> tuple[str, str]:
+        return tuple(self.counts.get("unit") or ("f32", "cuda"))
+
     def workload_info(self) -> dict[str, dict]:
-        return {}
+        out = {}
+        for c in self._configs or []:
+            f, b = self._count("flops", c), self._count("bytes", c)
+            if f is not None or b is not None:
+                out[c] = {"flops": f or 0.0, "bytes": b or 0.0, "unit": list(self._unit())}
+        return out
+
+    def _device(self):
+        """The device model the guard uses: --roof-device's preset, else the live GPU."""
+        if self._dev is None:
+            from ..roofline.device import live_device, preset
+            from ..roofline.peaks import get_ceilings
+            try:
+                dev = preset(self.counts["device"]) if self.counts.get("device") else live_device()
+                ceil = get_ceilings(dev, measure_if_missing=False) if dev.kind == "live" else None
+                self._dev = (dev, ceil)
+            except Exception as e:
+                self._dev = (f"no device model for the roofline ({type(e).__name__}: {e}); "
+                             "give --roof-device PRESET (h100, h200, ...)")
+        return self._dev
 
     def _run(self, cmd: str, v: Version, ws: Workspace, deadline: proc.Deadline, what: str) -> proc.ProcResult:
         _check_deadline(deadline, what)
@@ -436,7 +477,26 @@ class CommandBackend:
         return out
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
-        return "no FLOP/byte counts for test-id configurations (use --workload for the roofline guard)"
+        if not (self.counts.get("flops") or self.counts.get("bytes")):
+            return ("the above-roof guard could not run: the benchmark's configurations have no FLOP/byte counts "
+                    "(give --flops/--bytes CONFIG=N, CONFIG a test id or part of one, or use --workload)")
+        dev = self._device()
+        if isinstance(dev, str):
+            return "the above-roof guard could not run: " + dev
+        from ..roofline.model import analyze
+        from .worker import point_json
+        out = {}
+        for c, ms in latencies.items():
+            f, b = self._count("flops", c), self._count("bytes", c)
+            if (f is None and b is None) or not ms:
+                continue
+            p = analyze("bench-cmd", c, latency_ms=float(ms), flops=f or 0.0, bytes=b or 0.0, unit=self._unit(),
+                        device=dev[0], ceilings=dev[1], latency_source="recorded")
+            out[c] = point_json(p)
+        if not out:
+            return ("the above-roof guard could not run: no configuration matches a --flops/--bytes entry "
+                    f"(configurations: {', '.join(list(latencies)[:3])})")
+        return out
 
     def retain(self, versions: Sequence[Version]) -> None:
         pass
@@ -625,7 +685,8 @@ def backend_from_json(d: Mapping[str, Any], *, log_dir: Path | None = None) -> B
                                bench_options=d.get("bench_options"), device=d.get("device"), log_dir=log_dir)
     if kind == "command":
         return CommandBackend(d["test_cmd"], d["bench_cmd"], framework=d.get("framework", "cutile"),
-                              direction=d.get("direction", "forward"), env=d.get("env"), log_dir=log_dir)
+                              direction=d.get("direction", "forward"), env=d.get("env"), log_dir=log_dir,
+                              counts=d.get("counts"))
     if kind == "simulated":
         return SimulatedBackend(d["spec"])
     raise BackendError(f"unknown backend {kind!r} in the ledger")

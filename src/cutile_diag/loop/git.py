@@ -172,5 +172,20 @@ class Git:
                 if f.exists():
                     f.unlink()
 
+    def exclude(self, folder: str) -> None:
+        """Ignore a repo-relative folder for good through ``.git/info/exclude`` (local, never
+        committed): the loop's state folder must not make the next loop's tree dirty."""
+        path = Path(_run(["rev-parse", "--git-path", "info/exclude"], self.root).stdout.strip())
+        path = path if path.is_absolute() else self.root / path
+        line = "/" + folder.strip("/") + "/"
+        text = path.read_text() if path.exists() else ""
+        if line not in text.splitlines():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + ("" if not text or text.endswith("\n") else "\n")
+                            + f"# cutile-diag optimize: the loops' state\n{line}\n")
+
+    def delete_branch(self, name: str) -> None:
+        _run(["branch", "-q", "-D", name], self.root)
+
     def keep_ref(self, ref: str, rev: str) -> None:
         _run(["update-ref", ref, rev], self.root)

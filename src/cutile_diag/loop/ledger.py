@@ -4,9 +4,13 @@
 
     | iteration | optimization | latency_ms | correctness | status |
 
-``latency_ms`` has six decimals (``-`` when the iteration produced no timing: a correctness
-failure stops before measuring, a crash may stop anywhere), ``correctness`` is PASS/FAIL,
-``status`` keep/revert/crash.  One row per iteration; iteration 0 is the baseline.
+``latency_ms`` has six decimals: the candidate's latency from the full comparison, or — when
+that never finished (a crash or hang after a sweep's screening) — the chosen point's screening
+latency (``latency_source: "screening"`` in the ledger); ``-`` when the candidate was never
+timed at all (a correctness failure stops before measuring; a crash or an interruption before
+the first timing).  ``correctness`` is the verification's verdict: PASS only when it ran and
+passed (an interrupted iteration is PASS only if its verification finished first), FAIL
+otherwise.  ``status`` keep/revert/crash.  One row per iteration; iteration 0 is the baseline.
 
 ``ledger.jsonl`` is one JSON object per line:
 
@@ -17,6 +21,9 @@ failure stops before measuring, a crash may stop anywhere), ``correctness`` is P
   configurations and their records, the diagnosis and evidence that chose the step, the
   change, the IR diff summary against the last kept version, the roofline points, the
   decision and its reason, commit ids;
+* ``{"type": "progress", "iteration": n, "step": "verified", "passed": bool}`` — the
+  candidate's verification finished (what an interrupted iteration's row reports);
+* ``{"type": "backend", ...}`` — measurement commands given again on ``--resume``;
 * ``{"type": "next", ...}`` — what ``loop next`` proposed for a manual edit;
 * ``{"type": "stop", ...}`` — why the loop stopped (a later ``--resume`` may go on).
 
@@ -168,10 +175,16 @@ class Ledger:
         return self.of_type("iteration")
 
     def pending(self) -> dict | None:
-        """The last ``begin`` that has no ``iteration`` record yet."""
+        """The last ``begin`` that has no ``iteration`` record yet and no ``stop`` after it (a
+        baseline that failed is a recorded stop, not an interruption)."""
         done = {r["iteration"] for r in self.iterations}
-        begins = [r for r in self.of_type("begin") if r["iteration"] not in done]
-        return begins[-1] if begins else None
+        pend = None
+        for r in self.records:
+            if r.get("type") == "begin" and r["iteration"] not in done:
+                pend = r
+            elif r.get("type") == "stop":
+                pend = None
+        return pend
 
     def next_iteration(self) -> int:
         its = [r["iteration"] for r in self.iterations]

@@ -59,7 +59,8 @@ class AutotuneSpace:
     function: str
     line: int
     text: str                 # the search-space expression (and its definition, if a name)
-    size: int | None          # number of configs when it is a literal list
+    size: int | None          # number of configs, when the source fixes it
+    sizes: list = field(default_factory=list)   # possible sizes when it depends on a branch (None: unknown)
 
 
 @dataclass
@@ -177,10 +178,39 @@ def _kernel_decorator(ct: _CtNames, dec: ast.expr) -> tuple[bool, dict[str, str]
     return True, hints
 
 
-def _constant_params(ct: _CtNames, fn: ast.FunctionDef) -> list[str]:
+def module_aliases(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module-level names bound exactly once to an expression (``ConstInt = ct.Constant[int]``,
+    ``ConstInt: TypeAlias = ...``, ``type ConstInt = ...``)."""
+    seen: dict[str, list[ast.expr]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    seen.setdefault(t.id, []).append(node.value)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            seen.setdefault(node.target.id, []).append(node.value)
+        elif type(node).__name__ == "TypeAlias" and isinstance(getattr(node, "name", None), ast.Name):
+            seen.setdefault(node.name.id, []).append(node.value)
+    return {n: v[0] for n, v in seen.items() if len(v) == 1}
+
+
+def _resolve(node: ast.expr | None, aliases: dict[str, ast.expr]) -> ast.expr | None:
+    """Follow module-level aliases: ``ConstInt`` -> ``ct.Constant[int]``; ``C[int]`` with
+    ``C = ct.Constant`` -> a subscript of ``ct.Constant``."""
+    for _ in range(8):                       # alias chains are short; a cycle must not hang
+        if isinstance(node, ast.Name) and node.id in aliases:
+            node = aliases[node.id]
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            node = ast.Subscript(value=aliases[node.value.id], slice=node.slice, ctx=ast.Load())
+        else:
+            break
+    return node
+
+
+def _constant_params(ct: _CtNames, fn: ast.FunctionDef, aliases: dict[str, ast.expr] | None = None) -> list[str]:
     out = []
     for a in fn.args.args:
-        ann = a.annotation
+        ann = _resolve(a.annotation, aliases or {})
         if isinstance(ann, ast.Subscript) and ct.member(ann.value) == "Constant":
             out.append(a.arg)
         elif ann is not None and ct.member(ann) == "Constant":
@@ -218,6 +248,7 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
     if not ct.aliases and not ct.members:
         raise KernelLoadError(f"{path} does not import cuda.tile", hint="is this a cuTile kernel file?")
 
+    type_aliases = module_aliases(tree)
     kernels: list[KernelFunction] = []
     defs: dict[str, ast.FunctionDef] = {}
     aliases: dict[str, str] = {}
@@ -230,7 +261,8 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
                 ok, hints = _kernel_decorator(ct, dec)
                 if ok:
                     kernels.append(KernelFunction(node.name, node.lineno, "@" + _src(source, dec), hints,
-                                                  [a.arg for a in node.args.args], _constant_params(ct, node)))
+                                                  [a.arg for a in node.args.args],
+                                                  _constant_params(ct, node, type_aliases)))
                     break
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
             for t in node.targets:
@@ -307,7 +339,6 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
 
 
 def _space(source: str, tree: ast.Module, fn: ast.FunctionDef, node: ast.expr) -> AutotuneSpace:
-    size = len(node.elts) if isinstance(node, (ast.List, ast.Tuple)) else None
     text = _src(source, node)
     # a name: show where the list is built (in the function, else at module level)
     if isinstance(node, ast.Name):
@@ -315,13 +346,93 @@ def _space(source: str, tree: ast.Module, fn: ast.FunctionDef, node: ast.expr) -
             for n in ast.walk(scope):
                 if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets):
                     text = f"{node.id} = {_src(source, n.value)}"
-                    if isinstance(n.value, (ast.List, ast.Tuple)):
-                        size = len(n.value.elts)
                     break
             else:
                 continue
             break
-    return AutotuneSpace(fn.name, node.lineno, text, size)
+    sizes = sorted(_SpaceSize(tree, fn).sizes(node), key=lambda x: (x is None, x or 0))
+    size = sizes[0] if len(sizes) == 1 else None
+    return AutotuneSpace(fn.name, node.lineno, text, size, sizes if len(sizes) > 1 else [])
+
+
+class _SpaceSize:
+    """How many configurations a search-space expression holds, where the source says so
+    statically: literal lists, comprehensions over literals, ``list(gen())`` of a module-level
+    generator (one size per branch it can take).  ``None`` in a result = not knowable."""
+
+    MAX_PATHS = 64
+
+    def __init__(self, tree: ast.Module, fn: ast.FunctionDef):
+        self.module = module_aliases(tree)
+        self.local = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                self.local.setdefault(n.targets[0].id, n.value)       # the first binding: the full space
+        self.defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.depth = 0
+
+    def sizes(self, node: ast.expr | None) -> set[int | None]:
+        self.depth += 1
+        try:
+            return {None} if self.depth > 12 else self._sizes(node)
+        finally:
+            self.depth -= 1
+
+    def _sizes(self, node) -> set[int | None]:
+        if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return {len(node.elts)}
+        if isinstance(node, ast.Name):
+            v = self.local.get(node.id, self.module.get(node.id))
+            return self.sizes(v) if v is not None else {None}
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("list", "tuple") and len(node.args) == 1:
+                return self.sizes(node.args[0])
+            if node.func.id == "range" and node.args and all(isinstance(a, ast.Constant) and type(a.value) is int
+                                                             for a in node.args):
+                return {len(range(*[a.value for a in node.args]))}
+            fdef = self.defs.get(node.func.id)
+            if fdef is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fdef)):
+                return {c for c, _ in self._block(fdef.body)}
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            total: set[int | None] = {1}
+            for g in node.generators:
+                if g.ifs:
+                    return {None}
+                n = self.sizes(g.iter)
+                total = {None if (a is None or b is None) else a * b for a in total for b in n}
+            return total
+        return {None}
+
+    # generator bodies: the set of (configs yielded, returned) over the paths through them
+    def _block(self, stmts) -> set[tuple[int | None, bool]]:
+        paths = {(0, False)}
+        for st in stmts:
+            nxt = set()
+            for c, done in paths:
+                if done:
+                    nxt.add((c, done))
+                    continue
+                for d, ret in self._stmt(st):
+                    nxt.add((None if c is None or d is None else c + d, ret))
+            paths = nxt if len(nxt) <= self.MAX_PATHS else {(None, False)}
+        return paths
+
+    def _stmt(self, st) -> set[tuple[int | None, bool]]:
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Yield):
+            return {(1, False)}
+        if isinstance(st, ast.Return):
+            return {(0, True)}
+        if isinstance(st, ast.If):
+            return self._block(st.body) | self._block(st.orelse)
+        yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(st))
+        if not yields:
+            return {(0, False)}
+        if isinstance(st, ast.For) and not st.orelse:
+            body = self._block(st.body)
+            if len(body) == 1 and not next(iter(body))[1]:
+                per = next(iter(body))[0]
+                return {(None if n is None or per is None else n * per, False) for n in self.sizes(st.iter)}
+        return {(None, False)}
 
 
 def _memory_ops(source: str, ct: _CtNames, fn: ast.FunctionDef) -> list[MemoryOp]:

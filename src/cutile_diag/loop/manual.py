@@ -40,10 +40,11 @@ class NextStep:
     command: str
     automatic: bool
     stop: decide_mod.StopCheck
+    not_automatic: list[str] = field(default_factory=list)   # why the entry's transforms do not apply
 
     def to_json(self) -> dict:
         return {"entry": self.rec.to_json() if self.rec else None, "recipe": self.recipe, "command": self.command,
-                "automatic": self.automatic, "stop": self.stop.__dict__,
+                "automatic": self.automatic, "not_automatic": self.not_automatic, "stop": self.stop.__dict__,
                 "diagnosis": self.diagnosis.to_json(), "location": self.location}
 
 
@@ -69,6 +70,16 @@ def _launch_lines(loc: KernelLocation) -> list[str]:
             + (f", args={s.args}" if s.args else "") + ")" for s in loc.launches]
 
 
+def _space_size(sp) -> str:
+    if sp.size is not None:
+        return f" ({sp.size} configs)"
+    known = [str(n) for n in sp.sizes if n is not None]
+    if known:
+        more = " or an unknown number" if None in sp.sizes else ""
+        return f" ({', '.join(known)}{more} configs, depending on the branch taken)"
+    return ""
+
+
 def recipe_for(rec: Rec, loc: KernelLocation) -> list[str]:
     """Kernel-specific instructions for one playbook entry."""
     k = loc.function
@@ -83,8 +94,7 @@ def recipe_for(rec: Rec, loc: KernelLocation) -> list[str]:
         lines.append("Compile-time constants: " + ", ".join(kfn.constants))
     if loc.autotune:
         for sp in loc.autotune:
-            lines.append(f"Autotune space in {sp.function}() line {sp.line}: {sp.text}"
-                         + (f" ({sp.size} configs)" if sp.size is not None else ""))
+            lines.append(f"Autotune space in {sp.function}() line {sp.line}: {sp.text}" + _space_size(sp))
     if loc.registrations:
         lines.append("Registered: " + ", ".join(f"@register_impl({r.op!r}, backend={r.backend!r}) on {r.function}()"
                                                 for r in loc.registrations))
@@ -93,12 +103,18 @@ def recipe_for(rec: Rec, loc: KernelLocation) -> list[str]:
     if i == "A":
         g = _ops(loc, "gather", "scatter")
         steps += ["Replace the per-element gathers/scatters with tile-indexed ct.load / ct.store (TMA):"] + g
-        steps.append(f"  index=(block id,) with shape=(TILE,) and padding_mode=ct.PaddingMode.ZERO for the tail")
+        steps.append("  index=(block id,) with shape=(TILE,) and padding_mode=ct.PaddingMode.ZERO for the tail")
     elif i == "B":
         steps += [f"Make {k} persistent: wrap its body in `for t in range(ct.bid(0), n_tiles, ct.num_blocks(0)):` "
                   "and use t wherever ct.bid(0) was used;",
                   f"in {wrappers}, launch min(n_tiles, NUM_SMS * occupancy) blocks "
                   "(NUM_SMS from torch.cuda.get_device_properties(dev).multi_processor_count, never hard-coded)."]
+    elif i == "C" and loc.autotuned:
+        tuned = next(s for s in loc.launches if s.kind != "ct.launch")
+        steps += [f"{k} is already autotuned ({tuned.kind} in {tuned.function}() line {tuned.line}): the hints "
+                  "its configs set (occupancy, num_ctas) override @ct.kernel(...), so widen the search space "
+                  "instead — add occupancy values (1, 2, 4, 8) / num_ctas (1, 2) / tile sizes next to the "
+                  "current configs, keep it a list, and keep the winner cached per shape."]
     elif i == "C":
         steps += [f"Autotune {k}: in {wrappers}, replace ct.launch by cuda.tile.tune.exhaustive_search over a list "
                   "(not a generator) of configs including the current one — occupancy [1, 2, 4, 8] for "
@@ -144,6 +160,8 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
     a = runner.kept_version()
     diag = runner._diagnose(a, led.next_iteration())
     recs = diag.recommendations
+    # what the automatic loop would apply, and why the other automatic entries are not applicable
+    choice, _manual, skipped = runner.choose(diag, a)
     if entry:
         pick = next((r for r in recs if r.id.upper() == entry.upper()), None)
         if pick is None:
@@ -156,7 +174,16 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
             or (recs[0] if recs else None)
     loc = locate(s.kernel_path, s.kernel, source=a.files[s.kernel_file])
     recipe = recipe_for(pick, loc) if pick else ["No playbook entry applies to the kept version."]
-    auto = bool(pick and pick.automatic and not diag.escalate)
+    # an automatic entry whose transform finds nothing to change (e.g. hints the autotuned wrapper
+    # overrides) is a manual step here: say why instead of promising a no-op
+    auto = bool(pick and pick.automatic and not diag.escalate and choice is not None and choice.rec.id == pick.id)
+    why_not = [sk for sk in skipped if pick and sk.split("/")[0].split(":")[0] == pick.id] if pick else []
+    if pick and pick.automatic and not auto and not why_not:     # an entry asked for by name, not ranked
+        for tname in dict.fromkeys([pick.transform, *pick.alternatives]):
+            t = runner.transforms.get(tname)
+            ok, why = t.applicable(a.files[s.kernel_file], s.kernel) if t else (False, "not available")
+            if not ok:
+                why_not.append(f"{pick.id}/{tname}: {why}")
     cmd = (f"cutile-diag optimize --resume (applies {pick.transform} automatically), or edit by hand and run "
            f"cutile-diag loop record --entry {pick.id}") if auto else (
         f"edit the kernel, then: cutile-diag loop record --entry {pick.id if pick else 'L'} --note \"what you changed\"")
@@ -165,7 +192,7 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
         recipe.insert(0, f"The diagnosis is '{diag.bottleneck}': the automatic loop hands over here. Evidence:")
         for r in diag.reasons[:4]:
             recipe.insert(1, f"  - {r}")
-    ns = NextStep(pick, diag, recipe, loc.to_json(), cmd, auto, stop)
+    ns = NextStep(pick, diag, recipe, loc.to_json(), cmd, auto, stop, why_not)
     if record and pick is not None:
         led.append({"type": "next", "iteration": led.next_iteration(), "entry": pick.to_json(),
                     "diagnosis": diag.to_json(), "base_commit": a.commit})
@@ -226,6 +253,11 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
         raise LoopError("nothing to record: the kernel file and wrapper are unchanged since the last kept commit",
                         hint="`cutile-diag loop next` shows what to change")
     runner = Runner(s, backend, led, options=opt, echo=echo)
+    chk = runner.check_stop()
+    if chk.rule == "max-iterations":         # the cap holds for manual steps too; the other rules are hand-overs
+        raise LoopError(f"the loop's iteration cap is reached: {chk.reason}",
+                        hint="the recipe stops here" if opt.max_iterations >= decide_mod.MAX_ITERATIONS else
+                        f"raise it with --max-iterations (at most {decide_mod.MAX_ITERATIONS})")
     a = runner.kept_version()
     files = runner.ws.current()
     nxt = [r for r in led.of_type("next") if r.get("iteration") == led.next_iteration()]
@@ -245,7 +277,11 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
             "diagnosis": (nxt[-1].get("diagnosis") if nxt else None), "tried": []}
     label = f"{eid} manual: {desc}" if eid != "manual" else f"manual: {desc}"
     rec = runner.evaluate(n, a, [Candidate(v, res, {})], meta, label)
-    return rec
+    # the same stop rules as the automatic loop, recorded the same way (status and --resume read them)
+    chk = runner.check_stop()
+    if chk.stop:
+        runner.record_stop(chk.rule, chk.reason)
+    return {**rec, "stop": chk.__dict__}
 
 
 @dataclass
@@ -289,6 +325,9 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
         bad = [f for f in dirty if f not in s.allowed]
         hint = (f"changes outside the kernel and wrapper ({', '.join(bad[:3])}) would be refused" if bad else
                 "an edit is in the tree: record it with `cutile-diag loop record --entry ID`")
+    elif not led.iterations and (led.last_stop() or {}).get("rule") == "baseline-failed":
+        hint = (f"the baseline failed: {led.last_stop().get('reason')}; fix that, then `cutile-diag optimize "
+                "--resume` (give corrected --test-cmd/--bench-cmd there: they replace the stored ones)")
     elif not led.iterations:
         hint = "no baseline yet: `cutile-diag optimize --resume`"
     elif stop.stop:

@@ -7,14 +7,60 @@ chatty child can never block on a full pipe while we wait for it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: it unwinds like Ctrl-C — the running child's process
+    group is killed, the tree goes back to the last kept commit, the iteration stays pending
+    in the ledger for ``--resume``."""
+
+
+@contextlib.contextmanager
+def sigterm_unwinds():
+    """While active, SIGTERM raises ``Terminated``; a second SIGTERM during the cleanup is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _prctl():
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):     # not Linux
+        return None
+
+
+_PRCTL = _prctl() if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGKILL when the loop process dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG; a no-op elsewhere).  Its own children die with the group kill."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class Deadline:
@@ -89,7 +135,8 @@ def run(argv: Sequence[str] | str, *, cwd: str | Path | None = None, env: dict |
         out_p, err_p = Path(tmp) / "out", Path(tmp) / "err"
         with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
             proc = subprocess.Popen(argv, cwd=cwd, env=child_env, stdout=fo, stderr=fe,
-                                    stdin=subprocess.DEVNULL, shell=shell, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, shell=shell, start_new_session=True,
+                                    preexec_fn=die_with_parent)
             timed_out = False
             try:
                 proc.wait(timeout=None if timeout is None else max(0.01, timeout))

@@ -106,6 +106,7 @@ class LoopResult:
     manual: list[dict] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
     classification: dict = field(default_factory=dict)
+    roofline_guard: dict = field(default_factory=dict)     # did the above-roof guard run (and why not)
 
     @property
     def speedup(self) -> float | None:
@@ -215,6 +216,18 @@ class Runner:
                     invalid.append(f"{c}: " + "; ".join(p.get("invalid_reasons") or ["above the roof"]))
         return pts, invalid, None
 
+    @staticmethod
+    def _guard_info(pts: Mapping[str, dict], why: str | None, configs) -> dict:
+        """Whether the above-roof guard really checked the measurement (the ledger says so either way)."""
+        if why or not pts:
+            return {"ran": False, "why": why or "no roofline point for any configuration"}
+        info: dict[str, Any] = {"ran": True, "checked": sorted(pts)}
+        missing = sorted(set(configs) - set(pts))
+        if missing:
+            info["unchecked"] = missing
+            info["why"] = "no FLOP/byte counts for " + ", ".join(missing[:5])
+        return info
+
     def _diagnose(self, v: Version, n: int) -> LoopDiagnosis:
         cap = self._capture(v, proc.Deadline(self.opt.iteration_budget_s))
         kept = self.led.last_kept()
@@ -254,6 +267,9 @@ class Runner:
                     continue        # hint-only transforms have a source twin the loop commits
                 try:
                     params_list = t.candidates(source, self.s.kernel)
+                    if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
+                        skipped.append(f"{rec.id}/{tname}: {t.applicable(source, self.s.kernel)[1] or 'nothing to change'}")
+                        continue
                 except Exception as e:
                     skipped.append(f"{rec.id}/{tname}: {type(e).__name__}: {e}")
                     continue
@@ -304,11 +320,15 @@ class Runner:
                 raise LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",
                                 hint="the loop needs a correct baseline; fix the kernel or the reference first")
             runs = self.backend.measure([a], self.ws, deadline, self.opt.rounds)[a.label]
-        except BaseException as e:
+        except Exception as e:
+            # a failure is recorded; an interrupt (Ctrl-C, SIGTERM) leaves the begin pending: --resume redoes it
             self.led.append({"type": "stop", "rule": "baseline-failed",
                              "reason": e.one_line() if isinstance(e, LoopError) else f"{type(e).__name__}: {e}"})
             raise
         pts, invalid, why = self._roofline(a, runs)
+        guard = self._guard_info(pts, why, runs)
+        if not guard["ran"]:
+            self.echo(f"  roofline guard NOT run: {guard['why']}")
         if invalid:
             msg = "the baseline measurement lies above the roof (" + "; ".join(invalid) + ")"
             self.led.append({"type": "stop", "rule": "above-roof", "reason": msg})
@@ -320,7 +340,7 @@ class Runner:
                "correctness": "PASS", "status": "keep", "entry": None, "applied": [],
                "base_commit": a.commit, "base_digest": a.digest, "digest": a.digest,
                "configs": configs, "verification": ver.to_json(), "roofline": pts,
-               "roofline_note": why, "classification": self._classification(pts),
+               "roofline_note": why, "roofline_guard": guard, "classification": self._classification(pts),
                "workload_info": self.backend.workload_info(),
                "capture": cap.to_json() if cap else {"skipped": self.capture_off_reason},
                "decision": decide_mod.Decision("keep", "baseline", "iteration 0: the unchanged kernel").to_json(),
@@ -341,12 +361,21 @@ class Runner:
                           "bound": (points.get(c) or {}).get("bound")}
         return out
 
+    def check_stop(self) -> decide_mod.StopCheck:
+        """The recipe's stop rules on the ledger so far (the loop and `loop record` share them)."""
+        return decide_mod.stop_rules(self.led.decisions(), max_iterations=self.opt.max_iterations,
+                                     keep_going=self.opt.keep_going)
+
+    def record_stop(self, rule: str, reason: str, manual: list[dict] | None = None) -> None:
+        self.led.append({"type": "stop", "rule": rule, "reason": reason, "manual": manual or [],
+                         "iterations": len(self.led.decisions())})
+        self.echo(f"stop: {reason}")
+
     def run(self) -> LoopResult:
         manual: list[dict] = []
         try:
             while True:
-                chk = decide_mod.stop_rules(self.led.decisions(), max_iterations=self.opt.max_iterations,
-                                            keep_going=self.opt.keep_going)
+                chk = self.check_stop()
                 if chk.stop:
                     raise _Stop(chk.rule, chk.reason)
                 n = self.led.next_iteration()
@@ -369,9 +398,7 @@ class Runner:
                     raise _Stop("exhausted", "no automatic optimisation left to try" + extra, manual)
                 self.iterate(n, a, choice, diag)
         except _Stop as st:
-            self.led.append({"type": "stop", "rule": st.rule, "reason": st.reason, "manual": st.manual or manual,
-                             "iterations": len(self.led.decisions())})
-            self.echo(f"stop: {st.reason}")
+            self.record_stop(st.rule, st.reason, st.manual or manual)
             return self.result(st.rule, st.reason, st.manual or manual)
 
     def result(self, rule: str, reason: str, manual: list[dict] | None = None) -> LoopResult:
@@ -383,7 +410,8 @@ class Runner:
                           kept_commit=kept["commits"]["kept"] if kept else None,
                           baseline_ms=base["latency_ms"] if base else None,
                           final_ms=kept["latency_ms"] if kept else None, manual=list(manual or []),
-                          rows=self.led.rows(), classification=(base or {}).get("classification") or {})
+                          rows=self.led.rows(), classification=(base or {}).get("classification") or {},
+                          roofline_guard=(base or {}).get("roofline_guard") or {})
 
     # ----------------------------------------------------------------------------------
     # one iteration
@@ -406,8 +434,10 @@ class Runner:
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str) -> dict:
         """Verify, measure, decide, commit or revert, record — for automatic and manual steps."""
         idir = self.s.iteration_dir(n)
+        # the candidates go into the begin record: after a hard kill, recover() marks them tried so
+        # --resume does not run the same (possibly hanging) step again
         self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest,
-                         "entry": meta.get("entry"), "saved": str(idir)})
+                         "entry": meta.get("entry"), "saved": str(idir), "tried": meta.get("tried", [])})
         deadline = proc.Deadline(self.opt.iteration_budget_s)
         record: dict[str, Any] = {"type": "iteration", "iteration": n, "optimization": _short(label),
                                   "latency_ms": None, "correctness": "FAIL", "status": "revert",
@@ -420,6 +450,7 @@ class Runner:
             self._hook("before_apply", hctx)
             b, sweep_info = self._select(n, a, cands, deadline, record, hctx)
             if b is None:
+                self.echo(f"  {record['decision']['reason'][:200]} -> {record['status']}")
                 return self._finish(record, deadline, a, keep=None)
             record["digest"] = b.version.digest
             record["applied"] = list(b.version.applied)
@@ -427,7 +458,7 @@ class Runner:
                                             f"{label.split(' sweep')[0]}: {b.result.description}")
             record["change"].update(self._change_info(a, b, idir))
             if sweep_info:
-                record["sweep"] = sweep_info
+                record["correctness"] = "PASS"          # the chosen point passed its verification in the sweep
             self.ws.write(b.version.files)
             self._guard()
             self._hook("after_apply", hctx)
@@ -444,12 +475,14 @@ class Runner:
                 record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
             ver = self.backend.verify(b.version, self.ws, deadline)
             record["verification"] = ver.to_json()
+            record["correctness"] = "PASS" if ver.passed else "FAIL"
+            # what recover() reports as the correctness of an iteration killed after this point
+            self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
             self._hook("after_verify", hctx)
             if not ver.passed:
                 record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
                 self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
                 return self._finish(record, deadline, a, keep=None)
-            record["correctness"] = "PASS"
             runs = self.backend.measure([a, b.version], self.ws, deadline, self.opt.rounds)
             self._hook("after_measure", hctx)
             cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
@@ -461,6 +494,7 @@ class Runner:
             record["baseline_latency_ms"] = cmp.baseline_ms
             pts, invalid, why = self._roofline(b.version, runs[b.version.label])
             record["roofline"], record["roofline_note"] = pts, why
+            record["roofline_guard"] = self._guard_info(pts, why, runs[b.version.label])
             if invalid:
                 d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
             else:
@@ -488,6 +522,7 @@ class Runner:
         except (MeasurementTimeout, CandidateCrash) as e:
             record["status"] = "crash"
             record["decision"] = decide_mod.reject("crash", e.one_line(), status="crash").to_json()
+            self._screened_latency(record)
             self.echo(f"  crash: {_short(e.one_line())} -> revert")
             return self._finish(record, deadline, a, keep=None)
         except (BackendError, GitError):
@@ -497,6 +532,7 @@ class Runner:
             record["status"] = "crash"
             record["decision"] = decide_mod.reject("crash", f"{type(e).__name__}: {e}", status="crash").to_json()
             record["error"] = traceback.format_exc()[-4000:]
+            self._screened_latency(record)
             self.echo(f"  crash: {type(e).__name__}: {_short(str(e))} -> revert")
             return self._finish(record, deadline, a, keep=None)
         except BaseException:
@@ -505,44 +541,82 @@ class Runner:
             self._restore(a)
             raise
 
+    @staticmethod
+    def _share(deadline: proc.Deadline, parts: int) -> proc.Deadline:
+        """An equal share of what is left of the budget: one hung sweep point cannot eat the others'."""
+        left = deadline.remaining()
+        return proc.Deadline(None if left is None else left / max(1, parts))
+
+    def _screened_latency(self, record: dict) -> None:
+        """A row whose full comparison never finished shows the chosen point's screening latency."""
+        if record.get("latency_ms") is None:
+            chosen = next((r for r in record.get("sweep") or [] if r.get("chosen") and r.get("screen_ms")), None)
+            if chosen:
+                record["latency_ms"], record["latency_source"] = chosen["screen_ms"], "screening"
+
     def _select(self, n: int, a: Version, cands: Sequence[Candidate], deadline: proc.Deadline, record: dict,
                 hctx: dict) -> tuple[Candidate | None, list[dict] | None]:
-        """One candidate: itself.  A sweep: verify each point, screen them against A, keep the fastest."""
+        """One candidate: itself.  A sweep: verify each point, screen the passing ones against A,
+        keep the fastest.  Each point runs under its share of the budget; a point that hangs,
+        crashes or lands above the roof fails on its own and the others go on."""
         if len(cands) == 1:
             return cands[0], None
         info, passing = [], []
-        for c in cands:
+        for i, c in enumerate(cands):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
             info.append(row)
             self.ws.write(c.version.files)
             self._guard()
-            cap = self._capture(c.version, deadline)
+            share = self._share(deadline, len(cands) - i + 1)     # + 1: what the full comparison needs
+            cap = self._capture(c.version, share)
             if cap is not None and not cap.ok:
-                row["result"] = f"does not compile: {cap.error}"
+                row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
                 continue
-            ver = self.backend.verify(c.version, self.ws, deadline)
+            try:
+                ver = self.backend.verify(c.version, self.ws, share)
+            except (MeasurementTimeout, CandidateCrash) as e:
+                row["result"], row["failure"] = f"crash: {e.one_line()}", "crash"
+                continue
             row["verification"] = ver.summary
             if not ver.passed:
-                row["result"] = "correctness FAIL"
+                row["result"], row["failure"] = "correctness FAIL", "correctness"
                 continue
             passing.append(c)
         self.ws.write(a.files)
-        if not passing:
-            record["decision"] = decide_mod.reject("correctness", "no sweep point passed its checks: " + "; ".join(
-                f"{r['params']}: {r.get('result')}" for r in info)).to_json()
-            record["sweep"] = info
-            return None, info
-        if len(passing) == 1:
-            best = passing[0]
-        else:
-            runs = self.backend.measure([a, *[c.version for c in passing]], self.ws, deadline, self.opt.screen_rounds)
-            scores = {}
-            for c in passing:
+        if len(passing) > 1:
+            screened = []
+            for i, c in enumerate(passing):
+                row = next(r for r in info if r["label"] == c.version.label)
+                share = self._share(deadline, len(passing) - i + 1)
+                try:
+                    runs = self.backend.measure([a, c.version], self.ws, share, self.opt.screen_rounds)
+                except (MeasurementTimeout, CandidateCrash) as e:
+                    row["result"], row["failure"] = f"crash in screening: {e.one_line()}", "crash"
+                    continue
+                except CorrectnessFailure as e:
+                    row["result"], row["failure"] = f"correctness FAIL in screening: {e.one_line()}", "correctness"
+                    continue
+                # the guard applies to screening measurements too: an impossible point never wins
+                pts, invalid, _why = self._roofline(c.version, runs[c.version.label])
+                if invalid:
+                    row["result"], row["failure"] = "above the roof: " + "; ".join(invalid), "above-roof"
+                    continue
                 cmp = stats.compare({k: (runs[a.label][k], runs[c.version.label][k]) for k in runs[a.label]},
                                     noise_floor=self.opt.noise_floor)
-                scores[c.version.label] = cmp.ratio
-                next(r for r in info if r["label"] == c.version.label)["screen_ratio"] = cmp.ratio
-            best = min(passing, key=lambda c: scores[c.version.label])
+                row["screen_ratio"], row["screen_ms"] = cmp.ratio, cmp.candidate_ms
+                screened.append((cmp.ratio, c))
+            passing = [c for _, c in sorted(screened, key=lambda x: x[0])]
+        record["sweep"] = info
+        if not passing:
+            kinds = {r.get("failure") for r in info}
+            rule = next(k for k in ("crash", "above-roof", "correctness", "compile") if k in kinds)
+            d = decide_mod.reject(rule, "no sweep point passed its checks: " + "; ".join(
+                f"{r['params']}: {r.get('result')}" for r in info), status="crash" if rule == "crash" else "revert")
+            record["decision"], record["status"] = d.to_json(), d.status
+            # the row's correctness: every point that ran passed its checks unless one really failed them
+            record["correctness"] = "FAIL" if "correctness" in kinds or "compile" in kinds else "PASS"
+            return None, info
+        best = passing[0]
         for r in info:
             r["chosen"] = r["label"] == best.version.label
         self.backend.retain([a, best.version])
@@ -650,10 +724,15 @@ def recover(session: Session, led: Ledger, *, echo: Callable[[str], None] | None
     if saved:
         reason += f" (the candidate's files are saved in {saved})"
     entry = pend.get("entry")
+    verified = [r for r in led.of_type("progress") if r.get("iteration") == n and r.get("step") == "verified"]
     led.append({"type": "iteration", "iteration": n, "optimization": _short(
                     f"{entry['id']} {entry.get('transform') or 'manual'} (interrupted)" if entry else "interrupted"),
-                "latency_ms": None, "correctness": "FAIL", "status": "crash", "entry": entry,
+                "latency_ms": None, "status": "crash", "entry": entry,
+                # PASS only when the candidate's verification finished and passed before the process died
+                "correctness": "PASS" if verified and verified[-1].get("passed") else "FAIL",
                 "base_commit": pend.get("base_commit"), "base_digest": pend.get("base_digest"),
+                # the interrupted candidates count as tried: a step that killed the loop is not run again
+                "change": {"tried": pend.get("tried") or []},
                 "decision": decide_mod.reject("interrupted", reason, status="crash").to_json(),
                 "commits": {"base": pend.get("base_commit"), "candidate": None, "kept": kept}})
     echo(f"recovered: {reason}")

@@ -1,7 +1,10 @@
 """Where a loop lives and what it works on: the session, rebuilt from the ledger's setup record.
 
-State folder: ``<repo>/cutile-diag-out/optimize/<kernel>/`` by default (``--out`` moves it;
-inside the repository it is ignored by the loop's dirty-tree checks and never committed):
+State folder: ``<repo>/cutile-diag-out/optimize/<kernel>/`` by default (``--out`` moves the
+root; a further loop of the same kernel on another branch uses ``<kernel>@<branch>/``).  Inside
+the repository the whole ``cutile-diag-out/`` (or the ``--out`` root) is written to
+``.git/info/exclude`` at setup, so no loop's state makes the next loop's tree dirty; it is never
+committed:
 ``perf_results.md``, ``ledger.jsonl``, ``iterations/<n>/`` (each candidate's files and
 diff), ``captures/`` (AOT captures by version digest), ``logs/``.
 """
@@ -17,7 +20,8 @@ from .errors import LoopError
 from .git import Git, repo_root
 from .ledger import Ledger, LedgerError
 
-DEFAULT_OUT = Path("cutile-diag-out") / "optimize"
+OUT_ROOT = Path("cutile-diag-out")
+DEFAULT_OUT = OUT_ROOT / "optimize"
 
 
 def slug(name: str) -> str:
@@ -35,6 +39,23 @@ def state_dir_for(root: Path, kernel: str, out: str | Path | None = None) -> Pat
     if not base.is_absolute():
         base = (Path.cwd() / base)
     return (base / slug(kernel)).resolve()
+
+
+def branch_state_dir(state: Path, branch: str) -> Path:
+    """Where a further loop of the same kernel on another branch keeps its state."""
+    return state.with_name(f"{state.name}@{slug(branch)}")
+
+
+def owned_folder(root: Path, state_dir: Path) -> str | None:
+    """The repo-relative folder the loop owns and git must ignore: all of ``cutile-diag-out/``
+    by default (every kernel's loop lives there), else the ``--out`` root; None outside the repo."""
+    try:
+        rel = Path(state_dir).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return None
+    if rel.parts[:1] == OUT_ROOT.parts:
+        return OUT_ROOT.as_posix()
+    return rel.parent.as_posix() if len(rel.parts) > 1 else rel.as_posix()
 
 
 @dataclass
@@ -56,19 +77,17 @@ class Session:
     def kernel_path(self) -> Path:
         return self.root / self.kernel_file
 
+    start_branch: str | None = None                # where `optimize` was started (a discarded loop goes back)
+
     def git(self) -> Git:
-        ignore = []
-        try:
-            ignore.append(self.state_dir.resolve().relative_to(self.root).as_posix())
-        except ValueError:
-            pass
-        return Git(self.root, tuple(ignore))
+        own = owned_folder(self.root, self.state_dir)
+        return Git(self.root, (own,) if own else ())
 
     def to_setup(self) -> dict:
         return {"root": str(self.root), "kernel_file": self.kernel_file, "kernel": self.kernel,
                 "function": self.function, "allowed": self.allowed, "branch": self.branch,
                 "start_commit": self.start_commit, "backend": self.backend, "options": self.options,
-                "capture": self.capture, "location": self.location}
+                "capture": self.capture, "location": self.location, "start_branch": self.start_branch}
 
     @classmethod
     def from_setup(cls, rec: dict, state_dir: Path) -> "Session":
@@ -77,7 +96,8 @@ class Session:
                        kernel=rec["kernel"], function=rec.get("function", rec["kernel"]),
                        allowed=list(rec["allowed"]), branch=rec["branch"], start_commit=rec["start_commit"],
                        backend=rec.get("backend", {}), options=rec.get("options", {}),
-                       capture=rec.get("capture", {}), location=rec.get("location", {}))
+                       capture=rec.get("capture", {}), location=rec.get("location", {}),
+                       start_branch=rec.get("start_branch"))
         except KeyError as e:
             raise LedgerError(f"{state_dir}: the setup record lacks {e}") from None
 
@@ -92,11 +112,13 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
     if kernel_ref:
         from .locate import parse_ref
         path, name = parse_ref(kernel_ref)
-        d = state_dir_for(repo_root(path), name, out)
-        if not Ledger.exists(d):
+        root = repo_root(path)
+        d = state_dir_for(root, name, out)
+        found = [x for x in [d, *sorted(d.parent.glob(f"{d.name}@*"))] if Ledger.exists(x)]
+        if not found:
             raise LoopError(f"no optimisation loop for {name} in {d}",
                             hint=f"start one with `cutile-diag optimize {kernel_ref} ...`")
-        return d
+        return found[0] if len(found) == 1 else _on_branch(found, root, f"several loops for {name}")
     if out and Ledger.exists(Path(out)):
         return Path(out).resolve()
     try:
@@ -109,9 +131,13 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
         raise LoopError(f"no optimisation loop under {base}", hint="start one with `cutile-diag optimize FILE.py::KERNEL`")
     if len(found) == 1:
         return found[0]
-    # several: the one whose branch is checked out
+    return _on_branch(found, repo_root(cwd), f"several loops under {base}")
+
+
+def _on_branch(found: list[Path], root: Path, what: str) -> Path:
+    """Of several loops, the one whose branch is checked out."""
     try:
-        branch = Git(repo_root(cwd)).branch()
+        branch = Git(root).branch()
     except Exception:
         branch = None
     for d in found:
@@ -120,8 +146,8 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
                 return d
         except LedgerError:
             continue
-    raise LoopError(f"several loops under {base}: " + ", ".join(p.name for p in found),
-                    hint="name one: cutile-diag loop status FILE.py::KERNEL")
+    raise LoopError(f"{what}: " + ", ".join(p.name for p in found),
+                    hint="check out the loop's branch, or pass --out with its state folder")
 
 
 def load_session(state_dir: Path) -> tuple[Session, Ledger]:
@@ -130,6 +156,9 @@ def load_session(state_dir: Path) -> tuple[Session, Ledger]:
     changed = led.of_type("options")
     if changed:                      # options given again on --resume supersede the setup's
         s.options = dict(changed[-1].get("options") or s.options)
+    backends = led.of_type("backend")
+    if backends:                     # so do measurement commands given again on --resume
+        s.backend = dict(backends[-1]["backend"])
     return s, led
 
 

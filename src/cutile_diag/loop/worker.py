@@ -16,7 +16,7 @@ stdout (fd 1 is pointed at stderr at start-up, so prints from kernels or librari
 corrupt the channel).  Requests::
 
     {"op": "load", "workload": REF, "kwargs": {...}, "configs": [..] | null, "seed": 0,
-     "check_seed": 1234, "device": null}
+     "check_seed": null, "device": null}          # check_seed null: fresh inputs per check (seed recorded)
     {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true}
     {"op": "roofline", "latencies": {NAME: ms}}
     {"op": "quit"}
@@ -60,7 +60,8 @@ def _load(req: dict, st: _State) -> dict:
     with torch.no_grad():
         for cfg in cfgs:
             st.cfgs[cfg.name] = cfg
-            chk = check_workload(wl, cfg, seed=int(req.get("check_seed", 1234)), device=st.device)
+            seed = req.get("check_seed")
+            chk = check_workload(wl, cfg, seed=None if seed is None else int(seed), device=st.device)
             checks[cfg.name] = chk.to_json()
             try:
                 info[cfg.name] = {"flops": float(wl.flops(cfg)), "bytes": float(wl.bytes(cfg)),
@@ -145,7 +146,7 @@ def point_json(p) -> dict:
     collects) plus a few flat summaries."""
     from ..output import to_jsonable
     d = to_jsonable(p)
-    pct = p.pct_measured if p.pct_measured is not None else p.pct_spec
+    pct = p.pct_measured if p.pct_measured is not None else p.pct_datasheet
     d.update({"achieved_tbps": p.achieved_bw / 1e12, "achieved_tflops": p.achieved_flops / 1e12,
               "pct_of_roof": pct})
     return d

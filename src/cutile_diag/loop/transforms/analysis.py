@@ -190,7 +190,6 @@ class DtypeInference:
         return t
 
     def _expr_inner(self, node, env):
-        k = self.k
         if isinstance(node, cst.Integer):
             return "pyint"
         if isinstance(node, cst.Float):
@@ -449,6 +448,79 @@ def find_launches(k: Kernel) -> Launches:
                 _refers_to_kernel(k, a.value, binds) for a in call.args):
             tuned.append((k.line(call), callee))
     return Launches(sites, tuned)
+
+
+_HINTS_ARG = {"exhaustive_search": 5, "autotune_launch": 4}     # positional index of hints_fn
+ALL_HINTS = "*"          # a key of ``hint_overrides``: the wrapper may set any hint
+
+
+def _dict_keys(node: cst.BaseExpression | None) -> set[str] | None:
+    """Keys of ``{"occupancy": ...}`` / ``dict(occupancy=...)``; None when not literal."""
+    if isinstance(node, cst.Dict):
+        keys = set()
+        for el in node.elements:
+            if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
+                return None
+            keys.add(el.key.evaluated_value)
+        return keys
+    if isinstance(node, cst.Call) and dotted(node.func) == "dict" and all(a.keyword for a in node.args):
+        return {a.keyword.value for a in node.args}
+    return None
+
+
+def _hints_fn_keys(k: Kernel, fn: cst.BaseExpression, binds) -> set[str]:
+    """The hint names a ``hints_fn`` returns (a lambda or a def returning a literal dict)."""
+    if isinstance(fn, cst.Lambda):
+        keys = _dict_keys(fn.body)
+        return keys if keys is not None else {ALL_HINTS}
+    if isinstance(fn, cst.Name):
+        defs = [b.node for b in binds.get(fn.value, []) + module_bindings(k.module).get(fn.value, [])
+                if isinstance(b.node, cst.FunctionDef)]
+        if len(defs) == 1:
+            rets = find_all(defs[0].body, lambda n: isinstance(n, cst.Return))
+            found = [_dict_keys(r.value) for r in rets]
+            if found and all(x is not None for x in found):
+                return set().union(*found)
+    if isinstance(fn, cst.Name) and fn.value == "None":
+        return set()
+    return {ALL_HINTS}
+
+
+def hint_overrides(k: Kernel) -> dict[str, tuple[int, str]]:
+    """Kernel hints the host code sets over the decorator's: hint name (or ``ALL_HINTS``) ->
+    (line, what).  ``kernel.replace_hints(occupancy=...)``, a helper such as TileGym's
+    ``cached_replace_hints(kernel, occupancy=...)``, and an autotune call's ``hints_fn``
+    all win over ``@ct.kernel(occupancy=...)``: a decorator edit of those is a no-op."""
+    out: dict[str, tuple[int, str]] = {}
+
+    def note(keys, call, what):
+        for key in keys:
+            out.setdefault(key, (k.line(call), what))
+
+    bind_cache: dict[int, dict] = {}
+    for call in find_all(k.module, lambda n: isinstance(n, cst.Call)):
+        func = k.enclosing_function(call)
+        if func is k.func:
+            continue
+        if id(func) not in bind_cache:
+            bind_cache[id(func)] = assignments(func) if func is not None else module_bindings(k.module)
+        binds = bind_cache[id(func)]
+        callee = (dotted(call.func) or "").split(".")[-1]
+        if "replace_hints" in callee:
+            target = call.func.value if isinstance(call.func, cst.Attribute) and callee == "replace_hints" \
+                else (positional(call)[0].value if positional(call) else None)
+            if target is not None and _refers_to_kernel(k, target, binds):
+                keys = {a.keyword.value for a in call.args if a.keyword} | (
+                    {ALL_HINTS} if any(a.star == "**" for a in call.args) else set())
+                note(keys, call, f"{code(call.func)}(...)")
+        elif callee in _TUNE_CALLEES and any(_refers_to_kernel(k, a.value, binds) for a in call.args):
+            kw = kwarg(call, "hints_fn")
+            pos = positional(call)
+            idx = _HINTS_ARG.get(callee)
+            fn = kw.value if kw else (pos[idx].value if idx is not None and len(pos) > idx else None)
+            if fn is not None:
+                note(_hints_fn_keys(k, fn, binds), call, f"{callee}(..., hints_fn)")
+    return out
 
 
 def require_launches(k: Kernel, what: str) -> list[LaunchSite]:

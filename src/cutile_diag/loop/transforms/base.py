@@ -177,6 +177,22 @@ def find_all(root: cst.CSTNode, pred: Callable[[cst.CSTNode], bool]) -> list[cst
     return v.found
 
 
+def module_assignments(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
+    """Every value bound to a plain name at module level (``x = ...`` / ``x: T = ...``)."""
+    seen: dict[str, list[cst.BaseExpression]] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        if isinstance(t.target, cst.Name):
+                            seen.setdefault(t.target.value, []).append(small.value)
+                elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                        and small.value is not None:
+                    seen.setdefault(small.target.value, []).append(small.value)
+    return seen
+
+
 @dataclass
 class Kernel:
     """A parsed kernel file with the ``@ct.kernel`` function a transform works on."""
@@ -235,11 +251,30 @@ class Kernel:
     def param_names(self) -> list[str]:
         return [p.name.value for p in self.params]
 
+    def module_aliases(self) -> dict[str, cst.BaseExpression]:
+        """Module-level names bound once (``ConstInt = ct.Constant[int]``, or annotated)."""
+        return {n: v[0] for n, v in module_assignments(self.module).items() if len(v) == 1}
+
+    def resolve_alias(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """Follow module-level aliases (TileGym's ``ConstInt = ct.Constant[int]``); a
+        subscripted alias (``C[int]`` with ``C = ct.Constant``) keeps its subscript."""
+        aliases = self.module_aliases()
+        for _ in range(8):                   # short chains; a cycle must not hang
+            if isinstance(node, cst.Name) and node.value in aliases:
+                node = aliases[node.value]
+            elif isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) \
+                    and node.value.value in aliases:
+                node = node.with_changes(value=aliases[node.value.value])
+            else:
+                break
+        return node
+
     def constant_params(self) -> dict[str, str]:
-        """``ct.Constant[T]`` parameters -> ``T`` as written (``int``, ``bool``, ...)."""
+        """``ct.Constant[T]`` parameters -> ``T`` as written (``int``, ``bool``, ...), also
+        when spelled through a module-level alias."""
         out = {}
         for p in self.params:
-            ann = p.annotation.annotation if p.annotation else None
+            ann = self.resolve_alias(p.annotation.annotation if p.annotation else None)
             if isinstance(ann, cst.Subscript) and self.ct.member(ann.value) == "Constant":
                 inner = ann.slice[0].slice if ann.slice else None
                 inner_v = inner.value if isinstance(inner, cst.Index) else None
@@ -302,16 +337,10 @@ def _load(source: str, kernel_name: str) -> Kernel:
     if not ct.module_aliases and not ct.members:
         refuse("the file does not import cuda.tile")
     defs: dict[str, cst.FunctionDef] = {}
-    assigns: dict[str, list[cst.BaseExpression]] = {}
+    assigns = module_assignments(module)
     for stmt in module.body:
         if isinstance(stmt, cst.FunctionDef):
             defs[stmt.name.value] = stmt
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        if isinstance(t.target, cst.Name):
-                            assigns.setdefault(t.target.value, []).append(small.value)
 
     def resolve(name: str, seen: tuple[str, ...] = ()) -> str | None:
         if name in seen:

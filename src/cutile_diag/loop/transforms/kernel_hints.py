@@ -4,6 +4,10 @@
 ``@ct.kernel`` becomes a call) — what the loop commits once a value has won.  Its twin
 ``replace_hints`` sweeps the same knobs without touching the source.
 
+A knob the host code sets over the decorator (an autotuned wrapper's ``replace_hints`` or
+its search's ``hints_fn``, ``analysis.hint_overrides``) is refused: the decorator value
+would compile to the same kernel, an iteration spent on nothing.
+
 Values are checked like cuTile's ``CompilerOptions`` does (occupancy 1..32, num_ctas a
 power of two ≤ 16, num_worker_warps a power of two ≤ 32, opt_level 0..3).  Sweeps follow
 TileGym: occupancy {1, 2, 4, 8}, num_ctas {2, 4} (clusters, sm_90+), num_worker_warps
@@ -58,11 +62,31 @@ def decorator_hints(k: Kernel) -> dict[str, Any]:
     return out
 
 
+def refuse_overridden(k: Kernel, hints: dict[str, Any]) -> dict[str, Any]:
+    """The requested hints the host code does not override; refuses when none is left, since
+    an overridden decorator value (autotuned kernels: the wrapper's replace_hints or the
+    search's hints_fn) compiles to the same kernel and would spend an iteration on nothing."""
+    from .analysis import ALL_HINTS, hint_overrides
+    over = hint_overrides(k)
+    lost = {n: over.get(n) or over[ALL_HINTS] for n in hints if n in over or ALL_HINTS in over}
+    if lost and len(lost) == len(hints):
+        where = "; ".join(f"{n} by {what} at line {line}" for n, (line, what) in lost.items())
+        refuse(f"the launch wrapper overrides {', '.join(lost)} ({where}), so a decorator value "
+               f"is a no-op; change {'it' if len(lost) == 1 else 'them'} in the autotune search space")
+    return {n: v for n, v in hints.items() if n not in lost}
+
+
 def _sweep_candidates(t: Transform, source: str, kernel_name: str,
                       overwrite: bool = False) -> list[dict[str, Any]]:
     out = [{knob: v, **({"overwrite": True} if overwrite else {})}
            for knob, vals in SWEEPS.items() for v in vals]
     return [c for c in out if t.applicable(source, kernel_name, **c)[0]]
+
+
+def _why_none(t: Transform, source: str, kernel_name: str, **extra) -> str:
+    """Why no sweep value applies: the distinct refusals (already set, overridden by the wrapper)."""
+    whys = [t.applicable(source, kernel_name, **{knob: v}, **extra)[1] for knob, vals in SWEEPS.items() for v in vals]
+    return "; ".join(dict.fromkeys(whys)) or "every candidate value is already set"
 
 
 def _describe(hints: dict[str, int]) -> str:
@@ -78,7 +102,8 @@ class KernelHints(Transform):
     REQUIRES_PARAMS: ClassVar[bool] = True
 
     def _plan(self, k: Kernel, params) -> Plan:
-        hints = check_hints(self.name, params)
+        asked = check_hints(self.name, params)
+        hints = refuse_overridden(k, asked)
         current = decorator_hints(k)
         todo, same, blocked = {}, [], []
         for n, v in hints.items():
@@ -100,9 +125,14 @@ class KernelHints(Transform):
             call = d if isinstance(d, cst.Call) else cst.Call(func=d, args=[])
             return dec.with_changes(decorator=set_kwargs(call, [(n, expr(str(v))) for n, v in todo.items()]))
         notes = [f"left {', '.join(blocked)} as the decorator sets it"] if blocked else []
+        if len(hints) < len(asked):
+            notes.append(f"left out {', '.join(sorted(set(asked) - set(hints)))}: the launch wrapper overrides it")
         return Plan(description=f"@{k.ct.prefix}.kernel({_describe(todo)}) on {k.func.name.value}",
                     params=dict(todo), module=rewrite(k.module, {k.decorator: edit}), notes=notes)
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
         # a sweep moves a knob the decorator may already set: overwrite is implied
         return _sweep_candidates(self, source, kernel_name, overwrite=True)
+
+    def _why_no_candidates(self, source: str, kernel_name: str) -> str:
+        return _why_none(self, source, kernel_name, overwrite=True)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .base import HintTransform, Kernel, Plan, refuse
-from .kernel_hints import KNOBS, _describe, _sweep_candidates, check_hints, decorator_hints
+from .kernel_hints import (KNOBS, _describe, _sweep_candidates, _why_none, check_hints, decorator_hints,
+                           refuse_overridden)
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class ReplaceHints(HintTransform):
     REQUIRES_PARAMS: ClassVar[bool] = True
 
     def _plan(self, k: Kernel, params) -> Plan:
-        hints = check_hints(self.name, params)
+        hints = refuse_overridden(k, check_hints(self.name, params))
         current = decorator_hints(k)
         if all(current.get(n) == v for n, v in hints.items()):
             refuse(f"already applied: the decorator sets {_describe(hints)}")
@@ -31,3 +32,6 @@ class ReplaceHints(HintTransform):
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
         return _sweep_candidates(self, source, kernel_name)
+
+    def _why_no_candidates(self, source: str, kernel_name: str) -> str:
+        return _why_none(self, source, kernel_name)
