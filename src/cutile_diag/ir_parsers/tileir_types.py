@@ -6,7 +6,7 @@ text kept, so a newer compiler's syntax degrades instead of failing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 ELEM_BITS = {
     "i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
