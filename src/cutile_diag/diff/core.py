@@ -33,10 +33,8 @@ class DiffInput:
     capture: object | None = None   # CaptureFolder
 
     def info(self) -> InputInfo:
-        return InputInfo(path=self.path, kind=self.kind, has_locations=self.module.has_locations,
-                         entries=[e.symbol for e in self.module.entries],
-                         ops=sum(1 for _ in self.module.walk()),
-                         capture_name=getattr(self.capture, "name", None))
+        return _module_info(self.module, path=self.path, kind=self.kind,
+                            capture_name=getattr(self.capture, "name", None))
 
 
 @contextlib.contextmanager
@@ -180,9 +178,11 @@ def diff_modules(a: Module, b: Module, *, entry: str | None = None,
                       warnings=warnings, timings=timings, details=details)
 
 
-def _module_info(m: Module) -> InputInfo:
-    return InputInfo(path=m.path or "<text>", kind="tileir", has_locations=m.has_locations,
-                     entries=[e.symbol for e in m.entries], ops=sum(1 for _ in m.walk()))
+def _module_info(m: Module, path: str | None = None, kind: str = "tileir",
+                 capture_name: str | None = None) -> InputInfo:
+    return InputInfo(path=path or m.path or "<text>", kind=kind, has_locations=m.has_locations,
+                     entries=[e.symbol for e in m.entries], ops=sum(1 for _ in m.walk()),
+                     capture_name=capture_name)
 
 
 def diff_texts(a: str, b: str, **kw) -> DiffResult:

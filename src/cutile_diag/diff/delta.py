@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir_parsers.tileir_ops import op_class
-from .graph import ROOT, IRGraph, decode_port, erase_ssa, map_ssa, region_of, region_path
+from .graph import ROOT, IRGraph, erase_ssa, map_ssa, region_of, region_path, value_label
 from .match import Matching
 from .model import ADDED, ATTRIBUTE, MOVED, REMOVED, REWIRED, Aspect, RegionDelta, StructDelta
 
@@ -308,11 +308,4 @@ def compute_deltas(m: Matching, entry_name: str, start_id: int = 0) -> tuple[lis
 
 
 def _disp_value(g: IRGraph, names: Names, src: int, port: int) -> str:
-    if port >= 0:
-        rn = names.res[src]
-        return rn[port] if port < len(rn) else f"{names.cid[src]}#{port}"
-    _, r, i = decode_port(port)
-    try:
-        return names.bargs[src][r][i]
-    except IndexError:
-        return f"{names.cid[src]}.b{r}.{i}"
+    return value_label(names.res, names.bargs, names.cid, src, port)

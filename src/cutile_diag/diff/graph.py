@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:          # networkx is imported where the graph is first asked for (~90 ms)
     import networkx as nx
 
-from ..ir_parsers.tileir import Entry, Module, Op, Region
+from ..ir_parsers.tileir import SSA_USE, Entry, Module, Op, Region
 from ..ir_parsers.tileir_ops import KNOWN_OPS
 
-_SSA_TOKEN = re.compile(r"%[A-Za-z0-9_$.\-]+(?:#\d+)?")
+_SSA_TOKEN = re.compile(SSA_USE)
 # an SSA name, or a string literal to step over ('%d' in a print_tko format is no value)
-_SSA_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|%[A-Za-z0-9_$.\-]+(?:#\d+)?')
+_SSA_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|' + SSA_USE)
 # untokened ops whose relative order is observable
 _ORDERED_UNTOKENED = frozenset({"assert"})
 _BA = 1 << 10          # block-argument port encoding: -(1 + region * _BA + index)
@@ -62,7 +62,7 @@ def erase_ssa(text: str) -> str:
     return _SSA_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] == '"' else "%", text)
 
 
-_SSA_SPLIT = re.compile(r"(%[A-Za-z0-9_$.\-]+(?:#\d+)?)")
+_SSA_SPLIT = re.compile(f"({SSA_USE})")
 
 
 def map_ssa(text: str, mapping: dict[str, str]) -> str:
@@ -128,14 +128,7 @@ class IRGraph:
         return range(1 + len(self.entry.args), len(self.kind))
 
     def value_name(self, src: int, port: int) -> str:
-        if port >= 0:
-            names = self.res_names[src]
-            return names[port] if port < len(names) else f"{self.cid[src]}#{port}"
-        _, r, i = decode_port(port)
-        try:
-            return self.barg_names[src][r][i]
-        except IndexError:
-            return f"{self.cid[src]}.b{r}.{i}"
+        return value_label(self.res_names, self.barg_names, self.cid, src, port)
 
     def region_path(self, node: int) -> str:
         """'for %v12/if %v30.else' -- canonical, stable across renumbering."""
@@ -152,6 +145,18 @@ class IRGraph:
             yield n
             for r in reversed(self.children[n]):
                 stack.extend(reversed(r))
+
+
+def value_label(res: list[list[str]], bargs: list[list[list[str]]], cid: list[str], src: int, port: int) -> str:
+    """The name of value (src, port) in a naming (the graph's canonical one, or a diff side's)."""
+    if port >= 0:
+        rn = res[src]
+        return rn[port] if port < len(rn) else f"{cid[src]}#{port}"
+    _, r, i = decode_port(port)
+    try:
+        return bargs[src][r][i]
+    except IndexError:
+        return f"{cid[src]}.b{r}.{i}"
 
 
 def _region_segment(g: IRGraph, cid: list[str], owner: int, ridx: int) -> str:

@@ -645,7 +645,8 @@ TEMPLATE_CACHE = True
 _TEMPLATES: dict[str, tuple] = {}
 _PH = "%$$"
 _PH_RE = re.compile(r"%\$\$(\d+)((?:#\d+)?)")
-_NAME_RE = re.compile(r"%([A-Za-z0-9_$.\-]+)")      # an SSA name without its '#k' projection
+SSA_NAME = r"%[A-Za-z0-9_$.\-]+"        # an SSA name
+SSA_USE = SSA_NAME + r"(?:#\d+)?"        # a use of one: the name and its '#k' projection
 
 
 def _slots(xs: list[str]) -> list[tuple[int, str]] | None:
@@ -659,8 +660,8 @@ def _slots(xs: list[str]) -> list[tuple[int, str]] | None:
     return out
 
 
-_ERASE_RE = re.compile(r"%[A-Za-z0-9_$.\-]+(?:#\d+)?")   # an SSA use, '#k' included
-_NAME_SPLIT = re.compile(r"(%[A-Za-z0-9_$.\-]+)")   # split keeps the names: text, name, text, ...
+_ERASE_RE = re.compile(SSA_USE)
+_NAME_SPLIT = re.compile(f"({SSA_NAME})")   # split keeps the names: text, name, text, ...
 
 
 def _plan(slots: list[tuple[int, str]]) -> tuple:
