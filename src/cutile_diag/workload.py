@@ -339,14 +339,16 @@ def instantiate(obj, label: str, kwargs: dict) -> Workload:
         return obj
     try:
         sig = inspect.signature(obj)
-        sig.bind(**kwargs)
-    except ValueError:          # no signature to check: let the call say
+    except (TypeError, ValueError):          # no signature to check: let the call say
         sig = None
-    except TypeError as e:
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        takes = [n for n, p in sig.parameters.items() if p.kind in kinds]
-        raise WorkloadError(f"cannot create workload {label}: {e}",
-                            hint=("it takes: " + ", ".join(takes)) if takes else "it takes no arguments") from None
+    if sig is not None:
+        try:
+            sig.bind(**kwargs)
+        except TypeError as e:
+            kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            takes = [n for n, p in sig.parameters.items() if p.kind in kinds]
+            raise WorkloadError(f"cannot create workload {label}: {e}",
+                                hint=("it takes: " + ", ".join(takes)) if takes else "it takes no arguments") from None
     try:
         return obj(**kwargs)
     except TypeError as e:

@@ -67,6 +67,9 @@ class FakeTransform:
     def applicable(self, source, kernel, **params):
         return (self._marker(params) not in source, "")
 
+    def why_no_candidates(self, source, kernel):
+        return self.applicable(source, kernel)[1]
+
     def apply(self, source: str, kernel: str, **params):
         if self.side_effect:
             self.side_effect()

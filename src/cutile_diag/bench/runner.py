@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,8 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CutileDiagError, NoGPUError
+from ..procs import kill_group
 from ..workload import Workload, WorkloadConfig, WorkloadError, load_workload
-from .correctness import CheckResult, check_outputs, check_workload, poison_, reference_outputs, run_outputs
+from .correctness import (
+    CheckResult,
+    check_outputs,
+    check_workload,
+    poison_,
+    reference_outputs,
+    run_outputs,
+)
 from .stats import TimingStats
 from .timing import BenchOptions, Measurement, measure
 
@@ -198,11 +205,7 @@ def _spawn(request: dict, timeout_s: float, env: dict | None) -> tuple[dict | No
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)   # the session we created: the child and its helpers
-                except ProcessLookupError:
-                    pass
-                proc.wait()
+                kill_group(proc)        # the session we created: the child and its helpers
         wall = time.perf_counter() - t0
         tail = _tail(errf)
         result = None

@@ -31,8 +31,9 @@ class CacheEntry:
         return list(self.metadata.get("kernel_names") or [])
 
     @property
-    def remarks(self) -> str:
-        return self.metadata.get("remarks") or ""
+    def remarks(self) -> str | None:
+        """The remarks YAML; None when the entry stores none (tileiras < 13.4), "" when there were none."""
+        return self.metadata.get("remarks")
 
     def sections(self):
         return cubin_mod.read_sections(self.cubin)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
+from ..procs import kill_group
 from .artifacts import CaptureSet, KernelInfo, check_out_dir, unique_name
 from .cache import CacheEntry, read_cache, resolve_db
 from .cubin import embedded_tileir
@@ -39,6 +39,11 @@ class RunFailedError(CutileDiagError):
 class NothingCapturedError(CutileDiagError):
     """The run or cache held no kernel to capture (exit 1: not bad input)."""
     exit_code = 1
+
+
+def _one_line(err: BaseException) -> str:
+    """A failure inside an all-or-nothing capture set, for the error that aborts it."""
+    return err.one_line() if isinstance(err, CutileDiagError) else f"{type(err).__name__}: {err}"
 
 
 @dataclass
@@ -76,19 +81,9 @@ def _run(command: list[str], env: dict, timeout: float | None, log: Path,
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        # the whole process group: a pytest run forks workers
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        kill_group(proc, grace_s=10)        # the whole group: a pytest run forks workers
     except KeyboardInterrupt:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        kill_group(proc)
         raise
     t.join(timeout=5)
     return proc.returncode, time.monotonic() - start, timed_out
@@ -97,8 +92,8 @@ def _run(command: list[str], env: dict, timeout: float | None, log: Path,
 def _match_cache(bc: bytes, entries: list[CacheEntry], archs: list[str]) -> tuple[CacheEntry, str, int] | None:
     """The cache entry built from this bytecode, with its arch and opt level."""
     try:
-        from cutile_cache._cache import cache_key
         from cuda.tile._compile import _get_compiler_version_string
+        from cutile_cache._cache import cache_key
         ver = _get_compiler_version_string()
     except Exception:
         return None
@@ -177,7 +172,7 @@ def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | Non
                     info.opt_levels = {arch: opt}
                     info.extra["cache_key"] = entry.key
                     cs.write(info, archs=[arch], bytecode=bc, cubins={arch: entry.cubin},
-                             remarks={arch: entry.metadata.get("remarks")})   # None: not stored
+                             remarks={arch: entry.remarks})
                 else:
                     # compiled with the cache off, or by another tileiras: rebuild ourselves
                     tgt = list(archs or seen_archs or ["sm_90"])
@@ -193,8 +188,7 @@ def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | Non
                 capture_cache_entry(e, cs, taken, mode="run")
             result.captures = cs.commit()
     except (CutileDiagError, OSError) as e:
-        msg = e.one_line() if isinstance(e, CutileDiagError) else f"{type(e).__name__}: {e}"
-        raise RunFailedError(f"capturing {what} failed: {msg}; nothing written to {out_dir} "
+        raise RunFailedError(f"capturing {what} failed: {_one_line(e)}; nothing written to {out_dir} "
                              f"(raw dumps and log kept in {work})") from None
     if not result.captures:
         result.notes.append("the command compiled no cuTile kernel (nothing was dumped)")
@@ -222,9 +216,8 @@ def capture_cache_entry(e: CacheEntry, cs: CaptureSet, taken: set[str], mode: st
                       symbol=symbol, mode=mode,
                       extra={"cache_key": e.key, "compiler_version": e.metadata.get("compiler_version"),
                              "compilation_time_seconds": e.metadata.get("compilation_time_seconds")})
-    # remarks: None when the entry has no remarks field (tileiras < 13.4), "" when there were none
     return cs.write(info, archs=[arch], tileir_text=tileir, cubins={arch: e.cubin},
-                    remarks={arch: e.metadata.get("remarks")}, unavailable=CACHE_UNAVAILABLE)
+                    remarks={arch: e.remarks}, unavailable=CACHE_UNAVAILABLE)
 
 
 def capture_from_cache(path: str | Path | None, *, out_dir: str | Path, kernel: str | None = None,
@@ -252,7 +245,6 @@ def capture_from_cache(path: str | Path | None, *, out_dir: str | Path, kernel: 
             try:
                 capture_cache_entry(e, cs, taken)
             except (CutileDiagError, OSError) as err:
-                msg = err.one_line() if isinstance(err, CutileDiagError) else f"{type(err).__name__}: {err}"
-                raise CutileDiagError(f"cache entry {e.key[:16]} ({label}) failed: {msg}; "
+                raise CutileDiagError(f"cache entry {e.key[:16]} ({label}) failed: {_one_line(err)}; "
                                       f"nothing written to {out_dir}") from None
         return cs.commit()

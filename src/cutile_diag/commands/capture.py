@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..errors import UsageError
 from ..output import console, err_console, print_json, progress
+from ._args import positive_arg
 
 
 def register(sub) -> None:
@@ -55,19 +56,6 @@ def parse_hints(items: list[str]) -> dict:
     return out
 
 
-def _positive(flag: str, value: str | None, kind: type):
-    # validated here, not by argparse: its errors are two lines (usage + message)
-    if value is None:
-        return None
-    try:
-        v = kind(value)
-    except ValueError:
-        v = None
-    if v is None or not 0 < v < float("inf"):     # also rejects nan
-        raise UsageError(f"{flag} must be a positive {'integer' if kind is int else 'number'}, not '{value}'")
-    return v
-
-
 # options that only mean something in some modes: rejected elsewhere rather than ignored
 _OPTION_MODES = {"arg": ("aot",), "hint": ("aot",), "name": ("aot",), "kernel": ("cache",),
                  "limit": ("cache",), "arch": ("aot", "run"), "timeout": ("aot", "run")}
@@ -91,11 +79,9 @@ def _steps(enabled: bool):
         yield lambda msg: st.update(msg)
 
 
-def _incomplete_error(captures):
+def _incomplete_error(bad):
+    """The error for the captures that lack required artifacts (``bad``, not empty)."""
     from ..capture.artifacts import IncompleteCaptureError
-    bad = [c for c in captures if c.manifest.get("incomplete")]
-    if not bad:
-        return None
     c = bad[0]
     why = next((f"{a}: {t['errors'][0]}" for a, t in c.manifest["targets"].items() if t.get("errors")), "")
     more = f" and {len(bad) - 1} more capture(s)" if len(bad) > 1 else ""
@@ -106,7 +92,6 @@ def _incomplete_error(captures):
 
 
 def run(args) -> int:
-    from ..capture.artifacts import check_name, check_out_dir
     from ..capture.render import detail_lines, summary_table
     from ..capture.run_mode import NothingCapturedError
     from ..capture.summary import summarize_capture
@@ -120,11 +105,9 @@ def run(args) -> int:
         raise UsageError("choose one mode: FILE.py::KERNEL, --from-cache, or -- COMMAND")
     mode = modes[0]
     _check_mode_options(args, mode)
-    timeout = _positive("--timeout", args.timeout, float)
-    limit = _positive("--limit", args.limit, int)
-    if args.name is not None:
-        check_name(args.name)
-    check_out_dir(out)
+    timeout = positive_arg("--timeout", args.timeout)
+    limit = positive_arg("--limit", args.limit, integer=True)
+    # --name and --out are checked by each capture_* before any work
     captures, extra = [], {}
     show = not args.json
     if mode == "aot":
@@ -155,9 +138,9 @@ def run(args) -> int:
                                           limit=limit, on_step=on_step)
     summaries = [summarize_capture(c) for c in captures]
     per_arch = {c.path: {a: summarize_capture(c, a) for a in c.targets} for c in captures}
-    incomplete = None if args.allow_incomplete else _incomplete_error(captures)
+    incomplete = [c for c in captures if c.manifest.get("incomplete")]
     if args.json:
-        print_json({"out": str(out), **extra, "complete": not any(c.manifest.get("incomplete") for c in captures),
+        print_json({"out": str(out), **extra, "complete": not incomplete,
                     "captures": [{"path": str(c.path), "name": c.name, "symbol": c.symbol,
                                   "targets": c.targets,
                                   "incomplete": c.manifest.get("incomplete", []),
@@ -176,6 +159,6 @@ def run(args) -> int:
                 console.print(f"  [yellow]accepted incomplete:[/] {', '.join(c.manifest['incomplete'])}")
         for n in extra.get("notes", []):
             console.print(f"[dim]note: {n}[/]")
-    if incomplete is not None:
-        raise incomplete       # after the output: the summary shows what is there
+    if incomplete and not args.allow_incomplete:
+        raise _incomplete_error(incomplete)       # after the output: the summary shows what is there
     return 0

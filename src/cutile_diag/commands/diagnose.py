@@ -70,11 +70,6 @@ def tried_from_ledger(path: str) -> Counter:
     a ledger file or a loop state folder holding ``ledger.jsonl``."""
     from ..loop.ledger import LEDGER_FILE, Ledger
 
-    class _FileLedger(Ledger):       # a ledger file under any name, not only <state>/ledger.jsonl
-        def __init__(self, file):
-            super().__init__(Path(file).parent)
-            self.path = Path(file)
-
     p = Path(path)
     if p.is_dir():
         if not (p / LEDGER_FILE).is_file():
@@ -82,10 +77,8 @@ def tried_from_ledger(path: str) -> Counter:
         p = p / LEDGER_FILE
     elif not p.is_file():
         raise UsageError(f"{p}: no such ledger")
-    try:
-        return _FileLedger.load(p).tried()
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{p}: not UTF-8 text (byte {e.start}); expected the loop's {LEDGER_FILE}") from None
+    try:    # any file name: a copied ledger reads like <state>/ledger.jsonl
+        return Ledger.load(p.parent, file=p).tried()
     except (KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{p}: an iteration record is malformed ({type(e).__name__}: {e}); "
                          f"expected the loop's {LEDGER_FILE}") from None
@@ -285,9 +278,10 @@ def _diagnose_kernel_ref(args, ref: str, tried):
             err_console.print(f"[dim]capturing {ref} for {arch} …[/]")
         folder = capture_aot(ref, specs, archs=[arch], out_dir=out)
         if args.roofline or args.ncu:
-            return _with_extra(args, folder.path, tried)
-        d = diagnose_capture(folder, arch=arch, entry=args.entry, tried=tried)
-        if tmp is not None:
+            d = _with_extra(args, folder.path, tried)
+        else:
+            d = diagnose_capture(folder, arch=arch, entry=args.entry, tried=tried)
+        if tmp is not None:       # the folder is deleted below: point at nothing
             d.context["capture"] = None
             d.notes.append("the capture was temporary; keep it with --out DIR")
         return d

@@ -74,19 +74,13 @@ def run_next(args) -> int:
 
 
 def run_record(args) -> int:
-    import sys
-    from ..loop.proc import Terminated, sigterm_unwinds
-    try:
-        with sigterm_unwinds():
-            return _run_record(args)
-    except Terminated:
-        print("cutile-diag: terminated (SIGTERM): the running step was killed and the tree reset to the last kept "
-              "commit (the edit is saved in the iteration's folder); `cutile-diag loop recover` records it",
-              file=sys.stderr)
-        return 143
+    from ..loop.proc import exit_on_sigterm
+    return exit_on_sigterm(lambda: _run_record(args), " (the edit is saved in the iteration's folder); "
+                                                      "`cutile-diag loop recover` records it")
 
 
 def _run_record(args) -> int:
+    from ..loop.backends import closing
     from ..loop.factory import make_backend
     from ..loop.manual import record_manual
     from ..loop.runner import LoopOptions
@@ -95,12 +89,8 @@ def _run_record(args) -> int:
                                  max_iterations=args.max_iterations)
     backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
-    try:
+    with closing(backend):
         rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo)
-    except BaseException:
-        getattr(backend, "abort", backend.close)()
-        raise
-    backend.close()
     if args.json:
         print_json(rec)
         return 0

@@ -103,16 +103,9 @@ def _echo(args):
 
 
 def run(args) -> int:
-    import sys
-    from ..loop.proc import Terminated, sigterm_unwinds
-    try:
-        with sigterm_unwinds():
-            return _run(args)
-    except Terminated:
-        # like Ctrl-C: the child's process group is killed, the tree is on the last kept commit
-        print("cutile-diag: terminated (SIGTERM): the running step was killed and the tree reset to the last kept "
-              "commit; `cutile-diag optimize --resume` records it and goes on", file=sys.stderr)
-        return 143
+    from ..loop.proc import exit_on_sigterm
+    # like Ctrl-C: the child's process group is killed, the tree is on the last kept commit
+    return exit_on_sigterm(lambda: _run(args), "; `cutile-diag optimize --resume` records it and goes on")
 
 
 def _counts(args) -> dict:
@@ -121,6 +114,7 @@ def _counts(args) -> dict:
 
 
 def _run(args) -> int:
+    from ..loop.backends import closing
     from ..loop.factory import backend_spec, check_commands, make_backend, resumed_backend
     from ..loop.runner import Runner
     from ..loop.session import find_state_dir, load_session
@@ -168,17 +162,15 @@ def _run(args) -> int:
         backend = make_backend(spec, log_dir=s.state_dir / "logs")
         fresh = True
     try:
-        runner = Runner(s, backend, led, options=opts, echo=echo)
-        result = runner.start()
+        with closing(backend):
+            result = Runner(s, backend, led, options=opts, echo=echo).start()
     except BaseException as e:
-        getattr(backend, "abort", backend.close)()
         if fresh and not led.iterations:
             # the baseline never got measured: leave no branch or ledger that would block the next try
             note = discard_session(s, led)
             if isinstance(e, CutileDiagError):
                 e.hint = f"{e.hint}; {note}" if e.hint else note
         raise
-    backend.close()
     if args.json:
         print_json(result)
         return 0

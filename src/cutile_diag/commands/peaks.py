@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from ..output import console, err_console, print_json
+from ._args import number_arg
 
 
 def register(subparsers) -> None:
@@ -43,9 +44,7 @@ def _of(q, dev, key: str) -> str:
     """' = 88% of datasheet' (the theoretical figure when there is no datasheet one)."""
     if q is None or not q.known:
         return ""
-    for label, ref in (("datasheet", dev.datasheet_peak(key)),
-                       ("theoretical", dev.theoretical_dram_bw() if key == "dram_bw"
-                        else dev.theoretical_flops(*key.split(":")))):
+    for label, ref in (("datasheet", dev.datasheet_peak(key)), ("theoretical", dev.theoretical_peak(key))):
         if ref.known and ref.value:
             return f" = {100 * q.value / ref.value:.0f}% of {label}"
     return ""
@@ -54,7 +53,6 @@ def _of(q, dev, key: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..roofline.device import device_model
     from ..roofline.peaks import cache_path, get_ceilings, recorded_ceilings
-    from .roofline import number_arg
     dev = device_model(args.device, number_arg("--gpu", args.gpu, strict=False, integer=True))
     ceilings = recorded_ceilings(dev)
     if dev.kind == "live":

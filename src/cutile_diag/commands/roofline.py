@@ -18,12 +18,12 @@ flagged INVALID by the above-roof guard, 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 
 from ..errors import UsageError
 from ..output import console, err_console, print_json, progress
+from ._args import number_arg
 
 
 def register(subparsers) -> None:
@@ -66,22 +66,6 @@ def _kwargs(items: list[str]) -> dict:
         k, v = it.split("=", 1)
         out[k.strip()] = v.strip()
     return out
-
-
-def number_arg(flag: str, text, *, low: float = 0.0, strict: bool = True, integer: bool = False):
-    """A finite number above ``low`` (or at least it when not strict); one-line UsageError otherwise.
-
-    Parsed here, not by argparse, whose errors are a usage block rather than one line.
-    """
-    if text is None:
-        return None
-    try:
-        v = int(text) if integer else float(text)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag}: '{text}' is not {'an integer' if integer else 'a number'}") from None
-    if not math.isfinite(v) or (v <= low if strict else v < low):
-        raise UsageError(f"{flag}: must be a finite number {'>' if strict else '>='} {low:g}, not {text}")
-    return v
 
 
 def _latencies(items: list[str] | None, cfgs) -> dict[str, float] | None:
@@ -208,7 +192,7 @@ def _print_table(wl, dev, ceilings, results) -> None:
     t = Table(title=escape(f"{wl.name} on {dev.name} ({dev.kind})"),
               caption="bound: by the theoretical ridge (table rate x max clock); % datasheet: of NVIDIA's figure "
                       "for this variant; % measured: of the measured ceiling"
-                      + (" (recorded for this preset)" if ceilings and ceilings.details.get("recorded_from") else "")
+                      + (" (recorded for this preset)" if ceilings and ceilings.recorded_from else "")
                       + "; --json also has % of the theoretical roof")
     for col, j in (("config", "left"), ("ms", "right"), ("±%", "right"), ("TB/s", "right"), ("TFLOP/s", "right"),
                    ("AI", "right"), ("class", "left"), ("bound", "left"), ("% datasheet", "right"),

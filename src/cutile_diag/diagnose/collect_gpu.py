@@ -62,7 +62,8 @@ def _pct(p) -> tuple[float | None, str]:
     meas = _num(_get(p, "pct_measured"))
     if meas is not None:
         return meas, "measured ceiling"
-    return _num(_get(p, "pct_datasheet")) or _num(_get(p, "pct_spec")), "datasheet roof"
+    ds = _num(_get(p, "pct_datasheet"))
+    return (ds if ds is not None else _num(_get(p, "pct_spec"))), "datasheet roof"
 
 
 def _class(p) -> str:
@@ -194,7 +195,8 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
                    str(_get(sc, "source") or ""))
         if _get(device, "name"):
             ev.add("device.name", str(_get(device, "name")), f"device: {_get(device, 'kind') or 'live'}")
-    ridge = _num(_get(p, "ridge_measured")) or _num(_get(p, "ridge_datasheet")) or _num(_get(p, "ridge_spec"))
+    ridge = next((r for r in (_num(_get(p, k)) for k in ("ridge_measured", "ridge_datasheet", "ridge_spec"))
+                  if r is not None), None)
     if ridge:
         ev.add("device.ridge_intensity", ridge, src,
                f"{_get(p, 'compute_dtype')} {_get(p, 'compute_unit')} roof / DRAM roof")

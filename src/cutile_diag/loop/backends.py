@@ -131,6 +131,18 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@contextlib.contextmanager
+def closing(backend: Backend):
+    """``close()`` after the block; on an error or an interrupt ``abort()`` where the backend has
+    one (a hung worker must not get a polite quit)."""
+    try:
+        yield backend
+    except BaseException:
+        getattr(backend, "abort", backend.close)()
+        raise
+    backend.close()
+
+
 def round_order(versions: Sequence[Version], r: int) -> list[Version]:
     """A B, then B A, ...: alternating the order cancels a linear drift."""
     return list(versions) if r % 2 == 0 else list(reversed(versions))

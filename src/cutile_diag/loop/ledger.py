@@ -141,11 +141,19 @@ class Ledger:
 
     # -- reading ---------------------------------------------------------------------------
     @classmethod
-    def load(cls, state_dir: str | Path) -> "Ledger":
+    def load(cls, state_dir: str | Path, *, file: str | Path | None = None) -> "Ledger":
+        """The ledger in ``state_dir``; ``file``: a ledger file under another name (``diagnose --ledger``)."""
         led = cls(state_dir)
+        if file is not None:
+            led.path = Path(file)
         if not led.path.exists():
             raise LedgerError(f"{led.path}: no ledger here", hint="start the loop with `cutile-diag optimize`")
-        for i, line in enumerate(led.path.read_text().splitlines(), 1):
+        try:
+            text = led.path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LedgerError(f"{led.path}: not UTF-8 text (byte {e.start}); expected the loop's {LEDGER_FILE}") \
+                from None
+        for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:

@@ -323,7 +323,7 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
                     (k.value for k in call.keywords if k.arg == "search_space"),
                     call.args[5] if m == "autotune_launch" and len(call.args) > 5 else None)
                 if space_node is not None:
-                    autotune.append(_space(source, tree, fn, space_node))
+                    autotune.append(_space(source, tree, fn, space_node, type_aliases))
 
     launches.sort(key=lambda s: s.line)
     autotune.sort(key=lambda a: a.line)
@@ -338,7 +338,8 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
                           memory_ops=memory_ops, capture_specs=capture_specs, notes=notes)
 
 
-def _space(source: str, tree: ast.Module, fn: ast.FunctionDef, node: ast.expr) -> AutotuneSpace:
+def _space(source: str, tree: ast.Module, fn: ast.FunctionDef, node: ast.expr,
+           bound: dict[str, ast.expr]) -> AutotuneSpace:
     text = _src(source, node)
     # a name: show where the list is built (in the function, else at module level)
     if isinstance(node, ast.Name):
@@ -350,7 +351,7 @@ def _space(source: str, tree: ast.Module, fn: ast.FunctionDef, node: ast.expr) -
             else:
                 continue
             break
-    sizes = sorted(_SpaceSize(tree, fn).sizes(node), key=lambda x: (x is None, x or 0))
+    sizes = sorted(_SpaceSize(tree, fn, bound).sizes(node), key=lambda x: (x is None, x or 0))
     size = sizes[0] if len(sizes) == 1 else None
     return AutotuneSpace(fn.name, node.lineno, text, size, sizes if len(sizes) > 1 else [])
 
@@ -362,8 +363,8 @@ class _SpaceSize:
 
     MAX_PATHS = 64
 
-    def __init__(self, tree: ast.Module, fn: ast.FunctionDef):
-        self.module = module_aliases(tree)
+    def __init__(self, tree: ast.Module, fn: ast.FunctionDef, bound: dict[str, ast.expr]):
+        self.module = bound          # module_aliases(tree): names bound once at module level
         self.local = {}
         for n in ast.walk(fn):
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):

@@ -177,7 +177,7 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
     # an automatic entry whose transform finds nothing to change (e.g. hints the autotuned wrapper
     # overrides) is a manual step here: say why instead of promising a no-op
     auto = bool(pick and pick.automatic and not diag.escalate and choice is not None and choice.rec.id == pick.id)
-    why_not = [sk for sk in skipped if pick and sk.split("/")[0].split(":")[0] == pick.id] if pick else []
+    why_not = [sk for sk in skipped if pick and sk.split("/")[0].split(":")[0] == pick.id]
     if pick and pick.automatic and not auto and not why_not:     # an entry asked for by name, not ranked
         for tname in dict.fromkeys([pick.transform, *pick.alternatives]):
             t = runner.transforms.get(tname)

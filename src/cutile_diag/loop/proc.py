@@ -17,7 +17,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
+
+from ..procs import die_with_parent, kill_group  # noqa: F401  (the loop's callers use proc.*)
 
 
 class Terminated(KeyboardInterrupt):
@@ -44,23 +46,16 @@ def sigterm_unwinds():
         signal.signal(signal.SIGTERM, old)
 
 
-def _prctl():
+def exit_on_sigterm(fn: Callable[[], int], then: str) -> int:
+    """``fn()`` with SIGTERM unwinding like Ctrl-C; a SIGTERM is one line (``then``: what the
+    user does next) and exit status 143."""
     try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):     # not Linux
-        return None
-
-
-_PRCTL = _prctl() if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGKILL when the loop process dies, even by SIGKILL
-    (Linux PR_SET_PDEATHSIG; a no-op elsewhere).  Its own children die with the group kill."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        with sigterm_unwinds():
+            return fn()
+    except Terminated:
+        print("cutile-diag: terminated (SIGTERM): the running step was killed and the tree reset to the last kept "
+              "commit" + then, file=sys.stderr)
+        return 143
 
 
 class Deadline:
@@ -104,17 +99,6 @@ class ProcResult:
     def tail(self, n: int = 1500) -> str:
         text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
         return text[-n:]
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a zombie the kernel will reap
-        pass
 
 
 def run(argv: Sequence[str] | str, *, cwd: str | Path | None = None, env: dict | None = None,

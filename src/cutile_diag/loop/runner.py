@@ -268,7 +268,7 @@ class Runner:
                 try:
                     params_list = t.candidates(source, self.s.kernel)
                     if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
-                        skipped.append(f"{rec.id}/{tname}: {t.applicable(source, self.s.kernel)[1] or 'nothing to change'}")
+                        skipped.append(f"{rec.id}/{tname}: {t.why_no_candidates(source, self.s.kernel) or 'nothing to change'}")
                         continue
                 except Exception as e:
                     skipped.append(f"{rec.id}/{tname}: {type(e).__name__}: {e}")

@@ -9,6 +9,7 @@ Public API::
     dev.theoretical_flops("bf16", "tensor") -> Quantity  # table FLOP/clk/SM x SMs x max SM clock
     dev.ridge("bf16", "tensor") -> float                 # FLOP/byte where the two theoretical roofs meet
     dev.theoretical_peaks() -> {"bf16:tensor": Quantity, ...}
+    dev.theoretical_peak("dram_bw" | "bf16:tensor") -> Quantity # either of the two above, by key
     dev.datasheet_peak("dram_bw" | "bf16:tensor") -> Quantity   # NVIDIA's figure for this exact variant
     dev.key -> "NVIDIA H200|GPU-…|driver 580.159"  (measured-ceiling cache key)
     datasheet_variant("NVIDIA H100 PCIe") -> "h100-pcie" | None
@@ -112,6 +113,13 @@ class DeviceModel:
     def theoretical_peaks(self) -> dict[str, Quantity]:
         table = ARCH_TABLES.get(arch_family(self.arch), {})
         return {f"{d}:{u}": self.theoretical_flops(d, u) for (d, u) in table}
+
+    def theoretical_peak(self, what: str) -> Quantity:
+        """``"dram_bw"`` (B/s) or ``"bf16:tensor"`` (FLOP/s), keyed as ``datasheet_peak``."""
+        if what == "dram_bw":
+            return self.theoretical_dram_bw()
+        d, _, u = what.partition(":")
+        return self.theoretical_flops(d, u or "tensor")
 
     def datasheet_peak(self, what: str) -> Quantity:
         """NVIDIA's figure: ``"dram_bw"`` (B/s) or ``"bf16:tensor"`` (FLOP/s); unknown, never guessed."""

@@ -200,7 +200,7 @@ def analyze(workload: str, config: str, *, latency_ms: float, flops: float, byte
                       roof_bw_measured=bw_meas, roof_flops_measured=fl_meas, pct_theoretical=pct_th,
                       pct_datasheet=pct_ds, pct_measured=pct_meas, grid=tuple(grid) if grid else None)
     # -- the above-roof guard: every roof, not only the one that applies --------------------
-    recorded = ", recorded for this preset" if ceilings and ceilings.details.get("recorded_from") else ""
+    recorded = ", recorded for this preset" if ceilings and ceilings.recorded_from else ""
     for what, ach, ceil, label in (("bandwidth", bw_ach, bw_meas, "measured DRAM ceiling"),
                                    ("FLOP rate", fl_ach, fl_meas, f"measured {dtype} {u} ceiling")):
         if ceil is not None and ceil.known and ceil.value > 0 and ach > ceil.value * (1 + guard_margin):
@@ -222,7 +222,7 @@ def analyze(workload: str, config: str, *, latency_ms: float, flops: float, byte
     elif device.kind == "preset":
         when = f" measured {ceilings.measured_at[:10]}" if ceilings.measured_at else ""
         p.notes.append(f"offline: device preset {device.name}, recorded latency; ceilings{when} from "
-                       f"{ceilings.details.get('recorded_from') or 'the caller'}")
+                       f"{ceilings.recorded_from or 'the caller'}")
     if fl_meas is None and ceilings is not None and flops:
         p.notes.append(f"no measured {dtype} {u} ceiling (peaks measures bf16/f16 tensor GEMMs): the FLOP guard "
                        "uses the theoretical peak only")

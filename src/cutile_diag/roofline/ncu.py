@@ -23,12 +23,13 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..procs import kill_group
 
 METRICS = {
     "gpu__time_duration.sum": "duration_ns",
@@ -164,7 +165,7 @@ def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None
     why = ncu_available()
     if why:
         return NcuResult(error=why)
-    from ..toolchain import find_tool, ToolNotFoundError
+    from ..toolchain import ToolNotFoundError, find_tool
     try:
         ncu = str(find_tool("ncu"))
     except ToolNotFoundError:
@@ -184,10 +185,7 @@ def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(proc)
             proc.communicate()
             return NcuResult(error=f"ncu killed after {timeout_s:g} s", command=cmd)
         text = out + "\n" + err

@@ -58,6 +58,11 @@ class Ceilings:
     details: dict[str, Any] = field(default_factory=dict)
     cached: bool = False
 
+    @property
+    def recorded_from(self) -> str | None:
+        """The committed file an offline preset's ceilings come from (None: measured here)."""
+        return self.details.get("recorded_from")
+
     def ceiling(self, what: str) -> Quantity | None:
         if what in ("dram", "bw", "dram_bw"):
             return self.dram_bw

@@ -251,14 +251,16 @@ class Kernel:
     def param_names(self) -> list[str]:
         return [p.name.value for p in self.params]
 
+    @functools.cached_property
     def module_aliases(self) -> dict[str, cst.BaseExpression]:
-        """Module-level names bound once (``ConstInt = ct.Constant[int]``, or annotated)."""
+        """Module-level names bound once (``ConstInt = ct.Constant[int]``, or annotated); once
+        per parsed file (``load`` caches the Kernel, its tree is immutable)."""
         return {n: v[0] for n, v in module_assignments(self.module).items() if len(v) == 1}
 
     def resolve_alias(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
         """Follow module-level aliases (TileGym's ``ConstInt = ct.Constant[int]``); a
         subscripted alias (``C[int]`` with ``C = ct.Constant``) keeps its subscript."""
-        aliases = self.module_aliases()
+        aliases = self.module_aliases
         for _ in range(8):                   # short chains; a cycle must not hang
             if isinstance(node, cst.Name) and node.value in aliases:
                 node = aliases[node.value]
@@ -666,6 +668,16 @@ class Transform:
         """Parameter sets worth measuring, most promising first; [] if none applies."""
         ok, _ = self.applicable(source, kernel_name)
         return [{}] if ok else []
+
+    def why_no_candidates(self, source: str, kernel_name: str) -> str:
+        """Why ``candidates`` came back empty (ask only then: it does not compute them again)."""
+        if not self.REQUIRES_PARAMS:
+            return self.applicable(source, kernel_name)[1]
+        try:
+            load(source, kernel_name)
+        except TransformNotApplicable as e:
+            return e.reason
+        return self._why_no_candidates(source, kernel_name)
 
     def _probe(self, source: str, kernel_name: str) -> tuple[bool, str]:
         try:
