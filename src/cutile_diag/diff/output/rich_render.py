@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..impact import impact_summary
 from ..model import ADDED, ATTRIBUTE, MOVED, REMOVED, REWIRED, DiffResult
 
 _MARK = {ATTRIBUTE: ("~", "yellow"), ADDED: ("+", "green"), REMOVED: ("-", "red"),
@@ -73,6 +74,9 @@ def changes_table(r: DiffResult, level: str, title: str) -> Table | None:
     t.add_column("kind", style="bold")
     t.add_column("change")
     t.add_column("where", style="dim")
+    with_impact = any(c.impact is not None for c in rows)
+    if with_impact:
+        t.add_column("impact (ops reached downstream)", style="dim")
     multi = len(r.entries) > 1
     # identical changes (the same hint on 100 unrolled loads) share one row
     groups: dict[tuple, list] = {}
@@ -90,7 +94,10 @@ def changes_table(r: DiffResult, level: str, title: str) -> Table | None:
         if len(cs) > 1:
             detail = f"{detail}  (×{len(cs)})"
             where += f"  +{len(cs) - 1} more"
-        t.add_row(kind, escape(detail), escape(where))
+        cells = [kind, escape(detail), escape(where)]
+        if with_impact:
+            cells.append(escape(impact_summary(cs)))
+        t.add_row(*cells)
     return t
 
 
