@@ -35,7 +35,7 @@ class Impact:
     entry: str
     seeds: list[str]                    # display ids of the changed ops (after side)
     ops: int                            # ops reached
-    nodes: list[str]                    # display ids of the first ``limit`` reached ops (program order)
+    nodes: list[str]                    # display ids of the reached ops (program order); [] past ``limit``
     stores: list[dict] = field(default_factory=list)   # side effects reached: op, id, line, source
     by_op: dict[str, int] = field(default_factory=dict)
     bits: int = field(default=0, repr=False)   # every reached after-graph node, as a bit set
@@ -47,7 +47,8 @@ class Impact:
         d = {"entry": self.entry, "seeds": self.seeds, "ops": self.ops, "by_op": self.by_op,
              "stores": self.stores, "nodes": self.nodes}
         if len(self.nodes) < self.ops:
-            d["nodes_truncated"] = self.ops - len(self.nodes)
+            # hundreds of changes with thousands of ops each: the lists are in --graphml
+            d["nodes_omitted"] = self.ops - len(self.nodes)
         return d
 
 
@@ -168,7 +169,8 @@ def _bits(x: int, limit: int | None = None) -> Iterator[int]:
 def impact_slices(changes: list[Change], details: list[EntryDetail], delta_index: dict, *,
                   limit: int = 200) -> None:
     """Attach ``Change.impact`` to every IR-level change (``delta_index``: delta id -> delta;
-    ``limit``: display ids listed per change, the count and ``node_ids`` are complete)."""
+    a slice of more than ``limit`` ops lists no display ids; its count, ``by_op``, ``stores``
+    and ``node_ids()`` are always complete)."""
     by_entry = {d.name: d for d in details}
     reaches: dict[str, _Reach] = {}
     for c in changes:
@@ -205,8 +207,9 @@ def impact_slices(changes: list[Change], details: list[EntryDetail], delta_index
             stores.append({"op": B.name[v], "id": cid[v], "line": op.line,
                            "source": f"{op.source.file}:{op.source.line}" if op.source else None})
         by_op = {nm: (bits & mask).bit_count() for nm, mask in r.by_name.items()}
-        c.impact = Impact(entry=det.name, seeds=[cid[v] for v in sorted(seeds)], ops=bits.bit_count(),
-                          nodes=[cid[v] for v in _bits(bits, limit)], stores=stores,
+        n = bits.bit_count()
+        c.impact = Impact(entry=det.name, seeds=[cid[v] for v in sorted(seeds)], ops=n,
+                          nodes=[cid[v] for v in _bits(bits)] if n <= limit else [], stores=stores,
                           by_op=dict(sorted(((k, n) for k, n in by_op.items() if n), key=lambda x: -x[1])),
                           bits=bits)
 

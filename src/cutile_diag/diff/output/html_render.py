@@ -72,7 +72,7 @@ def _impact_cell(c) -> str:
     ops = ", ".join(f"{k} {n}" for k, n in im.by_op.items())
     stores = "".join(f"<li class=mono>{_e(st['op'])} {_e(st['id'])} {_e(_short(st['source']) or 'line ' + str(st['line']))}</li>"
                      for st in im.stores)
-    more = f" … {im.ops - len(im.nodes)} more" if im.ops > len(im.nodes) else ""
+    more = f"{im.ops} ops: listed in --graphml" if im.ops > len(im.nodes) else ""
     return (f"<details class=impact><summary>{head}</summary><div class=dim>from {_e(', '.join(im.seeds[:8]))}"
             f"{' …' if len(im.seeds) > 8 else ''}</div><div class=dim>{_e(ops)}</div>"
             f"{'<ul>' + stores + '</ul>' if stores else ''}<div class=mono>{_e(' '.join(im.nodes))}{more}</div></details>")

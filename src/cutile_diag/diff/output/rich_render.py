@@ -74,9 +74,6 @@ def changes_table(r: DiffResult, level: str, title: str) -> Table | None:
     t.add_column("kind", style="bold")
     t.add_column("change")
     t.add_column("where", style="dim")
-    with_impact = any(c.impact is not None for c in rows)
-    if with_impact:
-        t.add_column("impact (ops reached downstream)", style="dim")
     multi = len(r.entries) > 1
     # identical changes (the same hint on 100 unrolled loads) share one row
     groups: dict[tuple, list] = {}
@@ -94,10 +91,25 @@ def changes_table(r: DiffResult, level: str, title: str) -> Table | None:
         if len(cs) > 1:
             detail = f"{detail}  (×{len(cs)})"
             where += f"  +{len(cs) - 1} more"
-        cells = [kind, escape(detail), escape(where)]
-        if with_impact:
-            cells.append(escape(impact_summary(cs)))
-        t.add_row(*cells)
+        t.add_row(kind, escape(detail), escape(where))
+    return t
+
+
+def impact_table(r: DiffResult) -> Table | None:
+    """Each IR change's impact slice: how many ops its values reach and which side effects."""
+    rows = [c for c in r.changes if c.impact is not None]
+    if not rows:
+        return None
+    t = Table(title="Impact slices (ops whose inputs a change reaches, up to the stores)", title_justify="left",
+              show_edge=False, pad_edge=False)
+    t.add_column("kind", style="bold")
+    t.add_column("change")
+    t.add_column("reaches")
+    groups: dict[tuple, list] = {}
+    for c in rows:
+        groups.setdefault((c.kind, c.detail, c.entry), []).append(c)
+    for (kind, detail, _e), cs in groups.items():
+        t.add_row(kind, escape(detail + (f"  (×{len(cs)})" if len(cs) > 1 else "")), escape(impact_summary(cs)))
     return t
 
 
@@ -205,7 +217,7 @@ def render_summary(r: DiffResult, console) -> None:
         console.print(f"[yellow]… {len(r.warnings) - 10} more warnings[/]")
     for part in (changes_table(r, "semantic", "Semantic changes"),
                  changes_table(r, "structural", "Unclassified structural changes"),
-                 cubin_table(r)):
+                 impact_table(r), cubin_table(r)):
         if part is not None:
             console.print()
             console.print(part)
