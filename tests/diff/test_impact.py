@@ -57,11 +57,16 @@ def test_reach_sets_are_networkx_descendants_of_the_value_flow(all_dumps, name):
     (e,) = parse_tileir(all_dumps[name].text()).entries
     g = build_graph(e)
     F = value_flow(g.nx)
-    r = _Reach(g)
+    walk, table = _Reach(g), _Reach(g)
+    table.table()
     rng = random.Random(len(name))
     for s in rng.sample(list(g.op_nodes), min(40, len(g.op_nodes))) + list(range(1, 1 + len(e.args))):
-        got = {v for v in range(g.size) if r.of({s}) >> v & 1}
-        assert got == nx.descendants(F, s) - {s}, (name, g.name[s])
+        want = nx.descendants(F, s) - {s}
+        for r in (walk, table):               # one traversal per change / one table for many
+            got = {v for v in range(g.size) if r.of({s}) >> v & 1}
+            assert got == want, (name, g.name[s])
+    seeds = set(rng.sample(list(g.op_nodes), 3))
+    assert walk.of(seeds) == table.of(seeds)
 
 
 def test_a_loop_carried_value_reaches_the_store_after_the_loop_not_the_index_math(ir_dump):

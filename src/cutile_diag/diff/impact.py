@@ -27,6 +27,7 @@ from .graph import ROOT, IRGraph, blockarg_port
 from .model import REMOVED, Change, EntryDetail
 
 _TERMINATORS = frozenset({"yield", "continue", "break"})
+_TRAVERSALS = 16        # changes per entry served by one traversal each; more: one table
 _SIDE_EFFECTS = STORES | frozenset({"atomic_rmw_tko", "atomic_cas_tko", "print_tko", "assert"})
 
 
@@ -91,10 +92,10 @@ def _flow_ports(name: str, oname: str, ridx: int, pos: int) -> list[int]:
 
 
 class _Reach:
-    """What every op of one after-graph reaches, as bit sets over node ids, for all changes
-    of the entry at once (hundreds when a hint is set on every load).
+    """What ops of one after-graph reach, as bit sets over node ids.
 
-    Node ids are pre-order, so every def-use edge runs from a lower id to a higher one and
+    A few changes: one traversal each.  Many (hundreds when a hint is set on every load):
+    every op's set at once (``table``), then one OR per seed.  Node ids are pre-order, so every def-use edge runs from a lower id to a higher one and
     one pass in reverse id order settles the DAG; only a terminator's edges to the users of
     its loop's iteration values run backwards, and each further pass settles one more level
     of loop nesting.  The same relation as ``nx.descendants`` on ``value_flow(g.nx)``
@@ -128,6 +129,19 @@ class _Reach:
                     for u in by_port.get(p, ()):
                         succ[t].append(u)
                         back = back or u < t
+        self.succ, self.back, self.n = succ, back, n
+        self.reach: list[int] | None = None
+        self.by_name: dict[str, int] = {}
+        names: dict[str, bytearray] = {}
+        for v in g.op_nodes:
+            m = names.get(g.name[v])
+            if m is None:
+                m = names[g.name[v]] = bytearray(n)
+            m[v] = 1
+        self.by_name = {k: _to_int(m) for k, m in names.items()}
+
+    def table(self) -> None:
+        n, succ, back = self.n, self.succ, self.back
         reach = [0] * n
         changed = True
         while changed:
@@ -141,17 +155,37 @@ class _Reach:
                     changed = True
             changed = changed and back
         self.reach = reach
-        self.by_name: dict[str, int] = {}
-        for v in g.op_nodes:
-            self.by_name[g.name[v]] = self.by_name.get(g.name[v], 0) | (1 << v)
 
     def of(self, seeds: set[int]) -> int:
-        bits = 0
+        """The ops reachable from ``seeds``, the seeds themselves left out."""
+        if self.reach is not None:
+            bits = 0
+            for s in seeds:
+                bits |= self.reach[s]
+            for s in seeds:
+                bits &= ~(1 << s)
+            return bits
+        succ = self.succ
+        mark = bytearray(self.n)
+        stack = list(seeds)
+        for s in stack:
+            mark[s] = 1
+        while stack:
+            for u in succ[stack.pop()]:
+                if not mark[u]:
+                    mark[u] = 1
+                    stack.append(u)
         for s in seeds:
-            bits |= self.reach[s]
-        for s in seeds:
-            bits &= ~(1 << s)
-        return bits
+            mark[s] = 0
+        return _to_int(mark)
+
+
+def _to_int(mark: bytearray) -> int:
+    """A 0/1 byte per node -> a bit set (``bytes.translate`` + ``int(..., 2)``, in C)."""
+    return int(mark[::-1].translate(_DIGITS) or b"0", 2)
+
+
+_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
 
 
 def _bits(x: int, limit: int | None = None) -> Iterator[int]:
@@ -173,6 +207,10 @@ def impact_slices(changes: list[Change], details: list[EntryDetail], delta_index
     and ``node_ids()`` are always complete)."""
     by_entry = {d.name: d for d in details}
     reaches: dict[str, _Reach] = {}
+    per_entry: dict[str, int] = {}
+    for c in changes:
+        if c.level != "cubin" and c.explains and c.entry:
+            per_entry[c.entry] = per_entry.get(c.entry, 0) + 1
     for c in changes:
         if c.level == "cubin" or not c.explains:
             continue
@@ -196,6 +234,8 @@ def impact_slices(changes: list[Change], details: list[EntryDetail], delta_index
         r = reaches.get(det.name)
         if r is None:
             r = reaches[det.name] = _Reach(B)
+            if per_entry.get(det.name, 0) > _TRAVERSALS:
+                r.table()
         bits = r.of(seeds)
         cid = det.names_b.cid
         stores = []
