@@ -189,14 +189,14 @@ def legacy_total(pa: Path, pb: Path) -> dict:
     try:
         clear_caches()
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         res = core.diff_paths(pa, pb, cubin=False)
         dumps(to_json(res))
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         core.build_graph, core.match_graphs, core.impact_slices = saved
     tm = res.timings
-    return {"total": total, "graph": tm["graph"], "match": tm["match"], "_res": res}
+    return {"total": total, "cpu": cpu, "graph": tm["graph"], "match": tm["match"], "_res": res}
 
 
 def same_matching(new, old) -> bool:
@@ -213,18 +213,18 @@ def time_one(pa: Path, pb: Path) -> dict:
     from cutile_diag.output import dumps
     clear_caches()
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     res = diff_paths(pa, pb, cubin=False)
     t1 = time.perf_counter()
     text = dumps(to_json(res))              # what `ir-diff --json` prints
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     # as cutile_diag.output.console is configured (no repr highlighting), into memory
     render(res, Console(file=io.StringIO(), width=120, highlight=False, soft_wrap=False), limit=200)
     t3 = time.perf_counter()
     render_html(res)
     t4 = time.perf_counter()
     tm = res.timings
-    return {"total": t2 - t0, "diff_paths": t1 - t0, "parse": tm["parse"], "graph": tm["graph"],
+    return {"total": t2 - t0, "cpu": c2 - c0, "diff_paths": t1 - t0, "parse": tm["parse"], "graph": tm["graph"],
             "match": tm["match"], "deltas": tm["deltas"] + tm["classify"], "impact": tm["impact"],
             "json": t2 - t1,
             "rich": t3 - t2, "html": t4 - t3, "json_bytes": len(text), "_res": res}
@@ -292,7 +292,7 @@ def machine() -> dict:
             "gpu": "none used"}
 
 
-COLS = ("parse", "graph", "match", "deltas", "impact", "json", "total")
+COLS = ("parse", "graph", "match", "deltas", "impact", "json", "total", "cpu")
 
 
 def main(argv=None) -> int:
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
 
     load_after = load_average()
     head = f"{'pair':<11} {'ops A':>6} {'ops B':>6} " + " ".join(f"{c:>7}" for c in COLS) + \
-        f" {'ops/s':>8} {'rich':>6} {'html':>6} {'array':>7} {'x':>5} {'difflib':>8} {'ratio':>6} {'cli':>6}"
+        f" {'ops/s':>8} {'rich':>6} {'html':>6} {'array':>7} {'a.cpu':>6} {'x':>5} {'difflib':>8} {'ratio':>6} {'cli':>6}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -366,10 +366,12 @@ def main(argv=None) -> int:
         print(f"{r['name']:<11} {r['ops_before']:>6} {r['ops_after']:>6} "
               + " ".join(f"{m[c]:>7.3f}" for c in COLS)
               + f" {r['ops_per_s']:>8} {m['rich']:>6.3f} {m['html']:>6.3f} {r['array_s']['total']:>7.3f}"
+              + f" {r['array_s']['cpu']:>6.3f}"
               + f" {r['vs_array']:>4.2f}x {r['line_diff_s']:>8.3f}"
               + f" {r['vs_line_diff']:>5.1f}x {r['cli_wall_s']:>6.2f}")
     print(f"(seconds, median of {args.repeat}; total = read + parse both files + graph + match + "
-          f"deltas/classify + impact slices + JSON report; ops/s counts both sides; array = the same with "
+          f"deltas/classify + impact slices + JSON report, wall clock; cpu = its process CPU time (what load "
+          f"on the shared machine inflates least); ops/s counts both sides; array / a.cpu = the same with "
           f"the array graph/matcher this replaced, x = total / array; difflib = unified line diff of "
           f"the same files, ratio = total / difflib; cli = whole `cutile-diag ir-diff --json` process)")
     print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
@@ -414,7 +416,8 @@ def markdown(doc: dict) -> str:
         f"Seconds, median of {doc['repeat']} runs (each starts with cleared parser caches and a collected "
         "heap). total = read + parse both files + networkx graph + match + deltas/classification + impact "
         "slices + JSON report; "
-        "ops/s counts the ops of both sides. rich / html: rendering, not part of total. "
+        "cpu = the process CPU time of the same work (on this shared machine, what other users' load inflates "
+        "least). ops/s counts the ops of both sides. rich / html: rendering, not part of total. "
         "Side by side in the same run (interleaved repetitions): `array` is the same pipeline with the "
         "positional-array graph and matcher the networkx graph replaced (bench/array_matcher/; no networkx "
         "graph, signatures or impact slices), `×array` = total / array, `same` = both report the same "
@@ -423,17 +426,18 @@ def markdown(doc: dict) -> str:
         "ir-diff reports), `ratio` = total / difflib; `cli` = the whole `cutile-diag ir-diff --json` "
         "process, interpreter start and imports included (median of 3).",
         "",
-        "| pair | ops before | ops after | parse | graph | match | deltas | impact | json | **total** | min–max "
-        "| ops/s | rich | html | array (graph+match) | ×array | same | difflib | ratio | lines | changes | cli |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|",
+        "| pair | ops before | ops after | parse | graph | match | deltas | impact | json | **total** | cpu | min–max "
+        "| ops/s | rich | html | array (graph+match) | array cpu | ×array | same | difflib | ratio | lines | changes | cli |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["pairs"]:
         s = r["median_s"]
         o = r["array_s"]
         lines.append(f"| {r['name']} | {r['ops_before']} | {r['ops_after']} | {s['parse']:.3f} | {s['graph']:.3f} | "
                      f"{s['match']:.3f} | {s['deltas']:.3f} | {s['impact']:.3f} | {s['json']:.3f} | **{s['total']:.3f}** | "
+                     f"{s['cpu']:.3f} | "
                      f"{r['min_total_s']:.3f}–{r['max_total_s']:.3f} | {r['ops_per_s']:,} | {s['rich']:.3f} | "
-                     f"{s['html']:.3f} | {o['total']:.3f} ({o['graph'] + o['match']:.3f}) | {r['vs_array']:.2f}× | "
+                     f"{s['html']:.3f} | {o['total']:.3f} ({o['graph'] + o['match']:.3f}) | {o['cpu']:.3f} | {r['vs_array']:.2f}× | "
                      f"{'yes' if r['same_as_array'] else '**no**'} | {r['line_diff_s']:.3f} | {r['vs_line_diff']:.1f}× | "
                      f"{r['line_diff_changed_lines']:,} | {r['changes']} | {r['cli_wall_s']:.2f} |")
     lines += ["", "Pairs:", ""]

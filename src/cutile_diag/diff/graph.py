@@ -407,35 +407,38 @@ def _to_networkx(g: IRGraph) -> nx.MultiDiGraph:
     for i, a in enumerate(entry.args):
         nodes.append((1 + i, {"kind": "arg", "name": "arg", "label": g.label[1 + i], "cname": g.cid[1 + i],
                               "parent": ROOT, "region": 0, "region_path": "", "type": a.type.text}))
-    cid, label, parent, region, name = g.cid, g.label, g.parent, g.region, g.name
+    cid, label, parent, region, name, ops = g.cid, g.label, g.parent, g.region, g.name, g.ops
     for v in g.op_nodes:
-        op = g.ops[v]
+        op = ops[v]
         key = (parent[v], region[v])
         rp = region_paths.get(key)
         if rp is None:
             rp = region_paths[key] = region_of(g, cid, *key)
+        src = op.source
         nodes.append((v, {"kind": "op", "name": name[v], "label": label[v], "cname": cid[v],
-                          "parent": parent[v], "region": region[v], "region_path": rp,
+                          "parent": key[0], "region": key[1], "region_path": rp,
                           "result_types": [t.text for t in op.result_types], "keywords": op.keywords,
                           "attrs": op.attrs, "hints": op.hints, "line": op.line,
-                          "source": str(op.source) if op.source else None}))
+                          "source": str(src) if src else None}))
     G.add_nodes_from(nodes)
     add = G.add_edge
-    tokens, res_names = g.token_values, g.res_names
+    tokens, res_names, operands, roles_of, order_pred = (g.token_values, g.res_names, g.operands, g.roles,
+                                                         g.order_pred)
     for v in range(g.size):
-        roles = g.roles[v]
+        roles = roles_of[v]
         nroles = len(roles)
-        for pos, (src, port) in enumerate(g.operands[v]):
+        for pos, (src, port) in enumerate(operands[v]):
             if src < 0:
                 continue
             rn = res_names[src]
             value = rn[port] if 0 <= port < len(rn) else g.value_name(src, port)
             add(src, v, pos, kind="token" if (src, port) in tokens else "data", pos=pos, port=port,
                 role=roles[pos] if pos < nroles else "", value=value)
-        p = g.order_pred[v]
+        p = order_pred[v]
         if p >= 0:
             add(p, v, -1, kind="order", pos=-1, port=0, role="order", value="")
-        for r, kids in enumerate(g.children[v]):
+    for v, regions in enumerate(g.children):
+        for r, kids in enumerate(regions):
             for k in kids:
                 add(v, k, "contains", kind="contains", pos=-1, port=0, role="region", value="", region=r)
     return G
