@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark of ``cutile-diag ir-diff`` on ~10,000-op TileIR pairs (issue 3: < 1 s per pair
-on the 2-core CI machine).  CPU only; no GPU.
+on the 2-core CI machine; issue 14: still so on the networkx graph).  CPU only; no GPU.
 
 Usage (repository root)::
 
@@ -30,6 +30,12 @@ exactly as ``--json`` prints it; the rich and HTML renderings are timed separate
 template/type caches are cleared and the heap collected before every repetition, so each
 one starts as a fresh process would.  Reports the median (headline), min and max; writes
 bench/results/diff_benchmark.json and .md.
+
+Side by side in the same run, on the same files: ``array`` is the whole pipeline with the
+positional-array graph and matcher the networkx graph replaced (frozen under
+``bench/array_matcher/``: no networkx graph, no signature stage, no impact slices; the same
+parser, deltas, classification and JSON), and ``difflib`` a unified line diff.  The load
+average (``uptime``) is recorded before and after: the machine is shared.
 """
 from __future__ import annotations
 
@@ -163,6 +169,43 @@ def check(s: dict, res) -> str | None:
         f"expected {n} {kind} changes, got {len(got)} (+{len(others)} others)"
 
 
+def load_average() -> list[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
+def legacy_total(pa: Path, pb: Path) -> dict:
+    """The same diff + JSON with the array graph and matcher this benchmark compares against."""
+    from cutile_diag.diff import core
+    from cutile_diag.diff.output import to_json
+    from cutile_diag.output import dumps
+    sys.path.insert(0, str(ROOT / "bench"))
+    from array_matcher.graph import build_graph as array_graph
+    from array_matcher.match import match_graphs as array_match
+    saved = core.build_graph, core.match_graphs, core.impact_slices
+    core.build_graph, core.match_graphs, core.impact_slices = array_graph, array_match, lambda *a, **k: None
+    try:
+        clear_caches()
+        gc.collect()
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = core.diff_paths(pa, pb, cubin=False)
+        dumps(to_json(res))
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        core.build_graph, core.match_graphs, core.impact_slices = saved
+    tm = res.timings
+    return {"total": total, "cpu": cpu, "graph": tm["graph"], "match": tm["match"], "_res": res}
+
+
+def same_matching(new, old) -> bool:
+    """Both pipelines report the same changes and deltas."""
+    key = lambda r: (sorted((c.kind, repr(c.before), repr(c.after)) for c in r.changes),  # noqa: E731
+                     r.summary()["structural"])
+    return key(new) == key(old)
+
+
 def time_one(pa: Path, pb: Path) -> dict:
     from rich.console import Console
     from cutile_diag.diff.core import diff_paths
@@ -170,19 +213,20 @@ def time_one(pa: Path, pb: Path) -> dict:
     from cutile_diag.output import dumps
     clear_caches()
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     res = diff_paths(pa, pb, cubin=False)
     t1 = time.perf_counter()
     text = dumps(to_json(res))              # what `ir-diff --json` prints
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     # as cutile_diag.output.console is configured (no repr highlighting), into memory
     render(res, Console(file=io.StringIO(), width=120, highlight=False, soft_wrap=False), limit=200)
     t3 = time.perf_counter()
     render_html(res)
     t4 = time.perf_counter()
     tm = res.timings
-    return {"total": t2 - t0, "diff_paths": t1 - t0, "parse": tm["parse"], "graph": tm["graph"],
-            "match": tm["match"], "deltas": tm["deltas"] + tm["classify"], "json": t2 - t1,
+    return {"total": t2 - t0, "cpu": c2 - c0, "diff_paths": t1 - t0, "parse": tm["parse"], "graph": tm["graph"],
+            "match": tm["match"], "deltas": tm["deltas"] + tm["classify"], "impact": tm["impact"],
+            "json": t2 - t1,
             "rich": t3 - t2, "html": t4 - t3, "json_bytes": len(text), "_res": res}
 
 
@@ -248,7 +292,7 @@ def machine() -> dict:
             "gpu": "none used"}
 
 
-COLS = ("parse", "graph", "match", "deltas", "json", "total")
+COLS = ("parse", "graph", "match", "deltas", "impact", "json", "total", "cpu")
 
 
 def main(argv=None) -> int:
@@ -269,23 +313,30 @@ def main(argv=None) -> int:
     cases = scenarios(bases, args.ops, has_loc=args.source == "aot")
     rows = []
     failures = []
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         for s in cases:
             pa, pb = Path(tmp) / f"{s['name']}.before.tileir", Path(tmp) / f"{s['name']}.after.tileir"
             pa.write_text(s["a"])
             pb.write_text(s["b"])
             time_one(pa, pb)                                   # warm-up (imports, code paths)
-            reps = []
-            for _ in range(args.repeat):
+            legacy_total(pa, pb)
+            reps, old = [], []
+            for _ in range(args.repeat):                       # interleaved: the same load for both
                 r = time_one(pa, pb)
                 res = r.pop("_res")
                 reps.append(r)
                 del res
+                o = legacy_total(pa, pb)
+                o.pop("_res")
+                old.append(o)
             res = time_one(pa, pb)["_res"]
             why = check(s, res)
             if why:
                 failures.append(f"{s['name']}: {why}")
+            agree = same_matching(res, legacy_total(pa, pb)["_res"])
             med = {k: statistics.median(r[k] for r in reps) for k in reps[0]}
+            old_med = {k: statistics.median(r[k] for r in old) for k in old[0]}
             ld = [line_diff(pa, pb) for _ in range(3)]
             line_s, line_n = statistics.median(x[0] for x in ld), ld[0][1]
             wall = cli_wall(pa, pb)
@@ -298,25 +349,34 @@ def main(argv=None) -> int:
                    "json_bytes": int(med["json_bytes"]),
                    "line_diff_s": round(line_s, 4), "line_diff_changed_lines": line_n,
                    "vs_line_diff": round(med["total"] / line_s, 2), "cli_wall_s": round(wall, 3),
+                   "array_s": {k: round(v, 4) for k, v in old_med.items()},
+                   "vs_array": round(med["total"] / old_med["total"], 2), "same_as_array": agree,
                    "changes": len(res.changes),
                    "correct": why is None, "meets_target": med["total"] < TARGET_S}
             rows.append(row)
             log(f"  {s['name']}: {row['ops_before']} → {row['ops_after']} ops, median {med['total']:.3f} s")
 
+    load_after = load_average()
     head = f"{'pair':<11} {'ops A':>6} {'ops B':>6} " + " ".join(f"{c:>7}" for c in COLS) + \
-        f" {'ops/s':>8} {'rich':>6} {'html':>6} {'difflib':>8} {'ratio':>6} {'cli':>6}"
+        f" {'ops/s':>8} {'rich':>6} {'html':>6} {'array':>7} {'a.cpu':>6} {'x':>5} {'difflib':>8} {'ratio':>6} {'cli':>6}"
     print(head)
     print("-" * len(head))
     for r in rows:
         m = r["median_s"]
         print(f"{r['name']:<11} {r['ops_before']:>6} {r['ops_after']:>6} "
               + " ".join(f"{m[c]:>7.3f}" for c in COLS)
-              + f" {r['ops_per_s']:>8} {m['rich']:>6.3f} {m['html']:>6.3f} {r['line_diff_s']:>8.3f}"
+              + f" {r['ops_per_s']:>8} {m['rich']:>6.3f} {m['html']:>6.3f} {r['array_s']['total']:>7.3f}"
+              + f" {r['array_s']['cpu']:>6.3f}"
+              + f" {r['vs_array']:>4.2f}x {r['line_diff_s']:>8.3f}"
               + f" {r['vs_line_diff']:>5.1f}x {r['cli_wall_s']:>6.2f}")
     print(f"(seconds, median of {args.repeat}; total = read + parse both files + graph + match + "
-          f"deltas/classify + JSON report; ops/s counts both sides; difflib = unified line diff of "
+          f"deltas/classify + impact slices + JSON report, wall clock; cpu = its process CPU time (what load "
+          f"on the shared machine inflates least); ops/s counts both sides; array / a.cpu = the same with "
+          f"the array graph/matcher this replaced, x = total / array; difflib = unified line diff of "
           f"the same files, ratio = total / difflib; cli = whole `cutile-diag ir-diff --json` process)")
+    print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
     worst = max(r["median_s"]["total"] for r in rows)
+    failures += [f"{r['name']}: changes differ from the array matcher's" for r in rows if not r["same_as_array"]]
     ok = all(r["meets_target"] for r in rows) and not failures
     print(f"target < {TARGET_S:.1f} s per ~{args.ops}-op pair: {'MET' if ok else 'NOT MET'} "
           f"(worst median {worst:.3f} s)")
@@ -327,7 +387,8 @@ def main(argv=None) -> int:
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "command": command, "machine": machine(), "versions": versions(),
            "ops_per_side": args.ops, "repeat": args.repeat, "source": args.source,
-           "target_s": TARGET_S, "target_met": ok, "wrong_results": failures, "pairs": rows}
+           "target_s": TARGET_S, "target_met": ok, "wrong_results": failures,
+           "load_average": {"before": load_before, "after": load_after}, "pairs": rows}
     if not args.no_write:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "diff_benchmark.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -349,25 +410,35 @@ def markdown(doc: dict) -> str:
         f"- inputs: synthesised from real dumps (`--source {doc['source']}`), {doc['ops_per_side']} ops per "
         "side; see the script's docstring",
         f"- target: < {doc['target_s']:.1f} s per pair: **{'met' if doc['target_met'] else 'NOT met'}**",
+        f"- load average (1/5/15 min, shared 2-core machine): before {doc['load_average']['before']}, "
+        f"after {doc['load_average']['after']}",
         "",
         f"Seconds, median of {doc['repeat']} runs (each starts with cleared parser caches and a collected "
-        "heap). total = read + parse both files + graph + match + deltas/classification + JSON report; "
-        "ops/s counts the ops of both sides. rich / html: rendering, not part of total. "
-        "Side by side in the same run: `difflib` is a unified line diff of the same two files (what a "
+        "heap). total = read + parse both files + networkx graph + match + deltas/classification + impact "
+        "slices + JSON report; "
+        "cpu = the process CPU time of the same work (on this shared machine, what other users' load inflates "
+        "least). ops/s counts the ops of both sides. rich / html: rendering, not part of total. "
+        "Side by side in the same run (interleaved repetitions): `array` is the same pipeline with the "
+        "positional-array graph and matcher the networkx graph replaced (bench/array_matcher/; no networkx "
+        "graph, signatures or impact slices), `×array` = total / array, `same` = both report the same "
+        "changes and delta counts; `difflib` is a unified line diff of the same two files (what a "
         "kernel author has without this tool; `lines` = the +/- lines it reports, `changes` = what "
         "ir-diff reports), `ratio` = total / difflib; `cli` = the whole `cutile-diag ir-diff --json` "
         "process, interpreter start and imports included (median of 3).",
         "",
-        "| pair | ops before | ops after | parse | graph | match | deltas | json | **total** | min–max | ops/s "
-        "| rich | html | difflib | ratio | lines | changes | cli |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| pair | ops before | ops after | parse | graph | match | deltas | impact | json | **total** | cpu | min–max "
+        "| ops/s | rich | html | array (graph+match) | array cpu | ×array | same | difflib | ratio | lines | changes | cli |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["pairs"]:
         s = r["median_s"]
+        o = r["array_s"]
         lines.append(f"| {r['name']} | {r['ops_before']} | {r['ops_after']} | {s['parse']:.3f} | {s['graph']:.3f} | "
-                     f"{s['match']:.3f} | {s['deltas']:.3f} | {s['json']:.3f} | **{s['total']:.3f}** | "
+                     f"{s['match']:.3f} | {s['deltas']:.3f} | {s['impact']:.3f} | {s['json']:.3f} | **{s['total']:.3f}** | "
+                     f"{s['cpu']:.3f} | "
                      f"{r['min_total_s']:.3f}–{r['max_total_s']:.3f} | {r['ops_per_s']:,} | {s['rich']:.3f} | "
-                     f"{s['html']:.3f} | {r['line_diff_s']:.3f} | {r['vs_line_diff']:.1f}× | "
+                     f"{s['html']:.3f} | {o['total']:.3f} ({o['graph'] + o['match']:.3f}) | {o['cpu']:.3f} | {r['vs_array']:.2f}× | "
+                     f"{'yes' if r['same_as_array'] else '**no**'} | {r['line_diff_s']:.3f} | {r['vs_line_diff']:.1f}× | "
                      f"{r['line_diff_changed_lines']:,} | {r['changes']} | {r['cli_wall_s']:.2f} |")
     lines += ["", "Pairs:", ""]
     lines += [f"- **{r['name']}**: {r['what']}" + ("" if r["correct"] else " — WRONG RESULT") for r in doc["pairs"]]

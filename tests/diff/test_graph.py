@@ -1,5 +1,5 @@
 """The networkx graph model: def-use edges by operand position, token edges, region
-nesting, canonical names (renumbered copies give equal graphs), structural hashes."""
+containment edges, canonical names (renumbered copies give equal graphs), structural hashes."""
 from __future__ import annotations
 
 from collections import Counter
@@ -7,7 +7,7 @@ from collections import Counter
 import networkx as nx
 import pytest
 
-from cutile_diag.diff.graph import _to_networkx_public, build_graph
+from cutile_diag.diff.graph import build_graph
 from cutile_diag.ir_parsers.tileir import parse_tileir
 
 from .test_differ import rename_all, swap_adjacent
@@ -23,13 +23,24 @@ def graph(text):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_fast_networkx_fill_matches_the_public_api(all_dumps, name):
+def test_the_graph_is_a_dag_of_every_op_with_its_columns(all_dumps, name):
     g = graph(all_dumps[name].text(loc=True))
-    fast, public = g.nx, _to_networkx_public(g)
-    assert nx.utils.graphs_equal(fast, public)
-    assert sorted(fast.edges(keys=True, data=True), key=repr) == sorted(public.edges(keys=True, data=True), key=repr)
-    assert fast.number_of_nodes() == 1 + len(g.entry.args) + sum(1 for _ in g.entry.walk())
-    assert nx.is_directed_acyclic_graph(fast)
+    G = g.nx
+    assert type(G) is nx.MultiDiGraph
+    assert G.number_of_nodes() == g.size == 1 + len(g.entry.args) + sum(1 for _ in g.entry.walk())
+    assert nx.is_directed_acyclic_graph(G)
+    assert any(str(d["source"]).split(":")[0].endswith(".py") for _v, d in G.nodes(data=True))
+    # the columns the matcher reads describe the same nodes and edges
+    for v in g.op_nodes:
+        d = G.nodes[v]
+        assert (d["name"], d["label"], d["cname"], d["parent"]) == (g.name[v], g.label[v], g.cid[v], g.parent[v])
+        assert d["region_path"] == g.region_path(v)
+        assert d["result_types"] == [t.text for t in g.ops[v].result_types]
+        assert d["source"] == (str(g.ops[v].source) if g.ops[v].source else None)
+        ins = {k: u for u, _v, k, e in G.in_edges(v, keys=True, data=True) if e["kind"] in ("data", "token")}
+        assert ins == {pos: src for pos, (src, _p) in enumerate(g.operands[v]) if src >= 0}
+        (owner,) = [u for u, _v, e in G.in_edges(v, data=True) if e["kind"] == "contains"]
+        assert owner == g.parent[v]
 
 
 def test_edges_carry_position_role_and_kind(all_dumps):
@@ -39,7 +50,7 @@ def test_edges_carry_position_role_and_kind(all_dumps):
     for v, d in G.nodes(data=True):
         by_name.setdefault(d["name"], []).append(v)
     (mma,) = by_name["mmaf"]
-    ins = sorted((d["pos"], G.nodes[u]["name"]) for u, _v, d in G.in_edges(mma, data=True))
+    ins = sorted((d["pos"], G.nodes[u]["name"]) for u, _v, d in G.in_edges(mma, data=True) if d["kind"] != "contains")
     # A and B tiles from the loads, the accumulator from the for's block argument
     assert ins == [(0, "load_view_tko"), (1, "load_view_tko"), (2, "for")]
     (loop,) = by_name["for"]
@@ -51,9 +62,11 @@ def test_edges_carry_position_role_and_kind(all_dumps):
     assert roles["token"] == "token" and roles["index"] == "data"
     kinds = Counter(d["kind"] for _u, _v, d in G.edges(data=True))
     assert kinds["token"] >= 3 and kinds["data"] > kinds["token"]
-    # region nesting is a node attribute, not an edge
-    assert g.region_path(mma).startswith("for %v")
+    # region nesting: a typed edge from the owner, and node attributes
+    assert g.region_path(mma).startswith("for %v") and G.nodes[mma]["region_path"] == g.region_path(mma)
     assert all(G.nodes[v]["parent"] == loop for v in g.children[loop][0])
+    assert sorted(v for _u, v, d in G.out_edges(loop, data=True) if d["kind"] == "contains") == sorted(g.children[loop][0])
+    assert G.has_edge(loop, mma, key="contains")
 
 
 def test_untokened_side_effects_are_ordered(all_dumps):

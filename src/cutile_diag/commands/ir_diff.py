@@ -27,6 +27,9 @@ def register(sub) -> None:
     p.add_argument("--entry", help="only this entry (Python function name or symbol)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--graphml", metavar="FILE",
+                   help="also write the diff as a GraphML graph (changed and impacted ops marked) for "
+                        "graph viewers such as yEd, Gephi or Cytoscape")
     p.add_argument("--no-cubin", action="store_true", help="with capture folders: skip the cubin side")
     p.add_argument("--limit", type=int, default=200, help="structural deltas shown (default %(default)s)")
     p.set_defaults(func=run)
@@ -34,18 +37,24 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..diff.core import diff_paths
+    from ..diff.export import graphml
     from ..diff.output import render, render_html, to_json
     if args.limit is not None and args.limit < 0:
         raise UsageError("--limit must be >= 0")
+    for opt in ("html", "graphml"):
+        f = getattr(args, opt)
+        if f and Path(f).is_dir():
+            raise UsageError(f"--{opt} {f}: is a directory")
     result = diff_paths(args.before, args.after, entry=args.entry, cubin=not args.no_cubin)
-    if args.html:
-        out = Path(args.html)
-        if out.is_dir():
-            raise UsageError(f"--html {out}: is a directory")
+    for opt, make in (("html", render_html), ("graphml", graphml)):
+        f = getattr(args, opt)
+        if not f:
+            continue
+        out = Path(f)
         try:
-            write_atomic(out, render_html(result))
+            write_atomic(out, make(result))
         except OSError as e:
-            raise UsageError(f"--html {out}: cannot write: {e.strerror}") from None
+            raise UsageError(f"--{opt} {out}: cannot write: {e.strerror}") from None
         if not args.json:
             err_console.print(f"[dim]wrote {out}[/]")
     if args.json:

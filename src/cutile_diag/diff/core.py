@@ -14,10 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
+
 from ..errors import ParseError, UsageError
 from ..ir_parsers.tileir import Entry, Module, parse_tileir
 from .delta import compute_deltas
 from .graph import build_graph
+from .impact import impact_slices
 from .match import MatchOptions, match_graphs
 from .model import Change, DiffResult, EntryDetail, EntryPairing, InputInfo
 from .semantic import classify
@@ -86,6 +89,32 @@ def load_input(path: str | Path) -> DiffInput:
     return DiffInput(str(p), parse_tileir(data, path=str(p)), "tileir")
 
 
+def load_graph(source, entry: str | None = None) -> nx.MultiDiGraph:
+    """The networkx graph of one TileIR entry (see ``graph.py`` for nodes and edges).
+
+    ``source``: a TileIR text or bytecode file, a capture folder (path or the
+    ``CaptureFolder`` of ``capture.manifest.load_capture``) or a parsed ``Module``.
+    ``entry``: the Python function name or symbol; needed when there are several.
+    ``cutile_diag.diff.impact.value_flow(G)`` gives the value flow for ``nx.descendants``.
+    """
+    if isinstance(source, Module):
+        module = source
+    elif hasattr(source, "module") and not isinstance(source, (str, Path)):
+        module = source.module
+    else:
+        module = load_input(source).module
+    entries = list(module.entries)
+    if entry is not None:
+        entries = [e for e in entries if entry in (e.symbol, e.function_name)]
+        if not entries:
+            names = sorted({e.function_name for e in module.entries})
+            raise UsageError(f"no entry named {entry}", hint="entries: " + ", ".join(names[:12]))
+    if len(entries) != 1:
+        names = sorted({e.function_name for e in entries})
+        raise UsageError(f"{len(entries)} entries; name one with entry=", hint="entries: " + ", ".join(names[:12]))
+    return build_graph(entries[0]).nx
+
+
 def pair_entries(a: Module, b: Module, only: str | None = None) -> list[tuple[Entry | None, Entry | None]]:
     """Pair entries by symbol, then by Python function name, then a lone leftover pair."""
     ea, eb = list(a.entries), list(b.entries)
@@ -132,7 +161,7 @@ def diff_modules(a: Module, b: Module, *, entry: str | None = None,
                  info_a: InputInfo | None = None, info_b: InputInfo | None = None) -> DiffResult:
     """Structural + semantic diff of two parsed TileIR modules."""
     t0 = time.perf_counter()
-    timings = {"graph": 0.0, "match": 0.0, "deltas": 0.0, "classify": 0.0}
+    timings = {"graph": 0.0, "match": 0.0, "deltas": 0.0, "classify": 0.0, "impact": 0.0}
     pairings: list[EntryPairing] = []
     structural = []
     regions = []
@@ -171,6 +200,9 @@ def diff_modules(a: Module, b: Module, *, entry: str | None = None,
                                   detail=f"kernel entry {pr.status}: {pr.after or pr.before}",
                                   entry=pr.name, before=pr.before, after=pr.after))
     timings["classify"] += time.perf_counter() - t
+    t = time.perf_counter()
+    impact_slices(changes, details, {d.id: d for d in structural})
+    timings["impact"] = time.perf_counter() - t
     timings["diff_total"] = time.perf_counter() - t0
     warnings = list(a.warnings) + list(b.warnings)
     return DiffResult(before=info_a or _module_info(a), after=info_b or _module_info(b),
@@ -215,5 +247,5 @@ def diff_paths(a: str | Path, b: str | Path, *, entry: str | None = None, cubin:
     return res
 
 
-__all__ = ["diff_modules", "diff_paths", "diff_texts", "load_input", "pair_entries", "DiffInput",
+__all__ = ["diff_modules", "diff_paths", "diff_texts", "load_graph", "load_input", "pair_entries", "DiffInput",
            "ParseError"]

@@ -1,14 +1,34 @@
 """TileIR entries as networkx multigraphs with canonical names and structural hashes.
 
-One ``IRGraph`` per entry.  Nodes: the entry itself (node 0, carrying the entry hints),
-one node per entry argument (1..nargs), then every op in pre-order.  Edges run from the
-op (or argument) that defines a value to each op that uses it, keyed by operand position;
-``kind`` is ``data``, ``token`` (the value is a token: an ordering edge) or ``order``
-(implicit program order between untokened side effects such as ``assert``).  Block
-arguments (``for``/``loop`` iteration values, ``reduce``/``scan`` operands) are defined by
-the op that owns the region, on a negative ``port``.  Region nesting is kept as node
-attributes (``parent``, ``region``, ``region_path``) rather than edges, so the def-use
-graph stays a DAG.
+One ``IRGraph`` per entry; its ``nx`` is a ``networkx.MultiDiGraph`` built through the
+public API (``add_nodes_from`` / ``add_edge``).  Nodes (integers): the entry itself (node 0,
+carrying the entry hints), one node per entry argument (1..nargs), then every op in
+pre-order.  Node attributes: ``kind`` (entry | arg | op), ``name`` (the opcode), ``label``
+(the printed op with SSA names erased), ``cname`` (canonical id), ``result_types``,
+``keywords``, ``attrs``, ``hints``, ``line``, ``source`` (Python ``file:line:col`` with
+``-g``), ``parent`` / ``region`` (owning op and region index), ``region_path``.
+
+Edges carry ``kind``:
+
+* ``data``  -- def-use: from the op (or argument) defining a value to each op using it,
+  keyed by operand position (``pos``; ``port`` >= 0 is the result index, a negative port a
+  block argument of the owning region op: ``for`` iteration values, ``reduce`` operands);
+* ``token`` -- the same, for token values: the memory-ordering chain;
+* ``order`` -- implicit program order between untokened side effects (``assert``), key -1;
+* ``contains`` -- from a region op (or the entry) to each op of its regions, key
+  ``"contains"``, with ``region`` (the region index).
+
+Every edge has ``kind``, ``pos``, ``port``, ``role`` (the operand's role: ``token``,
+``index``, ``step`` ...; ``order`` / ``region`` for the structural kinds) and ``value``
+(the canonical name of the value it carries, '' for structural edges).
+
+All edges point forward in program order, so the graph is a DAG (``topological_generations``
+gives dataflow levels).  Values leaving a region through its terminator (``yield``) are the
+owner's results; ``impact.py`` takes that hop when it follows a change downstream.
+
+The matcher and delta builder read the same nodes through positional columns
+(``IRGraph.name[v]``, ``operands[v]`` ...): a 10,000-op entry is walked millions of times
+there, and list indexing is ~20x cheaper than networkx's adjacency views.
 
 Canonical naming: arguments are ``%a<i>``, results ``%v<n>`` in definition order
 (``%v<n>#k`` for the k-th result of a multi-result op), block arguments ``%b<n>``.  Two
@@ -25,10 +45,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-if TYPE_CHECKING:          # networkx is imported where the graph is first asked for (~90 ms)
-    import networkx as nx
+import networkx as nx
 
 from ..ir_parsers.tileir import SSA_USE, Entry, Module, Op, Region
 from ..ir_parsers.tileir_ops import KNOWN_OPS
@@ -85,12 +104,8 @@ def sub_ssa(text: str, fn) -> str:
 
 @dataclass
 class IRGraph:
-    """One entry as a graph.
-
-    ``nx`` is the networkx MultiDiGraph (built on first use); the matcher works on the
-    positional arrays below, which hold the same nodes and edges: a 10,000-op entry has
-    ~30,000 edges and filling networkx dicts costs more than the whole match.
-    """
+    """One entry as a graph: ``nx`` (the networkx MultiDiGraph, see the module docstring)
+    and per-node columns over the same node ids, read by the matcher's hot loops."""
     entry: Entry
     ops: list[Op | None]                       # node -> Op (None for the entry and args)
     kind: list[str]                            # 'entry' | 'arg' | 'op'
@@ -110,14 +125,8 @@ class IRGraph:
     barg_names: list[list[list[str]]]          # canonical names of block args per region
     cid: list[str]                             # canonical id of the node
     token_values: set[tuple[int, int]] = field(default_factory=set)
+    nx: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph, repr=False)
     _paths: dict[int, str] = field(default_factory=dict, repr=False)
-    _nx: nx.MultiDiGraph | None = field(default=None, repr=False)
-
-    @property
-    def nx(self) -> nx.MultiDiGraph:
-        if self._nx is None:
-            self._nx = _to_networkx(self)
-        return self._nx
 
     @property
     def size(self) -> int:
@@ -196,7 +205,7 @@ def _entry_label(entry: Entry) -> str:
     return "entry <" + ", ".join(parts) + ">"
 
 
-def build_graph(entry: Entry, *, with_nx: bool = False) -> IRGraph:
+def build_graph(entry: Entry) -> IRGraph:
     """Build the graph of one entry (see the module docstring)."""
     args = entry.args
     nargs = len(args)
@@ -382,91 +391,58 @@ def build_graph(entry: Entry, *, with_nx: bool = False) -> IRGraph:
                 region=region, depth=depth, children=children, operands=operands, roles=roles,
                 users=users, order_pred=order_pred, hash=hsh, height=height, res_names=res_names,
                 barg_names=barg_names, cid=cid, token_values=token_values)
-    if with_nx:
-        g._nx = _to_networkx(g)
+    g.nx = _to_networkx(g)
     return g
 
 
-def _node_attrs(g: IRGraph, v: int) -> dict:
-    op = g.ops[v]
-    d = {"kind": g.kind[v], "name": g.name[v], "label": g.label[v], "cname": g.cid[v],
-         "parent": g.parent[v], "region": g.region[v]}
-    if op is not None:
-        d["keywords"] = op.keywords
-        d["attrs"] = op.attrs
-        d["hints"] = op.hints
-        d["result_types"] = [t.text for t in op.result_types]
-        d["line"] = op.line
-        d["source"] = str(op.source) if op.source else None
-    elif g.kind[v] == "arg":
-        d["type"] = g.entry.args[v - 1].type.text
-    else:
-        d["hints"] = g.entry.hints
-        d["symbol"] = g.entry.symbol
-    return d
-
-
 def _to_networkx(g: IRGraph) -> nx.MultiDiGraph:
-    """Fill a MultiDiGraph; edges are keyed by operand position (-1: implicit order).
-
-    Large entries have tens of thousands of edges and ``add_edges_from`` costs ~4 us per
-    edge, so the adjacency dicts are filled directly (the layout networkx documents for
-    subclasses: ``_node``, ``_succ``/``_adj``, ``_pred`` with one key dict shared by both
-    directions).  ``tests/diff/test_graph.py`` checks the result against the public API.
-    """
-    import networkx as nx
-    G = nx.MultiDiGraph(symbol=g.entry.symbol)
-    n = g.size
-    try:
-        node, succ, pred = G._node, G._succ, G._pred
-    except AttributeError:   # pragma: no cover - a networkx without the documented layout
-        return _to_networkx_public(g)
-    for v in range(n):
-        node[v] = _node_attrs(g, v)
-        succ[v] = {}
-        pred[v] = {}
-    tokens = g.token_values
-    for v in range(n):
-        roles = g.roles[v]
-        for pos, (src, port) in enumerate(g.operands[v]):
+    """The MultiDiGraph of an entry, through networkx's public API (see the module docstring)."""
+    G = nx.MultiDiGraph(symbol=g.entry.symbol, function=g.entry.function_name)
+    entry = g.entry
+    region_paths: dict[tuple[int, int], str] = {}
+    nodes = [(ROOT, {"kind": "entry", "name": "entry", "label": g.label[ROOT], "cname": "entry",
+                     "parent": -1, "region": 0, "region_path": "", "hints": entry.hints,
+                     "symbol": entry.symbol, "line": entry.line,
+                     "source": str(entry.source) if entry.source else None})]
+    for i, a in enumerate(entry.args):
+        nodes.append((1 + i, {"kind": "arg", "name": "arg", "label": g.label[1 + i], "cname": g.cid[1 + i],
+                              "parent": ROOT, "region": 0, "region_path": "", "type": a.type.text}))
+    cid, label, parent, region, name, ops = g.cid, g.label, g.parent, g.region, g.name, g.ops
+    for v in g.op_nodes:
+        op = ops[v]
+        key = (parent[v], region[v])
+        rp = region_paths.get(key)
+        if rp is None:
+            rp = region_paths[key] = region_of(g, cid, *key)
+        src = op.source
+        nodes.append((v, {"kind": "op", "name": name[v], "label": label[v], "cname": cid[v],
+                          "parent": key[0], "region": key[1], "region_path": rp,
+                          "result_types": [t.text for t in op.result_types], "keywords": op.keywords,
+                          "attrs": op.attrs, "hints": op.hints, "line": op.line,
+                          "source": str(src) if src else None}))
+    G.add_nodes_from(nodes)
+    add = G.add_edge
+    tokens, res_names, operands, roles_of, order_pred = (g.token_values, g.res_names, g.operands, g.roles,
+                                                         g.order_pred)
+    for v in range(g.size):
+        roles = roles_of[v]
+        nroles = len(roles)
+        for pos, (src, port) in enumerate(operands[v]):
             if src < 0:
                 continue
-            s = succ[src]
-            kd = s.get(v)
-            if kd is None:
-                kd = s[v] = {}
-                pred[v][src] = kd
-            kd[pos] = {"pos": pos, "port": port, "role": roles[pos] if pos < len(roles) else "",
-                       "kind": "token" if (src, port) in tokens else "data",
-                       "value": g.value_name(src, port)}
-        p = g.order_pred[v]
+            rn = res_names[src]
+            value = rn[port] if 0 <= port < len(rn) else g.value_name(src, port)
+            add(src, v, pos, kind="token" if (src, port) in tokens else "data", pos=pos, port=port,
+                role=roles[pos] if pos < nroles else "", value=value)
+        p = order_pred[v]
         if p >= 0:
-            s = succ[p]
-            kd = s.get(v)
-            if kd is None:
-                kd = s[v] = {}
-                pred[v][p] = kd
-            kd[-1] = {"pos": -1, "port": 0, "role": "order", "kind": "order", "value": ""}
+            add(p, v, -1, kind="order", pos=-1, port=0, role="order", value="")
+    for v, regions in enumerate(g.children):
+        for r, kids in enumerate(regions):
+            for k in kids:
+                add(v, k, "contains", kind="contains", pos=-1, port=0, role="region", value="", region=r)
     return G
 
 
-def _to_networkx_public(g: IRGraph) -> nx.MultiDiGraph:
-    import networkx as nx
-    G = nx.MultiDiGraph(symbol=g.entry.symbol)
-    G.add_nodes_from((v, _node_attrs(g, v)) for v in range(g.size))
-    tokens = g.token_values
-    for v in range(g.size):
-        roles = g.roles[v]
-        for pos, (src, port) in enumerate(g.operands[v]):
-            if src >= 0:
-                G.add_edge(src, v, key=pos, pos=pos, port=port,
-                           role=roles[pos] if pos < len(roles) else "",
-                           kind="token" if (src, port) in tokens else "data",
-                           value=g.value_name(src, port))
-        if g.order_pred[v] >= 0:
-            G.add_edge(g.order_pred[v], v, key=-1, pos=-1, port=0, role="order", kind="order", value="")
-    return G
-
-
-def build_graphs(module: Module, *, with_nx: bool = False) -> list[IRGraph]:
-    return [build_graph(e, with_nx=with_nx) for e in module.entries]
+def build_graphs(module: Module) -> list[IRGraph]:
+    return [build_graph(e) for e in module.entries]

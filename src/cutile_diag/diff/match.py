@@ -12,7 +12,12 @@ Stages, each only touching nodes the previous ones left unmatched:
    left for later;
 3. **twins** -- what is still unmatched but hash-identical on both sides (dead duplicate
    constants, twin view ops) is paired in text order;
-4. **similarity recovery** inside matched regions and then globally per op name, greedy
+4. **structural signatures** -- networkx's Weisfeiler-Lehman subgraph hashes over the
+   unmatched ops and their matched neighbours (each matched pair labelled by one shared id,
+   unmatched ops by their op name only, edges by kind): an op whose signature is unique on
+   both sides is paired with its twin there.  Types and attributes are left out of the
+   labels, so this pairs what a tile-size or dtype change altered in place;
+5. **similarity recovery** inside matched regions and then globally per op name, greedy
    by Dice score above a threshold, each followed by propagation and twins again.
 
 Caps keep large inputs linear: nodes with more than ``max_fanout`` users (tokens,
@@ -22,8 +27,11 @@ bounded.  Matching never pairs ops of different names; the entry node and the ar
 """
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+
+import networkx as nx
 
 from .graph import ROOT, IRGraph
 
@@ -36,6 +44,7 @@ class MatchOptions:
     min_similarity: float = 0.34   # Dice threshold for fuzzy pairs
     min_content: float = 0.5       # region ops: Dice of their nested op names
     rounds: int = 4                # recovery + propagation rounds
+    wl_iterations: int = 3         # Weisfeiler-Lehman depth of the structural signatures
 
 
 @dataclass
@@ -315,7 +324,7 @@ class _Matcher:
             if self.a2b[u] < 0 and self.b2a[v] < 0:
                 self.pair(u, v, how)
 
-    # -- stage 3
+    # -- stage 5
     def recover(self) -> bool:
         A, B = self.A, self.B
         before = len(self.how)
@@ -344,6 +353,36 @@ class _Matcher:
         return len(self.how) > before
 
     # -- stage 4
+    def signatures(self) -> None:
+        A, B = self.A, self.B
+        fa = [v for v in A.op_nodes if self.a2b[v] < 0]
+        fb = [v for v in B.op_nodes if self.b2a[v] < 0]
+        if not fa or not fb:
+            return
+        sa = _wl_signatures(A, fa, self.a2b, lambda v: v, self.o.wl_iterations)
+        sb = _wl_signatures(B, fb, self.b2a, lambda v: self.b2a[v], self.o.wl_iterations)
+        only_b: dict[str, int] = {}
+        seen_b: dict[str, int] = defaultdict(int)
+        for v in fb:
+            seen_b[sb[v]] += 1
+            only_b[sb[v]] = v
+        seen_a: dict[str, int] = defaultdict(int)
+        for u in fa:
+            seen_a[sa[u]] += 1
+        for u in fa:
+            h = sa[u]
+            if seen_a[h] != 1 or seen_b.get(h) != 1:
+                continue
+            v = only_b[h]
+            if self.a2b[u] < 0 and self.b2a[v] < 0 and \
+                    (not A.children[u] or self.content(u, v) >= self.o.min_content):
+                if A.hash[u] == B.hash[v]:
+                    self.match_exact(u, v, "signature")
+                else:
+                    self.pair(u, v, "signature")
+        self.propagate()
+
+    # -- stage 3
     def twins(self) -> None:
         A, B = self.A, self.B
         by_hash: dict[int, deque[int]] = defaultdict(deque)
@@ -362,6 +401,26 @@ class _Matcher:
         self.propagate()
 
 
+def _wl_signatures(g: IRGraph, free: list[int], matched: list[int], pair_id, iterations: int) -> dict[int, str]:
+    """Weisfeiler-Lehman subgraph hashes of the unmatched ops ``free`` over the subgraph of
+    them and their direct neighbours.  A matched neighbour is labelled by its pair's id
+    (``pair_id``: the before-side node), so both sides' labels are comparable."""
+    G = g.nx
+    nodes = set(free)
+    for v in free:
+        nodes.update(G.predecessors(v))
+        nodes.update(G.successors(v))
+    # WL wants a simple graph: parallel def-use edges (an op using a value twice) collapse
+    H = nx.DiGraph(G.subgraph(nodes))
+    labels = {v: (g.name[v] if matched[v] < 0 else f"={pair_id(v)}") for v in H}
+    nx.set_node_attributes(H, labels, "sig")
+    with warnings.catch_warnings():     # "hashes for directed graphs changed in networkx 3.5"
+        warnings.simplefilter("ignore", UserWarning)
+        hashes = nx.weisfeiler_lehman_subgraph_hashes(H, node_attr="sig", edge_attr="kind",
+                                                      iterations=iterations)
+    return {v: g.name[v] + ":" + hashes[v][-1] for v in free}
+
+
 def match_graphs(A: IRGraph, B: IRGraph, opts: MatchOptions | None = None) -> Matching:
     m = _Matcher(A, B, opts or MatchOptions())
     m.pair(ROOT, ROOT, "root")
@@ -371,6 +430,7 @@ def match_graphs(A: IRGraph, B: IRGraph, opts: MatchOptions | None = None) -> Ma
     exact = len(m.how)
     m.propagate()
     m.twins()
+    m.signatures()
     for _ in range(m.o.rounds):
         if not m.recover():
             break

@@ -71,6 +71,7 @@ class Change:
     knob: str | None = None        # the source-level knob (occupancy, latency, TM ...)
     arch: str | None = None        # cubin changes, arch-keyed hints
     explains: list[int] = field(default_factory=list)   # StructDelta ids
+    impact: Any = None             # impact.Impact: the ops downstream of the change (IR changes)
 
     @property
     def where(self) -> str:
@@ -100,6 +101,8 @@ class Change:
             d["arch"] = self.arch
         if self.explains:
             d["explains"] = sorted(set(self.explains))
+        if self.impact is not None:
+            d["impact"] = self.impact.to_json()
         return d
 
 

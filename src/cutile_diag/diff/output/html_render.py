@@ -1,8 +1,10 @@
 """A self-contained HTML report (inline CSS and a few lines of JS, nothing fetched).
 
-Sections: summary, semantic changes, unclassified changes, cubin facts, structural deltas,
-per-region op counts and, per entry, a side-by-side listing of both programs in canonical
-names (matched ops on one row; changed rows highlighted; a toggle hides unchanged rows).
+Sections (each collapsible): summary, semantic changes with their impact slices,
+unclassified changes, cubin facts, structural deltas, per-region op counts and, per entry, a
+side-by-side listing of both programs in canonical names (matched ops on one row; changed
+rows marked by kind, ops in a change's impact slice marked ``impact``; a toggle hides
+unchanged rows).  Rows carry ``data-change`` / ``data-node`` for tools and tests.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import html
 from pathlib import Path
 
 from ..delta import text as op_text
+from ..impact import impact_summary, impacted_nodes
 from ..model import ADDED, ATTRIBUTE, MOVED, REMOVED, REWIRED, DiffResult
 
 _CSS = """
@@ -22,12 +25,13 @@ th{background:#f6f6f8;font-weight:600}.verdict{font-weight:700;font-size:16px;ma
 .attribute{background:#fff8e1}.added{background:#e6f4ea}.removed{background:#fce8e6}.moved{background:#f3e8fd}
 .rewired{background:#e8f0fe}.del{color:#b3261e}.ins{color:#137333}
 table.sbs td{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;white-space:pre;border:none;padding:1px 6px}
-table.sbs td.ln{color:#999;text-align:right;user-select:none}table.sbs tr.same td.code{color:#444}
-details{margin:4px 0}summary{cursor:pointer}.pill{display:inline-block;padding:0 6px;border-radius:8px;background:#eee;margin-right:4px;font-size:12px}
+table.sbs td.ln{color:#999;text-align:right;user-select:none}table.sbs.only-changed tr.same{display:none}table.sbs tr.same td.code{color:#444}
+details{margin:4px 0}summary{cursor:pointer}details.section>summary{font-size:16px;font-weight:600;margin:22px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+table.sbs tr.impact td.code{background:#fdf6e3}table.sbs tr.impact td.ln{border-left:3px solid #f9ab00}.legend span{margin-right:10px;padding:0 6px}.pill{display:inline-block;padding:0 6px;border-radius:8px;background:#eee;margin-right:4px;font-size:12px}
 """
 
 _JS = """
-function toggleSame(id, on){document.querySelectorAll('#'+id+' tr.same').forEach(function(r){r.style.display=on?'none':''})}
+function toggleSame(id, on){var t=document.getElementById(id);t.classList.toggle('only-changed',on)}
 """
 
 
@@ -46,15 +50,32 @@ def _changes_table(r: DiffResult, level: str) -> str:
     rows = [c for c in r.changes if c.level == level]
     if not rows:
         return ""
-    out = ["<table><tr><th>kind</th><th>change</th><th>where</th><th>before</th><th>after</th></tr>"]
+    with_impact = any(c.impact is not None for c in rows)
+    out = ["<table class=changes><tr><th>kind</th><th>change</th><th>where</th><th>before</th><th>after</th>"
+           + ("<th>impact slice</th>" if with_impact else "") + "</tr>"]
     for c in rows:
         where = " ".join(x for x in (c.entry if len(r.entries) > 1 else "", _short(c.source),
                                      f"line {c.line_before}→{c.line_after}" if c.line_after or c.line_before else "",
                                      c.region_path or "", c.arch or "") if x)
         out.append(f"<tr><td class=kind>{_e(c.kind)}</td><td>{_e(c.detail)}</td><td class=dim>{_e(where)}</td>"
-                   f"<td class=mono>{_e(_brief(c.before))}</td><td class=mono>{_e(_brief(c.after))}</td></tr>")
+                   f"<td class=mono>{_e(_brief(c.before))}</td><td class=mono>{_e(_brief(c.after))}</td>"
+                   + (f"<td>{_impact_cell(c)}</td>" if with_impact else "") + "</tr>")
     out.append("</table>")
     return "".join(out)
+
+
+def _impact_cell(c) -> str:
+    im = c.impact
+    if im is None:
+        return ""
+    head = _e(impact_summary([c]))
+    ops = ", ".join(f"{k} {n}" for k, n in im.by_op.items())
+    stores = "".join(f"<li class=mono>{_e(st['op'])} {_e(st['id'])} {_e(_short(st['source']) or 'line ' + str(st['line']))}</li>"
+                     for st in im.stores)
+    more = f"{im.ops} ops: listed in --graphml" if im.ops > len(im.nodes) else ""
+    return (f"<details class=impact><summary>{head}</summary><div class=dim>from {_e(', '.join(im.seeds[:8]))}"
+            f"{' …' if len(im.seeds) > 8 else ''}</div><div class=dim>{_e(ops)}</div>"
+            f"{'<ul>' + stores + '</ul>' if stores else ''}<div class=mono>{_e(' '.join(im.nodes))}{more}</div></details>")
 
 
 def _brief(v) -> str:
@@ -126,8 +147,9 @@ def _regions(r: DiffResult) -> str:
     return "".join(out)
 
 
-def side_by_side_rows(detail) -> list[tuple[str, int | None, str, int | None, str, int]]:
-    """(row class, line before, text before, line after, text after, depth) in after-order."""
+def side_by_side_rows(detail, impacted: set[int] = frozenset()) -> list[tuple[str, int | None, str, int | None, str, int]]:
+    """(row class, line before, text before, line after, text after, depth) in after-order;
+    unchanged rows of ops in ``impacted`` (after-graph nodes) get class ``impact``."""
     m, na, nb, deltas = detail.matching, detail.names_a, detail.names_b, detail.deltas
     A, B = m.a, m.b
     kind_b: dict[int, str] = {}
@@ -161,7 +183,8 @@ def side_by_side_rows(detail) -> list[tuple[str, int | None, str, int | None, st
             ia += 1
         ia = max(ia, pa + 1)
         emitted.add(a)
-        rows.append((kind_b.get(b, "same"), line(A, a), op_text(A, na, a), line(B, b), op_text(B, nb, b), B.depth[b]))
+        cls = kind_b.get(b) or ("impact" if b in impacted else "same")
+        rows.append((cls, line(A, a), op_text(A, na, a), line(B, b), op_text(B, nb, b), B.depth[b]))
     for x in order_a:
         if m.a2b[x] < 0 and x not in emitted:
             rows.append((REMOVED, line(A, x), op_text(A, na, x), None, "", A.depth[x]))
@@ -171,15 +194,16 @@ def side_by_side_rows(detail) -> list[tuple[str, int | None, str, int | None, st
 def _sbs(r: DiffResult, max_rows: int) -> str:
     out = []
     for k, detail in enumerate(r.details):
-        rows = side_by_side_rows(detail)
+        rows = side_by_side_rows(detail, impacted_nodes(r.changes, detail.name))
         tid = f"sbs{k}"
-        changed = sum(1 for x in rows if x[0] != "same")
+        changed = sum(1 for x in rows if x[0] not in ("same", "impact"))
+        reached = sum(1 for x in rows if x[0] == "impact")
         out.append(f"<details {'open' if len(rows) <= 2000 else ''}><summary>{_e(detail.name)}: {len(rows)} rows, "
-                   f"{changed} changed</summary><label><input type=checkbox onchange=\"toggleSame('{tid}',this.checked)\"> "
+                   f"{changed} changed, {reached} in impact slices</summary><label><input type=checkbox onchange=\"toggleSame('{tid}',this.checked)\"> "
                    f"only changed rows</label><table class=sbs id={tid}><tr><th></th><th>before</th><th></th><th>after</th></tr>")
         for cls, la, ta, lb, tb, depth in rows[:max_rows]:
             ind = "  " * depth
-            out.append(f"<tr class={cls}><td class=ln>{la or ''}</td><td class=code>{_e(ind + ta) if ta else ''}</td>"
+            out.append(f"<tr class={cls} data-change={cls}><td class=ln>{la or ''}</td><td class=code>{_e(ind + ta) if ta else ''}</td>"
                        f"<td class=ln>{lb or ''}</td><td class=code>{_e(ind + tb) if tb else ''}</td></tr>")
         out.append("</table>")
         if len(rows) > max_rows:
@@ -202,6 +226,9 @@ def render_html(r: DiffResult, *, limit: int = 2000, max_rows: int = 20000) -> s
         f"<h1>cutile-diag ir-diff</h1><div class=mono>{_e(r.before.path)} → {_e(r.after.path)}</div>",
         verdict,
         f"<div>{pills}</div>",
+        "<div class='legend dim'>marks: <span class=attribute>attribute</span><span class=added>added</span>"
+        "<span class=removed>removed</span><span class=moved>moved</span><span class=rewired>rewired</span>"
+        "<span style='border-left:3px solid #f9ab00'>impact slice (inputs reached by a change)</span></div>",
         "<table><tr><th>entry before</th><th>entry after</th><th>status</th><th>ops before</th><th>ops after</th>"
         f"<th>matched</th></tr>{ents}</table>",
     ]
@@ -214,6 +241,6 @@ def render_html(r: DiffResult, *, limit: int = 2000, max_rows: int = 20000) -> s
                         ("Op counts per region", _regions(r)),
                         ("Side by side (canonical names)", _sbs(r, max_rows))):
         if body:
-            parts.append(f"<h2>{title}</h2>{body}")
+            parts.append(f"<details class=section open><summary>{title}</summary>{body}</details>")
     parts.append("</body></html>")
     return "\n".join(parts)

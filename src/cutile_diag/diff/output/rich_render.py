@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..impact import impact_summary
 from ..model import ADDED, ATTRIBUTE, MOVED, REMOVED, REWIRED, DiffResult
 
 _MARK = {ATTRIBUTE: ("~", "yellow"), ADDED: ("+", "green"), REMOVED: ("-", "red"),
@@ -91,6 +92,24 @@ def changes_table(r: DiffResult, level: str, title: str) -> Table | None:
             detail = f"{detail}  (×{len(cs)})"
             where += f"  +{len(cs) - 1} more"
         t.add_row(kind, escape(detail), escape(where))
+    return t
+
+
+def impact_table(r: DiffResult) -> Table | None:
+    """Each IR change's impact slice: how many ops its values reach and which side effects."""
+    rows = [c for c in r.changes if c.impact is not None]
+    if not rows:
+        return None
+    t = Table(title="Impact slices (ops whose inputs a change reaches, up to the stores)", title_justify="left",
+              show_edge=False, pad_edge=False)
+    t.add_column("kind", style="bold")
+    t.add_column("change")
+    t.add_column("reaches")
+    groups: dict[tuple, list] = {}
+    for c in rows:
+        groups.setdefault((c.kind, c.detail, c.entry), []).append(c)
+    for (kind, detail, _e), cs in groups.items():
+        t.add_row(kind, escape(detail + (f"  (×{len(cs)})" if len(cs) > 1 else "")), escape(impact_summary(cs)))
     return t
 
 
@@ -198,7 +217,7 @@ def render_summary(r: DiffResult, console) -> None:
         console.print(f"[yellow]… {len(r.warnings) - 10} more warnings[/]")
     for part in (changes_table(r, "semantic", "Semantic changes"),
                  changes_table(r, "structural", "Unclassified structural changes"),
-                 cubin_table(r)):
+                 impact_table(r), cubin_table(r)):
         if part is not None:
             console.print()
             console.print(part)
