@@ -199,6 +199,8 @@ FACTS: dict[str, FactSpec] = {
     "gpu.variant_gain": _f("float", "gpu",
                            "another kernel variant of the same op timed at the same shape in the same run: "
                            "t_primary / t_fastest_variant - 1 (0 when the primary is the fastest)"),
+    "gpu.variant_spread": _f("float", "gpu",
+                             "kernel variants of the same op at one shape: slowest / fastest - 1 (largest group)"),
     "gpu.variants": _f("list", "gpu", "the variant comparisons behind gpu.variant_gain, one line each"),
     # --- launch interception -------------------------------------------------------------------
     "launch.grid_blocks": _f("int", "launch", "programs in the observed launch grid"),
