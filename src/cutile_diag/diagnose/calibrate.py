@@ -106,15 +106,16 @@ def prior_expected(low: float, high: float) -> float:
 
 
 def expected_gain(low: float, high: float, measured: list[float], ncu_gain: float | None = None) -> tuple[float, str]:
-    """(expected gain, how it was reached).  Measurements on this machine weigh n/(n+1); an
-    Nsight Compute estimate replaces the prior; never above ``high`` (the headroom bound)."""
+    """(expected gain, how it was reached).  The prior counts as half an observation, so one
+    measurement on this machine already weighs 2/3 and three weigh 6/7; an Nsight Compute
+    estimate replaces the prior; never above ``high`` (the headroom bound)."""
     base, how = prior_expected(low, high), "prior (playbook range)"
     if ncu_gain is not None:
         base, how = min(max(ncu_gain, 0.0), high), "Nsight Compute's estimate"
     if measured:
         n = len(measured)
         med = statistics.median(measured)
-        w = n / (n + 1.0)
+        w = n / (n + 0.5)
         base = w * med + (1 - w) * base
         how = f"{n} measured step(s) on this machine (median {med:+.1%}) blended with the {how}"
     return round(min(base, high), 4), how
