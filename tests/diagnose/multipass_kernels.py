@@ -6,6 +6,8 @@ column tiles several times.  The re-reads of ``x`` are what the redundant-load c
   to scale them (one re-read).
 * ``layer_norm_three_pass_gather`` — mean, variance and output passes, each gathering the row
   with ``ct.gather`` and broadcast row indices (two re-reads).
+* ``scaled_norm_two_pass_gather`` — 1-D offsets with a scalar row in the index tuple, a
+  ``ct.cdiv`` trip count and per-load hints; pass 2 also gathers the weight (read once).
 * ``rms_one_pass`` — the whole row in one tile: read once, nothing to report.
 * ``two_arrays_two_pass`` — pass 2 loads a *different* array (``y``): not a re-read.
 """
@@ -48,6 +50,25 @@ def layer_norm_three_pass_gather(x, out, N: ct.Constant[int], TN: ct.Constant[in
 
 
 @ct.kernel
+def scaled_norm_two_pass_gather(x, w, out, N: ct.Constant[int], EPS: ct.Constant[float],
+                                TILE: ct.Constant[int]):
+    row = ct.bid(0)
+    acc = ct.full((TILE,), 0.0, dtype=ct.float32)
+    n_tiles = ct.cdiv(N, TILE)
+    lanes = ct.arange(TILE, dtype=ct.int32)
+    for j in range(0, n_tiles):
+        cols = j * TILE + lanes
+        v = ct.gather(x, (row, cols), latency=2).astype(ct.float32)
+        acc += v * v
+    scale = ct.rsqrt(ct.sum(acc, axis=0, keepdims=False) / N + EPS)
+    for j in range(0, n_tiles):
+        cols = j * TILE + lanes
+        g = ct.gather(w, cols, latency=2).astype(ct.float32)
+        v = ct.gather(x, (row, cols), latency=2).astype(ct.float32)
+        ct.scatter(out, (row, cols), (v * scale * g).astype(out.dtype))
+
+
+@ct.kernel
 def rms_one_pass(x, out, N: ct.Constant[int]):
     row = ct.bid(0)
     t = ct.load(x, index=(row, 0), shape=(1, N)).astype(ct.float32)
@@ -71,6 +92,7 @@ _ROWS = {"x": "bf16[4096,4096]", "out": "bf16[4096,4096]"}
 CAPTURE_SPECS = {
     "rms_two_pass_load": {**_ROWS, "w": "bf16[4096]", "N": 4096, "TN": 1024},
     "layer_norm_three_pass_gather": {**_ROWS, "N": 4096, "TN": 1024},
+    "scaled_norm_two_pass_gather": {**_ROWS, "w": "bf16[4096]", "N": 4096, "EPS": 1e-6, "TILE": 2048},
     "rms_one_pass": {**_ROWS, "N": 4096},
     "two_arrays_two_pass": {**_ROWS, "y": "bf16[4096,4096]", "N": 4096, "TN": 1024},
 }

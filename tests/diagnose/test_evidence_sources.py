@@ -33,7 +33,8 @@ def multipass(tmp_path_factory):
     """The multi-pass norm kernels captured AOT for sm_90: {name: CaptureFolder}."""
     from cutile_diag.capture.aot import capture_aot
     out = tmp_path_factory.mktemp("multipass")
-    names = ("rms_two_pass_load", "layer_norm_three_pass_gather", "rms_one_pass", "two_arrays_two_pass")
+    names = ("rms_two_pass_load", "layer_norm_three_pass_gather", "scaled_norm_two_pass_gather", "rms_one_pass",
+             "two_arrays_two_pass")
     return {k: capture_aot(f"{HERE / 'multipass_kernels.py'}::{k}", out_dir=out) for k in names}
 
 
@@ -62,6 +63,16 @@ def test_three_pass_gather_rereads_twice_and_w_comes_first(multipass):
     w = next(r for r in d.recommendations if r.id == "W")
     assert "3 passes" in w.reason and "16384 B" in w.reason
     assert d.first.id == "W"
+
+
+def test_gathers_with_a_scalar_row_and_region_local_names(multipass):
+    """Both loops print their own %24, %25 ... (names are region-scoped): the re-read of x is
+    found and the weight, gathered once, is not."""
+    ev = collect_capture(multipass["scaled_norm_two_pass_gather"])
+    assert ev.value("ir.redundant_loads") == 1
+    assert ev.value("ir.reread_bytes_per_program") == 2 * 2048 * 2       # cdiv(4096, 2048) tiles of 2048 bf16
+    assert [s.python for s in ev.get("ir.redundant_loads").sites] == ["multipass_kernels.py:61",
+                                                                       "multipass_kernels.py:67"]
 
 
 @pytest.mark.parametrize("kernel", ["rms_one_pass", "two_arrays_two_pass"])

@@ -53,56 +53,73 @@ class RereadReport:
 
 
 class _Canon:
+    """Canonical forms of SSA values.  The printer reuses value names in sibling regions (both
+    loops of a two-pass kernel define their own ``%24``), so definitions are looked up per
+    region, innermost enclosing region first."""
+
     def __init__(self, entry: Entry):
         self.args = {a.name: i for i, a in enumerate(entry.args)}
-        self.defs: dict[str, tuple[Op, int]] = {}
-        self.block_args: dict[str, tuple[Op, int]] = {}
+        self.defs: dict[tuple[int, str], tuple[Op, int]] = {}
+        self.block_args: dict[tuple[int, str], tuple[Op, int]] = {}
         self.parent: dict[int, Op | None] = {}
-        self.ops = list(entry.walk())
-        for op in self.ops:
+        self.chain: dict[int, tuple[int, ...]] = {}       # op -> enclosing region ids, outermost first
+        self.ops: list[Op] = []
+        self._walk(entry.body, (id(entry.body),), None)
+        self._memo: dict[tuple[int, str], tuple] = {}
+
+    def _walk(self, region, chain: tuple[int, ...], owner: Op | None) -> None:
+        for op in region.ops:
+            self.ops.append(op)
+            self.parent[id(op)] = owner
+            self.chain[id(op)] = chain
             for i, r in enumerate(op.results):
-                self.defs[r] = (op, i)
+                self.defs[(chain[-1], r)] = (op, i)
             for reg in op.regions:
                 for ai, a in enumerate(reg.args):
-                    self.block_args[a.name] = (op, ai)
-                for child in reg.walk():
-                    self.parent.setdefault(id(child), None)
-                for child in reg.ops:
-                    self.parent[id(child)] = op
-        self._memo: dict[str, tuple] = {}
-        self._roots: dict[str, set[int]] = {}
+                    self.block_args[(id(reg), a.name)] = (op, ai)
+                self._walk(reg, chain + (id(reg),), op)
 
-    def form(self, name: str, depth: int = 0) -> tuple:
-        if name in self._memo:
-            return self._memo[name]
-        out = self._form(name, depth)
-        self._memo[name] = out
-        return out
+    def _lookup(self, name: str, chain: tuple[int, ...]):
+        for rid in reversed(chain):
+            for key in ((rid, name), (rid, name.split("#")[0])):
+                if key in self.block_args:
+                    return "arg", key, self.block_args[key]
+                if key in self.defs:
+                    return "def", key, self.defs[key]
+        return None, None, None
 
-    def _form(self, name: str, depth: int) -> tuple:
-        if depth > 200:
-            return ("opaque", name)
+    def form(self, name: str, chain: tuple[int, ...], depth: int = 0) -> tuple:
         if name in self.args:
             return ("arg", self.args[name])
-        if name in self.block_args:
-            owner, ai = self.block_args[name]
-            if owner.name == "for" and ai == 0:
-                bounds = [self.form(o, depth + 1) for o, r in zip(owner.operands, owner.operand_roles)
+        kind, key, hit = self._lookup(name, chain)
+        if kind is None:
+            return ("opaque", name)
+        if key in self._memo:
+            return self._memo[key]
+        out = self._form(kind, hit, name, depth)
+        self._memo[key] = out
+        return out
+
+    def _form(self, kind: str, hit, name: str, depth: int) -> tuple:
+        if depth > 200:
+            return ("opaque", name, id(hit[0]))
+        op, idx = hit
+        if kind == "arg":
+            if op.name == "for" and idx == 0:
+                bounds = [self.form(o, self.chain[id(op)], depth + 1) for o, r in zip(op.operands, op.operand_roles)
                           if r in ("lower", "upper", "step")]
                 return ("iv", *bounds)
-            return ("opaque", name)          # loop-carried: differs per iteration and per loop
-        d = self.defs.get(name) or self.defs.get(name.split("#")[0])
-        if d is None:
-            return ("opaque", name)
-        op, idx = d
+            return ("opaque", name, id(op))     # loop-carried: differs per iteration and per loop
         if op.name in _OPAQUE_OPS or op.regions:
-            return ("opaque", name)
-        operands = tuple(self.form(o, depth + 1) for o, r in zip(op.operands, op.operand_roles) if r != "token")
+            return ("opaque", name, id(op))
+        ch = self.chain[id(op)]
+        operands = tuple(self.form(o, ch, depth + 1) for o, r in zip(op.operands, op.operand_roles) if r != "token")
         return (op.name, idx, tuple(sorted(op.attrs.items())), tuple(op.keywords),
                 tuple(t.text for t in op.result_types), operands)
 
     def address(self, load: Op) -> tuple:
-        operands = tuple(self.form(o) for o, r in zip(load.operands, load.operand_roles) if r != "token")
+        ch = self.chain[id(load)]
+        operands = tuple(self.form(o, ch) for o, r in zip(load.operands, load.operand_roles) if r != "token")
         return (load.name, tuple(t.text for t in load.result_types[:1]), operands)
 
     def loops(self, op: Op) -> list[Op]:
@@ -120,23 +137,25 @@ class _Canon:
         vals = {}
         for o, r in zip(loop.operands, loop.operand_roles):
             if r in ("lower", "upper", "step"):
-                d = self.defs.get(o)
-                vals[r] = _int_value(d[0]) if d else None
+                kind, _, hit = self._lookup(o, self.chain[id(loop)])
+                vals[r] = _int_value(hit[0]) if kind == "def" else None
         lo, hi, st = vals.get("lower"), vals.get("upper"), vals.get("step")
         if None in (lo, hi, st) or not st:
             return None
         return max(0, -(-(hi - lo) // st))
 
-    def root_arg(self, name: str) -> int | None:
+    def root_arg(self, load: Op) -> int | None:
         """The kernel argument an address is computed from: follow the first operand (view base,
         offset base, assume, broadcast, reshape) back to an entry argument."""
+        op = load
         for _ in range(64):
+            name = op.operands[0] if op.operands else ""
             if name in self.args:
                 return self.args[name]
-            d = self.defs.get(name)
-            if d is None or d[0].name in _OPAQUE_OPS or not d[0].operands:
+            kind, _, hit = self._lookup(name, self.chain[id(op)])
+            if kind != "def" or hit[0].name in _OPAQUE_OPS:
                 return None
-            name = d[0].operands[0]
+            op = hit[0]
         return None
 
 
@@ -187,7 +206,7 @@ def find_rereads(entry: Entry) -> RereadReport:
                     continue
                 n *= t
             total += tile * n
-        arg_i = c.root_arg(next((o for o, r in zip(loads[0].operands, loads[0].operand_roles) if r != "token"), ""))
+        arg_i = c.root_arg(loads[0])
         array = f"argument {arg_i}" if arg_i is not None else ""
         report.groups.append(RereadGroup(firsts, len(passes), tile, total, known, array))
     report.groups.sort(key=lambda g: -g.reread_bytes)
