@@ -50,7 +50,7 @@ def test_two_pass_load_rereads_the_row_once(multipass):
     # 1x1024 bf16 tiles, 4096 / 1024 = 4 iterations in the second pass
     assert ev.value("ir.reread_bytes_per_program") == 4 * 1024 * 2
     lines = [s.python for s in ev.get("ir.redundant_loads").sites]
-    assert lines == ["multipass_kernels.py:20", "multipass_kernels.py:24"]   # both source lines
+    assert lines == ["multipass_kernels.py:22", "multipass_kernels.py:26"]   # both source lines
 
 
 def test_three_pass_gather_rereads_twice_and_w_comes_first(multipass):
@@ -58,7 +58,7 @@ def test_three_pass_gather_rereads_twice_and_w_comes_first(multipass):
     assert ev.value("ir.redundant_loads") == 2 and ev.value("ir.read_passes") == 3
     assert ev.value("ir.reread_bytes_per_program") == 2 * 4 * 1024 * 2
     assert [s.python for s in ev.get("ir.redundant_loads").sites] == [
-        "multipass_kernels.py:36", "multipass_kernels.py:41", "multipass_kernels.py:46"]
+        "multipass_kernels.py:38", "multipass_kernels.py:43", "multipass_kernels.py:48"]
     d = diagnose(ev)
     w = next(r for r in d.recommendations if r.id == "W")
     assert "3 passes" in w.reason and "16384 B" in w.reason
@@ -145,7 +145,7 @@ def test_rule_dicts_normalise_in_both_payload_forms():
     occ = fs["AchievedOccupancy"]                                   # str() payloads with enum reprs
     assert occ.type == "OPTIMIZATION" and occ.speedup_pct == 28.8 and occ.speedup_type == "local"
     assert fs["CPIStall"].speedup_type == "global" and fs["CPIStall"].focus_metrics[0]["value"] == 41.3
-    assert fs["UncoalescedGlobalAccess"].markers == ["multipass_kernels.py:41", "multipass_kernels.py:46"]
+    assert fs["UncoalescedGlobalAccess"].markers == ["multipass_kernels.py:43", "multipass_kernels.py:48"]
     assert fs["MemoryApertureUsage"].entries == []                 # not in the map: shown on its own
     assert [f.rule for f in findings(_export())][0] == "CPIStall"  # largest estimate first
     assert normalize_rule({"rule_identifier": "X"}) is None
