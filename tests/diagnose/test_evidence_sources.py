@@ -198,6 +198,51 @@ def test_an_observed_grid_replaces_grid_size_unknown(multipass):
     assert "B" not in diagnose(ev2).ids()                           # one wave: persistence gains nothing
 
 
+def _cli(*argv) -> tuple[int, str]:
+    import io
+    from contextlib import redirect_stdout
+
+    from cutile_diag.cli import main
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(list(argv))
+    return rc, buf.getvalue()
+
+
+def test_cli_reads_an_ncu_export_beside_a_capture(multipass):
+    rc, out = _cli("diagnose", str(multipass["layer_norm_three_pass_gather"].path), "--ncu", str(EXPORT), "--json")
+    assert rc == 0
+    d = json.loads(out)
+    w = next(r for r in d["recommendations"] if r["id"] == "W")
+    assert {f["rule"] for f in w["ncu"]} == {"CPIStall", "SOLBottleneck"}
+    assert w["predicted_effect"]["expected"] == w["expected_gain"]
+    assert {f["rule"] for f in d["ncu_findings"]} >= {"MemoryApertureUsage", "UncoalescedGlobalAccess"}
+    rc, text = _cli("diagnose", str(multipass["layer_norm_three_pass_gather"].path), "--ncu", str(EXPORT))
+    assert "ncu CPIStall: Long Scoreboard Stalls" in text and "Nsight Compute also says" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ncu"], "--ncu without a FILE profiles a workload"),
+    (["--ncu", "missing.ncu-rep"], "missing.ncu-rep"),
+    (["--calibrate", "no/such/ledger"], "no such ledger"),
+])
+def test_cli_errors_are_one_line(multipass, capsys, argv, message):
+    from cutile_diag.cli import main
+    rc = main(["diagnose", str(multipass["rms_one_pass"].path), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_calibrates_from_the_committed_ledgers(multipass):
+    rc, out = _cli("diagnose", str(multipass["layer_norm_three_pass_gather"].path), "--calibrate", str(LEDGERS),
+                   "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["past"]
+    assert all({"entry", "measured", "predicted_high"} <= set(p) for p in d["past"])
+    b = next(r for r in d["recommendations"] if r["id"] == "B")
+    assert b["past"] and "measured step" in b["predicted_effect"]["basis"]
+
+
 def test_a_report_without_rules_says_so():
     ev = Evidence(kernel="x")
     exp = {"kernels": [{"name": "k", "duration_ns": 1.0, "metrics": {"launch__registers_per_thread": 32},

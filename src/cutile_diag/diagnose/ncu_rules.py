@@ -165,11 +165,13 @@ def normalize_rule(raw: Mapping[str, Any], markers: list[dict] | None = None) ->
 
 
 def main_kernel(export: Mapping[str, Any], kernel_name: str | None = None) -> dict | None:
-    """The kernel the diagnosis is about: one whose name starts with ``kernel_name``, else the longest."""
+    """The kernel the diagnosis is about: the longest whose name contains ``kernel_name`` (a
+    workload's kernel name is often a stem: ``rms_norm_kernel`` for ``_rms_norm_kernel_gather``),
+    else the longest."""
     kernels = [k for k in export.get("kernels") or [] if isinstance(k, Mapping)]
     if not kernels:
         return None
-    named = [k for k in kernels if kernel_name and str(k.get("name", "")).startswith(kernel_name)]
+    named = [k for k in kernels if kernel_name and kernel_name in str(k.get("name", ""))]
     return dict(max(named or kernels, key=lambda k: _num(k.get("duration_ns")) or 0.0))
 
 
