@@ -332,3 +332,61 @@ def test_steps_of_reads_the_loops_own_ledger(tmp_path):
     led = Ledger.load(LEDGERS / "gather_scale")
     steps = steps_of(led)
     assert steps and steps[0].entry == "A" and steps[0].measured == pytest.approx(-0.0144, abs=1e-3)
+
+
+def test_export_report_reads_the_ncu_report_api(tmp_path):
+    """The extraction step against a stand-in with ncu_report's documented API (IContext /
+    IRange / IAction, IntEnum message types): enums become names, the export round-trips
+    through JSON, and the pure step reads it."""
+    import enum
+    import types
+
+    from cutile_diag.roofline.ncu import export_report
+
+    class MsgType(enum.IntEnum):
+        OK = 1
+        OPTIMIZATION = 2
+
+    class SpeedupType(enum.IntEnum):
+        LOCAL = 1
+        GLOBAL = 2
+
+    class Metric:
+        def __init__(self, v):
+            self.v = v
+
+        def value(self):
+            return self.v
+
+    class Action:
+        metrics = {"gpu__time_duration.sum": 5000.0, "launch__grid_dim_x": 4096, "launch__grid_dim_y": 1,
+                   "launch__grid_dim_z": 1, "launch__block_dim_x": 128, "launch__block_dim_y": 1,
+                   "launch__block_dim_z": 1, "launch__registers_per_thread": 40}
+
+        def name(self):
+            return "two_pass_kernel"
+
+        def metric_names(self):
+            return tuple(self.metrics)
+
+        def __getitem__(self, k):
+            return Metric(self.metrics[k])
+
+        def rule_results_as_dicts(self):
+            return [{"rule_identifier": "CPIStall", "name": "CPI", "section_identifier": "WarpStateStats",
+                     "rule_message": {"title": "Stalls", "message": "waiting on memory", "type": MsgType.OPTIMIZATION},
+                     "speedup_estimation": {"type": SpeedupType.GLOBAL, "speedup": 20.0}}]
+
+        def source_markers(self):
+            return ({"rule_identifier": "CPIStall", "kind": 1, "message_type": MsgType.OPTIMIZATION,
+                     "message": "hot", "source_location": {"file_name": "/x/k.py", "line": 7}},)
+
+    rng = types.SimpleNamespace(num_actions=lambda: 1, action_by_idx=lambda i: Action())
+    ctx = types.SimpleNamespace(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
+    mod = types.SimpleNamespace(load_report=lambda path: ctx)
+    exp = json.loads(json.dumps(export_report(tmp_path / "r.ncu-rep", module=mod)))
+    k = exp["kernels"][0]
+    assert k["grid"] == [4096, 1, 1] and k["block"] == [128, 1, 1]
+    assert k["rules"][0]["rule_message"]["type"] == "OPTIMIZATION"
+    f = findings(exp)[0]
+    assert f.speedup_type == "global" and f.markers == ["k.py:7"] and "E" in f.entries

@@ -160,53 +160,65 @@ def parse_ncu_csv(text: str) -> list[NcuKernel]:
     return kernels
 
 
+def _ncu_exe() -> str:
+    from ..toolchain import ToolNotFoundError, find_tool
+    try:
+        return str(find_tool("ncu"))
+    except ToolNotFoundError:
+        return shutil.which("ncu") or "ncu"
+
+
+def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, workload_kwargs: dict | None,
+             device: int | None, timeout_s: float) -> tuple[list[str], str, str | None, dict]:
+    """Run the workload's ``profile`` mode (one run in the NVTX range ``cutile_diag_profile``)
+    under ncu with ``ncu_args``: (command, stdout + stderr, error or None, the worker's result)."""
+    req, res = workdir / "ncu-request.json", workdir / "ncu-worker.json"
+    req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
+                               "config": config, "device": device}))
+    cmd = [_ncu_exe(), "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/", *ncu_args,
+           "--target-processes", "all", sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
+    env = dict(os.environ)
+    env.pop("CUDA_HOME", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, errors="replace")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        proc.communicate()
+        return cmd, "", f"ncu killed after {timeout_s:g} s", {}
+    text = out + "\n" + err
+    if "ERR_NVGPUCTRPERM" in text:
+        return cmd, text, ("ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
+                           "root or allow non-admin profiling"), {}
+    worker = {}
+    if res.exists():
+        try:
+            worker = json.loads(res.read_text())
+        except json.JSONDecodeError:
+            worker = {}
+    if worker.get("status") not in (None, "ok"):
+        return cmd, text, f"the profiled run failed: {worker.get('error')}", worker
+    tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
+    return cmd, text, None, {"rc": proc.returncode, "tail": tail, "stdout": out}
+
+
 def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None = None, device: int | None = None,
                      timeout_s: float = 300.0, extra_args: list[str] | None = None) -> NcuResult:
     why = ncu_available()
     if why:
         return NcuResult(error=why)
-    from ..toolchain import ToolNotFoundError, find_tool
-    try:
-        ncu = str(find_tool("ncu"))
-    except ToolNotFoundError:
-        ncu = shutil.which("ncu") or "ncu"
     with tempfile.TemporaryDirectory(prefix="cutile-diag-ncu-") as tmp:
-        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
-                                   "config": config, "device": device}))
-        cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/",
-               "--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units", "base",
-               "--target-processes", "all", *(extra_args or []),
-               sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
-        env = dict(os.environ)
-        env.pop("CUDA_HOME", None)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True, errors="replace")
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            proc.communicate()
-            return NcuResult(error=f"ncu killed after {timeout_s:g} s", command=cmd)
-        text = out + "\n" + err
-        if "ERR_NVGPUCTRPERM" in text:
-            return NcuResult(error="ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
-                                   "root or allow non-admin profiling", command=cmd)
-        worker = {}
-        if res.exists():
-            try:
-                worker = json.loads(res.read_text())
-            except json.JSONDecodeError:
-                worker = {}
-        if worker.get("status") not in (None, "ok"):
-            return NcuResult(error=f"the profiled run failed: {worker.get('error')}", command=cmd)
-        kernels = parse_ncu_csv(out)
+        cmd, _, err, info = _run_ncu(["--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units",
+                                      "base", *(extra_args or [])], workload, config, Path(tmp),
+                                     workload_kwargs=workload_kwargs, device=device, timeout_s=timeout_s)
+        if err:
+            return NcuResult(error=err, command=cmd)
+        kernels = parse_ncu_csv(info["stdout"])
         if not kernels:
-            tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-            return NcuResult(error=f"ncu reported no kernels in the profiled range (rc {proc.returncode}): {tail}",
+            return NcuResult(error=f"ncu reported no kernels in the profiled range (rc {info['rc']}): {info['tail']}",
                              command=cmd)
         return NcuResult(kernels=kernels, command=cmd)
-
 
 # --- full reports and the rule engine (diagnose --ncu) -------------------------------------------
 
@@ -315,29 +327,13 @@ def profile_report(workload: str, config: str, out_dir: str | Path, *, workload_
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rep = out / "ncu.ncu-rep"
-    req, res = out / "ncu-request.json", out / "ncu-worker.json"
-    req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
-                               "config": config, "device": device}))
     what = [a for s in sections for a in ("--section", s)] if sections else ["--set", "full"]
-    cmd = [shutil.which("ncu") or "ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/",
-           *what, "--import-source", "yes", "--target-processes", "all", "-f", "-o", str(rep.with_suffix("")),
-           sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, errors="replace")
-    try:
-        so, se = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        proc.communicate()
-        return NcuReport(error=f"ncu killed after {timeout_s:g} s", command=cmd)
-    text = so + "\n" + se
-    if "ERR_NVGPUCTRPERM" in text:
-        return NcuReport(error="ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM)", command=cmd)
+    cmd, _, err, info = _run_ncu([*what, "--import-source", "yes", "-f", "-o", str(rep.with_suffix(""))], workload,
+                                 config, out, workload_kwargs=workload_kwargs, device=device, timeout_s=timeout_s)
+    if err:
+        return NcuReport(error=err, command=cmd)
     if not rep.exists():
-        tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-        return NcuReport(error=f"ncu wrote no report (rc {proc.returncode}): {tail}", command=cmd)
+        return NcuReport(error=f"ncu wrote no report (rc {info['rc']}): {info['tail']}", command=cmd)
     try:
         export = export_report(rep)
     except Exception as e:   # reader missing or report from another version
