@@ -6,7 +6,7 @@ top automatic entry once and the measured effect is compared with the prediction
     python bench/gpu/diagnose_ncu.py --out $OUT/diagnose_ncu --tilegym /tmp/TileGym [--budget-s 300]
     python bench/gpu/diagnose_ncu.py --out /tmp/dn --tilegym /tmp/tg --dry-run      # CPU: plumbing only
 
-Per op (softmax, rms_norm: two kernel variants at one shape; silu_and_mul: one):
+Per op (rms_norm, softmax: two kernel variants at one shape; silu_and_mul: one):
 
 1. ``cutile-diag diagnose tilegym:<op> --config PRIMARY [--config VARIANT] --ncu --json --out DIR``:
    capture from a run, time the configurations, profile PRIMARY with ``ncu --set full`` and read
@@ -44,9 +44,9 @@ from optimize_suite import GIT, current_branch, gpu_name, sh, tilegym_repo  # no
 # op -> (kernel file in the checkout, configurations: the diagnosed one first, then its variants,
 #        the kernel that configuration launches when the run capture cannot say)
 OPS = {
-    "softmax": ("src/tilegym/ops/cutile/softmax.py", ["4096x4096-f16", "4096x4096-f16-tma"], "_softmax_kernel"),
     "rms_norm": ("src/tilegym/ops/cutile/rms_norm.py", ["16384x4096-bf16-multiwave", "16384x4096-bf16-persistent"],
                  "_rms_norm_kernel_gather"),
+    "softmax": ("src/tilegym/ops/cutile/softmax.py", ["4096x4096-f16", "4096x4096-f16-tma"], "_softmax_kernel"),
     "silu_and_mul": ("src/tilegym/ops/cutile/silu_and_mul.py", ["8192x2x8192-bf16"], "_silu_and_mul_kernel_row_wise"),
 }
 DRY_NCU = ROOT / "tests" / "diagnose" / "data" / "ncu_export_norm.json"
@@ -247,7 +247,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--tilegym", required=True, help="TileGym checkout root (src/tilegym); never modified")
     ap.add_argument("--budget-s", type=float, default=300.0, help="total wall budget; later items are skipped")
-    ap.add_argument("--only", help="comma-separated ops (default: softmax,rms_norm,silu_and_mul)")
+    ap.add_argument("--only", help="comma-separated ops (default: rms_norm,softmax,silu_and_mul)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: static diagnosis + committed ncu export, loop --plan")
     args = ap.parse_args()
     clock = Clock(args.budget_s)

@@ -122,6 +122,9 @@ def _evidence_block(console: Console, i: int, r: Recommendation, *, brief: bool,
         console.print(f"     [magenta]{escape(_finding_line(f))}[/]", soft_wrap=True)
         if f.get("message") and not brief:
             console.print(f"       [dim]“{escape(f['message'][:300])}”[/]", soft_wrap=True)
+            for m in (f.get("focus_metrics") or [])[:2]:
+                console.print(f"       [dim]{escape(m['name'])} = {m.get('value')}"
+                              + (f" ({escape(m['info'])})" if m.get("info") else "") + "[/]", soft_wrap=True)
     if not brief and r.changes:
         console.print(f"     [dim]change: {escape(r.changes[0])}[/]")
 
