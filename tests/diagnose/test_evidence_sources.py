@@ -51,6 +51,10 @@ def test_two_pass_load_rereads_the_row_once(multipass):
     assert ev.value("ir.reread_bytes_per_program") == 4 * 1024 * 2
     lines = [s.python for s in ev.get("ir.redundant_loads").sites]
     assert lines == ["multipass_kernels.py:22", "multipass_kernels.py:26"]   # both source lines
+    # x twice + w + out, 8 KiB each per program: the re-read is a quarter of the traffic
+    assert ev.value("ir.reread_share") == 0.25
+    w = next(r for r in diagnose(ev).recommendations if r.id == "W")
+    assert w.predicted_effect["high"] == 0.5 and "25% of its traffic" in w.reason
 
 
 def test_three_pass_gather_rereads_twice_and_w_comes_first(multipass):

@@ -590,7 +590,7 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
 def _rereads(a: _Analysis, ev: Evidence) -> None:
     """The same array loaded with the same index expression in more than one pass."""
     from .redundant import find_rereads
-    rep = find_rereads(a.entry)
+    rep = find_rereads(a.entry, _moved_type)
     sites, srcs = [], []
     for g in rep.groups:
         first = g.loads[0]
@@ -609,6 +609,9 @@ def _rereads(a: _Analysis, ev: Evidence) -> None:
         ev.add("ir.reread_bytes_per_program", rep.reread_bytes, a.source_of(srcs),
                " + ".join(f"{g.reread_bytes} B ({g.tile_bytes} B tiles x {len(g.rereads)} re-read pass(es))"
                           for g in rep.groups) + trips)
+        if rep.reread_share is not None:
+            ev.add("ir.reread_share", round(rep.reread_share, 4), a.source_of(srcs),
+                   f"{rep.reread_bytes} of the {rep.moved_bytes} B one program loads and stores")
 
 
 def _intensity(a: _Analysis, ev: Evidence, mmas: list[Op], loads: list[Op], stores: list[Op]) -> None:

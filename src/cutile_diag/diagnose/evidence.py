@@ -117,6 +117,9 @@ FACTS: dict[str, FactSpec] = {
     "ir.reread_bytes_per_program": _f("int", "tileir",
                                       "bytes those re-reads move per program: tile bytes x trip count where the trip "
                                       "count is a constant, else one tile per pass"),
+    "ir.reread_share": _f("float", "tileir",
+                          "share of one program's global load + store bytes that those re-reads are (the most a "
+                          "read-once rewrite removes)"),
     # --- capture folder ------------------------------------------------------------------
     "capture.arch": _f("str", "capture", "target arch of the cubin-side facts"),
     "capture.schema_ok": _f("bool", "capture", "manifest schema is the one this version reads"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir_parsers.tileir import Entry, Op
-from ..ir_parsers.tileir_ops import LOADS
+from ..ir_parsers.tileir_ops import LOADS, STORES
 
 _OPAQUE_OPS = LOADS | {"make_token", "join_tokens"}
 
@@ -38,6 +38,12 @@ class RereadGroup:
 @dataclass
 class RereadReport:
     groups: list[RereadGroup] = field(default_factory=list)
+    moved_bytes: int = 0             # every load and store of one program (trip counts applied)
+
+    @property
+    def reread_share(self) -> float | None:
+        """Share of one program's global traffic that the re-reads are."""
+        return self.reread_bytes / self.moved_bytes if self.moved_bytes else None
 
     @property
     def redundant_loads(self) -> int:
@@ -131,6 +137,13 @@ class _Canon:
             cur = self.parent.get(id(cur))
         return out
 
+    def trip_product(self, op: Op) -> int:
+        """Evaluations of ``op`` per program (dynamic trip counts count once)."""
+        n = 1
+        for lp in self.loops(op):
+            n *= self.trips(lp) or 1
+        return n
+
     def trips(self, loop: Op) -> int | None:
         if loop.name != "for":
             return None
@@ -170,7 +183,8 @@ def _int_value(op: Op) -> int | None:
         return None
 
 
-def find_rereads(entry: Entry) -> RereadReport:
+def find_rereads(entry: Entry, moved_type=None) -> RereadReport:
+    """``moved_type(op)``: the tile type a load/store moves (for the traffic share)."""
     c = _Canon(entry)
     groups: dict[tuple, list[Op]] = {}
     for op in c.ops:
@@ -210,4 +224,9 @@ def find_rereads(entry: Entry) -> RereadReport:
         array = f"argument {arg_i}" if arg_i is not None else ""
         report.groups.append(RereadGroup(firsts, len(passes), tile, total, known, array))
     report.groups.sort(key=lambda g: -g.reread_bytes)
+    if moved_type is not None and report.groups:
+        for op in c.ops:
+            t = moved_type(op) if op.name in LOADS or op.name in STORES else None
+            if t is not None:
+                report.moved_bytes += int(t.nbytes() or 0) * c.trip_product(op)
     return report
