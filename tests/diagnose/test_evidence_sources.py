@@ -394,3 +394,12 @@ def test_export_report_reads_the_ncu_report_api(tmp_path):
     assert k["rules"][0]["rule_message"]["type"] == "OPTIMIZATION"
     f = findings(exp)[0]
     assert f.speedup_type == "global" and f.markers == ["k.py:7"] and "E" in f.entries
+
+
+def test_the_loops_state_folder_here_calibrates_by_default(multipass, tmp_path, monkeypatch):
+    shutil.copytree(LEDGERS / "softmax", tmp_path / "cutile-diag-out" / "optimize" / "softmax")
+    monkeypatch.chdir(tmp_path)
+    rc, out = _cli("diagnose", str(multipass["layer_norm_three_pass_gather"].path), "--json")
+    d = json.loads(out)
+    assert rc == 0 and {p["entry"] for p in d["past"]} == {"B", "C"}
+    assert any("calibrated by 2 measured step(s)" in n for n in d["notes"])

@@ -51,7 +51,8 @@ def register(sub) -> None:
                         ".ncu-rep, an export JSON (cutile-diag's ncu-export.json) or a {metric: value} JSON")
     p.add_argument("--calibrate", action="append", default=[], metavar="LEDGER",
                    help="the loop's ledgers (files, state folders, or folders searched for ledger.jsonl) whose "
-                        "measured steps calibrate the predicted gains (repeatable; --ledger counts too)")
+                        "measured steps calibrate the predicted gains (repeatable; --ledger counts too; default: "
+                        "./cutile-diag-out/optimize when the loop ran here)")
     p.add_argument("--timeout", type=float, default=300.0, help="per-measurement timeout in seconds")
     p.add_argument("--all", action="store_true", help="show every evidence line")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -155,6 +156,9 @@ def run(args) -> int:
     from ..diagnose.engine import diagnose_tileir
     tried = _tried(args)
     paths = [*args.calibrate, *([args.ledger] if args.ledger else [])]
+    auto = Path.cwd() / "cutile-diag-out" / "optimize"     # the loop's default state root here
+    if not paths and auto.is_dir() and any(auto.rglob("ledger.jsonl")):
+        paths = [auto]
     args.calibration = Calibration.from_paths(paths) if paths else None
     kind, payload = _classify_target(args)
     if (args.latency_ms is not None or args.device) and kind != "workload":
@@ -181,6 +185,11 @@ def run(args) -> int:
     else:
         diagnoses.append(_diagnose_workload(args, payload, tried))
 
+    if args.calibration:
+        for d in diagnoses:
+            d.notes.append(f"predictions calibrated by {len(args.calibration.steps)} measured step(s) from "
+                           f"{len(args.calibration.sources)} ledger(s): " + ", ".join(args.calibration.sources[:3])
+                           + (" …" if len(args.calibration.sources) > 3 else ""))
     if args.json:
         if len(diagnoses) == 1:
             print_json(diagnoses[0].to_json())
