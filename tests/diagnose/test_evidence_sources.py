@@ -237,6 +237,16 @@ def test_cli_errors_are_one_line(multipass, capsys, argv, message):
     assert rc == 2 and message in err and "Traceback" not in err
 
 
+def test_cli_ncu_collect_needs_a_gpu_and_says_so_before_any_work(capsys):
+    from cutile_diag.cli import main
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: --ncu would profile")
+    rc = main(["diagnose", "examples:softmax", "--ncu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "profiles the workload on this machine's GPU" in err and "capturing" not in err
+
+
 def test_cli_calibrates_from_the_committed_ledgers(multipass):
     rc, out = _cli("diagnose", str(multipass["layer_norm_three_pass_gather"].path), "--calibrate", str(LEDGERS),
                    "--json")

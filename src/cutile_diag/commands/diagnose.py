@@ -8,6 +8,11 @@ KERNEL is any of:
 * a workload: ``examples:<kernel>``, ``tilegym:<op>``, ``file.py::Workload`` (or an example name
   with ``--gpu``) -> captured, then measured on the GPU: roofline class, % of roof, host time,
   configurations; offline with ``--device PRESET --latency-ms X``.
+
+``--ncu`` (after KERNEL) profiles a workload's diagnosed configuration with Nsight Compute and
+puts its rule findings beside the entries they support; ``--ncu FILE`` reads a saved report.
+Past loop steps (``--calibrate``, ``--ledger``, or ``./cutile-diag-out/optimize``) calibrate
+the expected gains and are listed as predicted vs measured.
 """
 from __future__ import annotations
 
@@ -383,6 +388,10 @@ def _diagnose_workload(args, ref: str, tried):
             device = live_device()
         except NoGPUError as e:
             why_static = e.one_line()
+    if args.ncu == NCU_COLLECT and (device is None or device.kind != "live"):
+        raise UsageError("--ncu without a FILE profiles the workload on this machine's GPU"
+                         + (f" ({why_static})" if why_static else ""),
+                         hint="offline, pass --ncu FILE (a .ncu-rep or its export JSON)")
     sms = int(device.sm_count.value) if device is not None and device.sm_count.known else 132
     arch = args.arch or (device.arch if device is not None else "sm_90")
     spec = wl.capture(primary, sms)
@@ -425,7 +434,7 @@ def _diagnose_workload(args, ref: str, tried):
             points, host_ms = _measure(args, wl, cfgs, device, sms, ev, primary)
         ncu = None
         if args.ncu == NCU_COLLECT:
-            ncu = _collect_ncu(args, wl, primary, device, out, ev)
+            ncu = _collect_ncu(args, wl, primary, out, ev)
         elif args.ncu:
             ncu = _load_ncu(args.ncu)
         if points:
@@ -443,13 +452,10 @@ def _diagnose_workload(args, ref: str, tried):
             tmp.cleanup()
 
 
-def _collect_ncu(args, wl, cfg, device, out: Path, ev):
+def _collect_ncu(args, wl, cfg, out: Path, ev):
     """Profile the diagnosed configuration with Nsight Compute's rule sections; the report and
     its export stay in the capture folder (--out) for later `diagnose --ncu FILE`."""
     from ..roofline.ncu import profile_report
-    if device is None or device.kind != "live":
-        raise UsageError("--ncu without a FILE profiles the workload on this machine's GPU",
-                         hint="offline, pass --ncu FILE (a .ncu-rep or its export JSON)")
     if not args.json:
         err_console.print(f"[dim]profiling {wl.name} ({cfg.name}) with Nsight Compute (--set full) …[/]")
     r = profile_report(wl.ref, cfg.name, out / "ncu", workload_kwargs=dict(wl.ref_kwargs or {}),
