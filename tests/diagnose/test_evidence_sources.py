@@ -180,6 +180,8 @@ def test_rules_sit_beside_the_entries_they_support(multipass):
     assert w.expected_gain == pytest.approx(0.6, abs=1e-3)
     assert "Nsight Compute" in w.predicted_effect["basis"]
     assert {f["rule"] for f in d.ncu_findings} >= {"MemoryApertureUsage"}
+    assert any("memory-bound (CPIStall" not in n and "memory-bound (UncoalescedGlobalAccess, SOLBottleneck) — agrees" in n
+               for n in d.notes)
     json.dumps(d.to_json())
 
 

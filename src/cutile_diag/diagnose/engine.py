@@ -325,6 +325,14 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
     elif not untried and measured and isinstance(pct, (int, float)) and pct >= 80.0:
         notes.append(f"at {pct:.0f}% of the roof: only a change in the bytes or FLOPs moved can help")
 
+    pointed: dict[str, list[str]] = {}
+    for f in ncu_findings:
+        if f.get("cls"):
+            pointed.setdefault(f["cls"], []).append(f["rule"])
+    if pointed:     # Nsight Compute's view of the limiter, beside ours (it never overrides the roofline)
+        notes.append("Nsight Compute's findings point at: " + "; ".join(
+            f"{c} ({', '.join(rs)})" + (" — agrees" if c == bottleneck else "") for c, rs in pointed.items()))
+
     if not untried and last_resort and bottleneck != "unknown":
         for order, entry in enumerate(last_resort):
             clause = entry.clauses[0]
