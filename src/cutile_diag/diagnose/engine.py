@@ -25,6 +25,7 @@ from .evidence import Evidence, Fact, NotChecked
 from .playbook import Entry, Playbook, default_playbook
 
 MAX_SITES_PER_FACT = 4
+MIN_PROMOTED_GAIN = 0.05     # up to this expected gain, evidence can demote an entry but not promote it
 
 
 @dataclass
@@ -227,7 +228,9 @@ def _calibrate(rec: "Recommendation", calibration, found: list[dict]) -> float:
         return 1.0
     if exp <= 0.005:
         return 4.0
-    return min(max(prior / exp, 0.25), 4.0) if prior > 0 else 1.0
+    scale = min(max(prior / exp, 0.25), 4.0) if prior > 0 else 1.0
+    # evidence moves an entry up only when the gain it expects is worth an iteration
+    return max(scale, 1.0) if exp <= MIN_PROMOTED_GAIN else scale
 
 
 def _evidence_for(keys: Iterable[str], ev: Evidence) -> tuple[list[str], list[dict]]:
