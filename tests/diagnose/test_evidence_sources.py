@@ -171,6 +171,7 @@ def test_rules_sit_beside_the_entries_they_support(multipass):
     collect_ncu_rules(ev, _export(), origin="test")
     assert ev.value("launch.grid_blocks") == 16384 and ev.value("ncu.rule_speedup_pct") == 38.2
     assert ev.value("ncu.achieved_occupancy_pct") == 71.2            # metrics behind the rules
+    assert any("hot source lines (smsp__pcsamp_sample_count): multipass_kernels.py:48 34%" in n for n in ev.notes)
     d = diagnose(ev)
     w = next(r for r in d.recommendations if r.id == "W")
     assert {f["rule"] for f in w.ncu} == {"CPIStall", "SOLBottleneck"}
@@ -371,11 +372,20 @@ def test_export_report_reads_the_ncu_report_api(tmp_path):
         GLOBAL = 2
 
     class Metric:
-        def __init__(self, v):
-            self.v = v
+        def __init__(self, v, ids=None):
+            self.v, self.ids = v, ids
 
-        def value(self):
-            return self.v
+        def value(self, i=None):
+            return self.v if i is None else self.v[i]
+
+        def has_correlation_ids(self):
+            return self.ids is not None
+
+        def correlation_ids(self):
+            return Metric(self.ids)
+
+        def num_instances(self):
+            return len(self.v) if isinstance(self.v, list) else 0
 
     class Action:
         metrics = {"gpu__time_duration.sum": 5000.0, "launch__grid_dim_x": 4096, "launch__grid_dim_y": 1,
@@ -386,10 +396,15 @@ def test_export_report_reads_the_ncu_report_api(tmp_path):
             return "two_pass_kernel"
 
         def metric_names(self):
-            return tuple(self.metrics)
+            return (*self.metrics, "smsp__pcsamp_sample_count")
 
         def __getitem__(self, k):
+            if k == "smsp__pcsamp_sample_count":          # three instructions on two source lines
+                return Metric([30.0, 10.0, 60.0], [0x10, 0x20, 0x30])
             return Metric(self.metrics[k])
+
+        def source_info(self, pc):
+            return types.SimpleNamespace(file_name=lambda: "/x/k.py", line=lambda: 7 if pc < 0x30 else 9)
 
         def rule_results_as_dicts(self):
             return [{"rule_identifier": "CPIStall", "name": "CPI", "section_identifier": "WarpStateStats",
@@ -409,6 +424,8 @@ def test_export_report_reads_the_ncu_report_api(tmp_path):
     assert k["rules"][0]["rule_message"]["type"] == "OPTIMIZATION"
     f = findings(exp)[0]
     assert f.speedup_type == "global" and f.markers == ["k.py:7"] and "E" in f.entries
+    assert k["hotspots"]["lines"] == [{"file": "/x/k.py", "line": 9, "value": 60.0, "share": 0.6},
+                                      {"file": "/x/k.py", "line": 7, "value": 40.0, "share": 0.4}]
 
 
 def test_the_loops_state_folder_here_calibrates_by_default(multipass, tmp_path, monkeypatch):

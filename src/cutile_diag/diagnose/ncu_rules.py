@@ -8,7 +8,8 @@ Two steps, so CI never needs Nsight Compute:
        {"schema": "cutile-diag.ncu-export/1", "report": "...", "kernels": [
           {"name", "duration_ns", "grid": [x, y, z], "block": [x, y, z], "metrics": {name: value},
            "rules": [<IAction.rule_results_as_dicts() items, as returned>],
-           "source_markers": [<IAction.source_markers() items>]}]}
+           "source_markers": [<IAction.source_markers() items>],
+           "hotspots": {"metric": name, "lines": [{"file", "line", "value", "share"}]}}]}
 
 2. this module, pure: ``findings(export)`` normalises the rule dicts (their payloads are
    nested dicts, or their ``str()`` on some Nsight Compute releases) into ``Finding`` records
@@ -229,5 +230,10 @@ def collect_ncu_rules(ev: Evidence, export: Mapping[str, Any], *, kernel_name: s
         top = max(found, key=lambda f: f.speedup_pct or 0.0)
         ev.add("ncu.rule_speedup_pct", float(max(speeds)), src, f"{top.rule}: {top.title}")
     ev.context["ncu_findings"] = [f.to_json() for f in found]
+    hot = k.get("hotspots") or {}
+    lines = [x for x in hot.get("lines") or [] if isinstance(x, Mapping) and x.get("file")]
+    if lines:
+        ev.notes.append(f"Nsight Compute hot source lines ({hot.get('metric')}): " + ", ".join(
+            f"{Path(str(x['file'])).name}:{x.get('line')} {float(x.get('share') or 0):.0%}" for x in lines[:5]))
     ev.collected.append(f"ncu: {len(found)} rule finding(s) for {k.get('name', '?')}")
     return found

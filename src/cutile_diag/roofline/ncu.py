@@ -270,6 +270,39 @@ def _plain(obj):
     return str(obj)
 
 
+# source-correlated metrics (instance values keyed by instruction address), best first: where the
+# warps were sampled, else how often each instruction ran
+HOTSPOT_METRICS = ("smsp__pcsamp_sample_count", "smsp__pcsamp_warps_issue_stalled_long_scoreboard",
+                   "smsp__sass_inst_executed", "inst_executed")
+
+
+def _hotspots(action, names: set[str], top: int = 8) -> dict:
+    """{metric, lines: [{file, line, value, share}]}: a source-correlated metric summed per
+    source line through ``IAction.source_info(address)`` (empty when the report has none)."""
+    for m in HOTSPOT_METRICS:
+        if m not in names:
+            continue
+        metric = _safe(lambda m=m: action[m])
+        if metric is None or not _safe(metric.has_correlation_ids, False):
+            continue
+        ids = _safe(metric.correlation_ids)
+        n = _safe(metric.num_instances, 0) or 0
+        per_line: dict[tuple[str, int], float] = {}
+        for i in range(n):
+            v, pc = _safe(lambda i=i: metric.value(i)), _safe(lambda i=i: ids.value(i))
+            info = _safe(lambda pc=pc: action.source_info(pc)) if pc is not None else None
+            if not isinstance(v, (int, float)) or info is None:
+                continue
+            key = (str(_safe(info.file_name, "?")), int(_safe(info.line, 0) or 0))
+            per_line[key] = per_line.get(key, 0.0) + float(v)
+        total = sum(per_line.values())
+        if total > 0:
+            best = sorted(per_line.items(), key=lambda kv: -kv[1])[:top]
+            return {"metric": m, "lines": [{"file": f, "line": ln, "value": v, "share": round(v / total, 4)}
+                                           for (f, ln), v in best]}
+    return {}
+
+
 def _safe(fn, default=None):
     try:
         return fn()
@@ -303,9 +336,11 @@ def export_report(report: str | Path, *, module=None) -> dict:
             block = [int(metrics.get(f"launch__block_dim_{c}", 0) or 0) for c in "xyz"]
             rules = _safe(lambda: list(a.rule_results_as_dicts()), []) or []
             markers = _safe(lambda: list(a.source_markers()), []) or []
+            hot = _hotspots(a, names)
             kernels.append({"name": str(_safe(a.name, "?")), "duration_ns": metrics.get("gpu__time_duration.sum"),
                             "grid": dims if all(dims) else [], "block": block if all(block) else [],
-                            "metrics": metrics, "rules": _plain(rules), "source_markers": _plain(markers)})
+                            "metrics": metrics, "rules": _plain(rules), "source_markers": _plain(markers),
+                            "hotspots": hot})
     return {"schema": EXPORT_SCHEMA, "report": str(report), "kernels": kernels}
 
 
