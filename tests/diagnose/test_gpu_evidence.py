@@ -135,6 +135,16 @@ def test_every_playbook_fact_can_be_produced(evidences, tmp_path):
                 ncu={"spill_bytes": 0, "sm_throughput_pct": 50, "dram_throughput_pct": 40,
                      "achieved_occupancy_pct": 30, "registers": 128, "dram_bytes": 1e8, "l2_hit_pct": 70})
     produced |= set(ev.facts)
+    # a multi-pass kernel, schedule remarks (newer tileiras) and an Nsight Compute export
+    from pathlib import Path
+
+    from cutile_diag.diagnose.ncu_rules import collect_ncu_rules
+    from test_evidence_sources import EXPORT, with_schedule_remarks
+    here = Path(__file__).parent
+    mp = capture_aot(f"{here / 'multipass_kernels.py'}::rms_two_pass_load", out_dir=tmp_path / "mp")
+    mev = collect_capture(with_schedule_remarks(mp, tmp_path))
+    collect_ncu_rules(mev, json.loads(EXPORT.read_text()))
+    produced |= set(mev.facts)
     used = set().union(*(e.fact_keys() for e in default_playbook().entries))
     assert used <= produced, sorted(used - produced)
     assert produced <= set(FACTS)

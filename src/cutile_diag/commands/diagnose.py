@@ -8,6 +8,11 @@ KERNEL is any of:
 * a workload: ``examples:<kernel>``, ``tilegym:<op>``, ``file.py::Workload`` (or an example name
   with ``--gpu``) -> captured, then measured on the GPU: roofline class, % of roof, host time,
   configurations; offline with ``--device PRESET --latency-ms X``.
+
+``--ncu`` (after KERNEL) profiles a workload's diagnosed configuration with Nsight Compute and
+puts its rule findings beside the entries they support; ``--ncu FILE`` reads a saved report.
+Past loop steps (``--calibrate``, ``--ledger``, or ``./cutile-diag-out/optimize``) calibrate
+the expected gains and are listed as predicted vs measured.
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ from pathlib import Path
 
 from ..errors import CutileDiagError, NoGPUError, UsageError
 from ..output import console, err_console, print_json, progress
+
+
+NCU_COLLECT = "collect"
 
 
 def register(sub) -> None:
@@ -42,7 +50,14 @@ def register(sub) -> None:
                    help="offline: a recorded latency (ms) of the configuration diagnosed: the costliest of the "
                         "selected ones (pick it with --config)")
     p.add_argument("--roofline", help="add GPU evidence from a saved roofline JSON (cutile-diag roofline --json)")
-    p.add_argument("--ncu", help="add Nsight Compute metrics from a JSON file ({metric: value})")
+    p.add_argument("--ncu", nargs="?", const=NCU_COLLECT, metavar="FILE",
+                   help="Nsight Compute evidence: alone, profile the workload's diagnosed configuration with the "
+                        "rule-carrying sections (ncu --set full) and read its guided analysis; with FILE, read a "
+                        ".ncu-rep, an export JSON (cutile-diag's ncu-export.json) or a {metric: value} JSON")
+    p.add_argument("--calibrate", action="append", default=[], metavar="LEDGER",
+                   help="the loop's ledgers (files, state folders, or folders searched for ledger.jsonl) whose "
+                        "measured steps calibrate the predicted gains (repeatable; --ledger counts too; default: "
+                        "./cutile-diag-out/optimize when the loop ran here)")
     p.add_argument("--timeout", type=float, default=300.0, help="per-measurement timeout in seconds")
     p.add_argument("--all", action="store_true", help="show every evidence line")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -142,8 +157,14 @@ def _py_target(path: Path, name: str | None, args):
 # --- running ---------------------------------------------------------------------------------------
 
 def run(args) -> int:
+    from ..diagnose.calibrate import Calibration
     from ..diagnose.engine import diagnose_tileir
     tried = _tried(args)
+    paths = [*args.calibrate, *([args.ledger] if args.ledger else [])]
+    auto = Path.cwd() / "cutile-diag-out" / "optimize"     # the loop's default state root here
+    if not paths and auto.is_dir() and any(auto.rglob("ledger.jsonl")):
+        paths = [auto]
+    args.calibration = Calibration.from_paths(paths) if paths else None
     kind, payload = _classify_target(args)
     if (args.latency_ms is not None or args.device) and kind != "workload":
         # a recorded latency needs the workload's FLOP/byte counts: never drop it silently
@@ -161,12 +182,19 @@ def run(args) -> int:
     elif kind == "tileir":
         if args.roofline:
             raise UsageError("--roofline needs a capture folder or a workload, not a bare TileIR file")
-        diagnoses.append(diagnose_tileir(Path(payload), entry=args.entry, tried=tried))
+        if args.ncu:
+            raise UsageError("--ncu needs a capture folder or a workload, not a bare TileIR file")
+        diagnoses.append(diagnose_tileir(Path(payload), entry=args.entry, tried=tried, calibration=args.calibration))
     elif kind == "kernel":
         diagnoses.append(_diagnose_kernel_ref(args, payload, tried))
     else:
         diagnoses.append(_diagnose_workload(args, payload, tried))
 
+    if args.calibration:
+        for d in diagnoses:
+            d.notes.append(f"predictions calibrated by {len(args.calibration.steps)} measured step(s) from "
+                           f"{len(args.calibration.sources)} ledger(s): " + ", ".join(args.calibration.sources[:3])
+                           + (" …" if len(args.calibration.sources) > 3 else ""))
     if args.json:
         if len(diagnoses) == 1:
             print_json(diagnoses[0].to_json())
@@ -184,8 +212,11 @@ def run(args) -> int:
 def _with_extra(args, folder, tried):
     """A capture folder, plus GPU evidence from --roofline / --ncu files when given."""
     from ..diagnose.collect_capture import collect_capture
-    from ..diagnose.collect_gpu import collect_gpu, collect_ncu
+    from ..diagnose.collect_gpu import collect_gpu
     from ..diagnose.engine import _static_only, diagnose
+    if args.ncu == NCU_COLLECT:
+        raise UsageError("--ncu without a FILE profiles a workload; a capture folder needs --ncu FILE",
+                         hint="diagnose the workload (examples:<kernel>, tilegym:<op>) or pass a .ncu-rep / export")
     ncu = _load_ncu(args.ncu) if args.ncu else None     # bad files fail before any work
     points, device, host_ms = _load_roofline(args.roofline) if args.roofline else ([], None, None)
     ev = collect_capture(folder, arch=args.arch, entry=args.entry)
@@ -195,10 +226,29 @@ def _with_extra(args, folder, tried):
         if len(points) > 1:
             ev.notes.append(f"GPU facts describe configuration {primary} (the costliest of {len(points)} in "
                             f"{args.roofline}); the others feed the cross-configuration facts")
-        collect_gpu(ev, points=points, primary=primary, device=device, host_ms=host_ms, ncu=ncu)
-    elif ncu is not None:
-        collect_ncu(ev, ncu, origin=args.ncu)
-    return diagnose(ev, tried=tried)
+        collect_gpu(ev, points=points, primary=primary, device=device, host_ms=host_ms,
+                    ncu=None if _is_export(ncu) else ncu)
+    _add_ncu(ev, ncu, args.ncu)
+    return diagnose(ev, tried=tried, calibration=args.calibration)
+
+
+def _is_export(doc) -> bool:
+    """An ncu export (kernels with rule results), as opposed to a {metric: value} dict."""
+    from ..diagnose.ncu_rules import EXPORT_SCHEMA
+    return isinstance(doc, dict) and (doc.get("schema") == EXPORT_SCHEMA or any(
+        isinstance(k, dict) and "rules" in k for k in doc.get("kernels") or []))
+
+
+def _add_ncu(ev, ncu, origin: str | None, kernel_name: str | None = None) -> None:
+    from ..diagnose.collect_gpu import collect_ncu
+    from ..diagnose.ncu_rules import collect_ncu_rules
+    if ncu is None:
+        return
+    if _is_export(ncu):
+        ev.resolve("Nsight Compute")
+        collect_ncu_rules(ev, ncu, kernel_name=kernel_name, origin=origin or "")
+    elif not any(k.startswith("ncu.") for k in ev.values()):
+        collect_ncu(ev, ncu, origin=origin or "")
 
 
 def _load_json(path: str, what: str):
@@ -252,9 +302,21 @@ def _costliest_point(points: list[dict]) -> str | None:
 
 
 def _load_ncu(path: str) -> dict:
+    """A .ncu-rep (exported through ncu_report), an export JSON, or a {metric: value} JSON."""
+    if path.endswith(".ncu-rep"):
+        from ..roofline.ncu import export_report, ncu_report_module
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such Nsight Compute report")
+        if ncu_report_module() is None:
+            raise UsageError(f"{path}: reading a .ncu-rep needs Nsight Compute's ncu_report module",
+                             hint="put ncu on PATH (its extras/python is found from there) or pip install ncu-report")
+        try:
+            return export_report(path)
+        except Exception as e:   # a report from another version, a truncated file
+            raise UsageError(f"{path}: ncu_report cannot read it: {e}") from None
     doc = _load_json(path, "ncu")
     if not isinstance(doc, dict):
-        raise UsageError(f"{path}: expected a JSON object of metric -> value")
+        raise UsageError(f"{path}: expected a JSON object (an ncu export or metric -> value)")
     return doc
 
 
@@ -280,7 +342,7 @@ def _diagnose_kernel_ref(args, ref: str, tried):
         if args.roofline or args.ncu:
             d = _with_extra(args, folder.path, tried)
         else:
-            d = diagnose_capture(folder, arch=arch, entry=args.entry, tried=tried)
+            d = diagnose_capture(folder, arch=arch, entry=args.entry, tried=tried, calibration=args.calibration)
         if tmp is not None:       # the folder is deleted below: point at nothing
             d.context["capture"] = None
             d.notes.append("the capture was temporary; keep it with --out DIR")
@@ -305,7 +367,7 @@ def _diagnose_workload(args, ref: str, tried):
     """Capture the workload's kernel for its costliest configuration, then measure every configuration."""
     from ..capture.aot import capture_aot
     from ..diagnose.collect_capture import collect_capture
-    from ..diagnose.collect_gpu import collect_gpu
+    from ..diagnose.collect_gpu import collect_gpu, variant_groups
     from ..diagnose.engine import _static_only, diagnose
     from ..workload import load_workload
     wl = load_workload(ref)
@@ -326,6 +388,10 @@ def _diagnose_workload(args, ref: str, tried):
             device = live_device()
         except NoGPUError as e:
             why_static = e.one_line()
+    if args.ncu == NCU_COLLECT and (device is None or device.kind != "live"):
+        raise UsageError("--ncu without a FILE profiles the workload on this machine's GPU"
+                         + (f" ({why_static})" if why_static else ""),
+                         hint="offline, pass --ncu FILE (a .ncu-rep or its export JSON)")
     sms = int(device.sm_count.value) if device is not None and device.sm_count.known else 132
     arch = args.arch or (device.arch if device is not None else "sm_90")
     spec = wl.capture(primary, sms)
@@ -366,18 +432,41 @@ def _diagnose_workload(args, ref: str, tried):
                                if len(cfgs) > 1 else ""))
         else:
             points, host_ms = _measure(args, wl, cfgs, device, sms, ev, primary)
+        ncu = None
+        if args.ncu == NCU_COLLECT:
+            ncu = _collect_ncu(args, wl, primary, out, ev)
+        elif args.ncu:
+            ncu = _load_ncu(args.ncu)
         if points:
             collect_gpu(ev, points=points, primary=primary.name, device=device, host_ms=host_ms,
-                        ncu=_load_ncu(args.ncu) if args.ncu else None)
+                        ncu=None if _is_export(ncu) else ncu, variant_of=variant_groups(cfgs))
         elif device is not None and args.latency_ms is None:
             _static_only(ev)
-        d = diagnose(ev, tried=tried)
+        _add_ncu(ev, ncu, None if args.ncu == NCU_COLLECT else args.ncu, wl.kernel_name)
+        d = diagnose(ev, tried=tried, calibration=args.calibration)
         if tmp is not None:
             d.context["capture"] = None
         return d
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _collect_ncu(args, wl, cfg, out: Path, ev):
+    """Profile the diagnosed configuration with Nsight Compute's rule sections; the report and
+    its export stay in the capture folder (--out) for later `diagnose --ncu FILE`."""
+    from ..roofline.ncu import profile_report
+    if not args.json:
+        err_console.print(f"[dim]profiling {wl.name} ({cfg.name}) with Nsight Compute (--set full) …[/]")
+    r = profile_report(wl.ref, cfg.name, out / "ncu", workload_kwargs=dict(wl.ref_kwargs or {}),
+                       timeout_s=max(args.timeout, 600.0))
+    ev.context["ncu_command"] = " ".join(r.command)
+    if r.error:
+        ev.missing("Nsight Compute rules", f"ncu failed: {r.error}")
+        ev.notes.append(f"Nsight Compute: {r.error}")
+        return None
+    ev.context["ncu_report"] = r.report if args.out else None
+    return r.export
 
 
 def _capture_by_running(args, wl, cfg, out: Path):

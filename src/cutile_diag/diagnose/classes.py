@@ -122,6 +122,8 @@ def candidates(ev: Evidence) -> list[Candidate]:
     sms = _num(v.get("device.sm_count"))
     grid = _num(v.get("gpu.grid_blocks"))
     grid_key = "gpu.grid_blocks"
+    if grid is None:     # an observed launch is as good as the measured one
+        grid, grid_key = _num(v.get("launch.grid_blocks")), "launch.grid_blocks"
     if grid is None and not persistent:
         grid, grid_key = _num(v.get("static.output_tiles")), "static.output_tiles"
     if grid is not None and sms and grid < sms:

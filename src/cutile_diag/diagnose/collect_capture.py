@@ -40,6 +40,8 @@ def _remark_detail(r) -> str:
         parts.append(f"shape {r.shape}")
     if r.reasons:
         parts.append("reason: " + "; ".join(r.reasons))
+    if r.args:     # schedule remarks: II, NumOps, stages ... quoted as tileiras wrote them
+        parts.append("(" + ", ".join(f"{k} {v}" for k, v in r.args.items()) + ")")
     return " ".join(p for p in parts if p)
 
 
@@ -290,6 +292,43 @@ def _remark_facts(ev: Evidence, remarks, rpath: Path, symbol: str | None, functi
     ctas = [r.num_ctas for r in tc if r.num_ctas]
     if ctas:
         ev.add("remarks.mma_num_ctas", max(ctas), sites(tc)[0].source, f"NumCTAs {max(ctas)}")
+    _schedule_remark_facts(ev, mine, sites, add, f"{rpath.parent.name}/{rname}")
+
+
+def _schedule_remark_facts(ev: Evidence, mine, sites, add, where: str) -> None:
+    """Remarks beyond TMA/MMA: TMA box shapes (tile size), hints tileiras ignored, loop
+    pipelining and schedules (II, op counts), shared memory, spills — each fact quotes them."""
+    boxed = [r for r in mine if r.shape and (r.is_tma_load or r.is_tma_store)]
+    if boxed:
+        ev.add("remarks.tma_boxes", [list(r.shape) for r in boxed], sites(boxed)[0].source,
+               "TMA boxes: " + ", ".join("x".join(map(str, r.shape)) for r in boxed), sites(boxed))
+    add("remarks.hint_out_of_range", [r for r in mine if r.is_hint_out_of_range], "hints out of range (ignored)")
+    add("remarks.register_spills", [r for r in mine if r.is_register_spill], "spill / local-memory remarks")
+    piped = [r for r in mine if r.is_loop_pipelined]
+    unpiped = [r for r in mine if r.is_loop_not_pipelined]
+    sched = [r for r in mine if r.is_schedule]
+    if not (piped or unpiped or sched or any(r.smem_bytes is not None for r in mine)):
+        ev.missing("loop schedule (II, pipeline stages)", "this tileiras emits no schedule remarks",
+                   "a newer tileiras prints II / NumOps with --remarks=all")
+        return
+    add("remarks.pipelined_loops", piped, "software-pipelined loops")
+    add("remarks.unpipelined_loops", unpiped, "loops not pipelined / unroll disabled")
+    stages = [r.pipeline_stages for r in piped if r.pipeline_stages]
+    if stages:
+        r = min((r for r in piped if r.pipeline_stages), key=lambda r: r.pipeline_stages)
+        ev.add("remarks.pipeline_stages", min(stages), sites([r])[0].source, r.message or f"{min(stages)} stages",
+               sites([r]))
+    if sched:
+        worst = max(sched, key=lambda r: r.initiation_interval)
+        s = sites([worst])
+        ev.add("remarks.max_initiation_interval", worst.initiation_interval, s[0].source,
+               f"II {worst.initiation_interval}" + (f", {worst.num_ops} ops" if worst.num_ops else ""), s)
+        if worst.num_ops is not None:
+            ev.add("remarks.loop_ops", worst.num_ops, s[0].source, f"NumOps of the loop with II {worst.initiation_interval}", s)
+    smem = [r for r in mine if r.smem_bytes is not None]
+    if smem:
+        ev.add("remarks.smem_bytes", max(r.smem_bytes for r in smem), sites(smem)[0].source,
+               smem[0].message or "", sites(smem))
 
 
 def _sass_facts(ev: Evidence, f, arch: str, path: Path) -> None:

@@ -98,7 +98,8 @@ def _record_latency(r) -> float | None:
     return None
 
 
-def collect_records(ev: Evidence, records: Sequence[Any], baseline: Sequence[Any] = ()) -> Evidence:
+def collect_records(ev: Evidence, records: Sequence[Any], baseline: Sequence[Any] = (),
+                    variant_of: Mapping[str, str] | None = None) -> Evidence:
     """Timing records without FLOP/byte counts (e.g. parsed from TileGym's --print-record):
     latency, noise and win/loss flips against a baseline — no roofline class."""
     recs = [r for r in records if _record_latency(r) is not None]
@@ -112,6 +113,8 @@ def collect_records(ev: Evidence, records: Sequence[Any], baseline: Sequence[Any
         ev.add("gpu.rel_std", rs, src, "rel_std of the first configuration")
     if baseline:
         _sign_flips(ev, recs, baseline)
+    if len(recs) > 1:
+        collect_variants(ev, recs, str(_get(recs[0], "config")), variant_of)
     ev.missing("roofline class and % of roof", "timing records carry no FLOP/byte counts",
                "diagnose the workload (it declares flops/bytes)")
     return ev
@@ -133,14 +136,76 @@ def _sign_flips(ev: Evidence, now: Sequence[Any], baseline: Sequence[Any]) -> No
            f"faster: {', '.join(faster) or 'none'}; slower: {', '.join(slower) or 'none'}")
 
 
+def variant_groups(configs: Sequence[Any]) -> dict[str, str]:
+    """{config name: group key} for configurations that run the same problem through different
+    kernels: equal shape parameters (numbers and the dtype) and differing only in switches
+    (booleans, mode strings) such as ``use_tma`` or ``mode``.  Only groups of two or more."""
+    groups: dict[str, list[str]] = {}
+    for c in configs:
+        params = dict(_get(c, "params") or {})
+        shape = {k: v for k, v in params.items()
+                 if k == "dtype" or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+        switches = {k for k in params if k not in shape}
+        if not switches:
+            continue
+        key = repr(sorted((k, str(v)) for k, v in shape.items()))
+        groups.setdefault(key, []).append(str(_get(c, "name")))
+    return {n: k for k, names in groups.items() if len(names) > 1 for n in names}
+
+
+def _same_cost_groups(pts: Sequence[Any]) -> dict[str, str]:
+    """Saved points without configurations: equal declared FLOPs and bytes = one problem."""
+    groups: dict[tuple, list[str]] = {}
+    for p in pts:
+        f, b = _num(_get(p, "flops")), _num(_get(p, "bytes"))
+        if f is not None and b is not None:
+            groups.setdefault((f, b), []).append(str(_get(p, "config")))
+    return {n: repr(k) for k, names in groups.items() if len(names) > 1 for n in names}
+
+
+def collect_variants(ev: Evidence, pts: Sequence[Any], primary: str | None,
+                     variant_of: Mapping[str, str] | None = None) -> None:
+    """gpu.variant_gain / gpu.variant_spread / gpu.variants: kernel variants of one op timed at
+    the same shape in the same run, with both measurements."""
+    groups = dict(variant_of) if variant_of is not None else _same_cost_groups(pts)
+    lat = {str(_get(p, "config")): _record_latency(p) for p in pts}
+    by_group: dict[str, list[str]] = {}
+    for name, key in groups.items():
+        if lat.get(name):
+            by_group.setdefault(key, []).append(name)
+    lines, spread, gain = [], None, None
+    for key, names in by_group.items():
+        if len(names) < 2:
+            continue
+        names.sort(key=lambda n: lat[n])
+        fast = names[0]
+        for n in names[1:]:
+            lines.append(f"{fast} is {lat[n] / lat[fast] - 1:.1%} faster than {n} at the same shape "
+                         f"({lat[fast]:.4g} ms vs {lat[n]:.4g} ms, measured in the same run)")
+        s = lat[names[-1]] / lat[fast] - 1.0
+        spread = s if spread is None else max(spread, s)
+        if primary in names:
+            gain = lat[primary] / lat[fast] - 1.0
+    src = "measurement: configurations of one op at one shape"
+    if not lines:
+        ev.add("gpu.variant_spread", 0.0, src, "no two measured configurations run one shape through different kernels")
+        ev.add("gpu.variant_gain", 0.0, src, "no variant of the primary configuration was measured")
+        return
+    ev.add("gpu.variants", lines, src, f"{len(lines)} comparison(s)")
+    ev.add("gpu.variant_spread", round(spread, 4), src, "slowest / fastest variant - 1")
+    if gain is not None:
+        ev.add("gpu.variant_gain", round(gain, 4), src,
+               f"{primary} vs the fastest variant of its shape" + (" (it is the fastest)" if gain == 0 else ""))
+
+
 def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None = None, device: Any = None,
                 baseline: Sequence[Any] = (), host_ms: float | None = None, kernel_ms: float | None = None,
                 ncu: Mapping[str, Any] | None = None, ctas_per_sm: int | None = None,
-                records: Sequence[Any] = ()) -> Evidence:
+                records: Sequence[Any] = (), variant_of: Mapping[str, str] | None = None) -> Evidence:
     pts = list(points)
     if not pts:
         if records:
-            return collect_records(ev, records, baseline)
+            return collect_records(ev, records, baseline, variant_of)
         ev.missing("roofline class and % of roof", "no GPU measurement", "diagnose a workload on a GPU")
         return ev
     p = next((x for x in pts if _get(x, "config") == primary), pts[0])
@@ -241,6 +306,8 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
                    f"percent of roof from {min(pcts):.0f}% to {max(pcts):.0f}%")
     if baseline:
         _sign_flips(ev, valid, baseline)
+    if len(valid) > 1:
+        collect_variants(ev, valid, cfg, variant_of)
 
     # Nsight Compute
     nc = ncu or (_get(p, "ncu") if isinstance(_get(p, "ncu"), Mapping) else None)

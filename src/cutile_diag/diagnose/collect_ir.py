@@ -581,9 +581,37 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
         ev.add("ir.max_f32_tile_elems", 0, ir_name, "no f32 element-wise tiles")
     count("ir.reductions", [o for o in ops if o.name in ("reduce", "scan")], "reductions")
     count("ir.debug_ops", [o for o in ops if o.name in ("print_tko", "assert")], "print/assert ops")
+    _rereads(a, ev)
 
     _intensity(a, ev, mmas, loads, stores)
     return ev
+
+
+def _rereads(a: _Analysis, ev: Evidence) -> None:
+    """The same array loaded with the same index expression in more than one pass."""
+    from .redundant import find_rereads
+    rep = find_rereads(a.entry, _moved_type)
+    sites, srcs = [], []
+    for g in rep.groups:
+        first = g.loads[0]
+        for k, ld in enumerate(g.loads):
+            role = "first read" if k == 0 else f"re-read (pass {k + 1} of {g.passes})"
+            sites.append(a.site(ld, f"{role} of {g.array or 'the array'}, {g.tile_bytes} B per tile"
+                                    + (f"; same index as line {first.source.short}" if k and first.source else "")))
+        srcs.extend(g.loads)
+    detail = (f"{rep.redundant_loads} load(s) re-read data an earlier pass loaded with the same index"
+              if rep.groups else "every array/index is loaded in one pass")
+    ev.add("ir.redundant_loads", rep.redundant_loads, a.source_of(srcs) if srcs else a.ir_name, detail, sites)
+    ev.add("ir.read_passes", rep.max_passes, a.ir_name,
+           f"the most-read tile is loaded in {rep.max_passes} passes" if rep.groups else "")
+    if rep.groups:
+        trips = "" if all(g.trips_known for g in rep.groups) else " (some trip counts are dynamic: one tile per pass)"
+        ev.add("ir.reread_bytes_per_program", rep.reread_bytes, a.source_of(srcs),
+               " + ".join(f"{g.reread_bytes} B ({g.tile_bytes} B tiles x {len(g.rereads)} re-read pass(es))"
+                          for g in rep.groups) + trips)
+        if rep.reread_share is not None:
+            ev.add("ir.reread_share", round(rep.reread_share, 4), a.source_of(srcs),
+                   f"{rep.reread_bytes} of the {rep.moved_bytes} B one program loads and stores")
 
 
 def _intensity(a: _Analysis, ev: Evidence, mmas: list[Op], loads: list[Op], stores: list[Op]) -> None:

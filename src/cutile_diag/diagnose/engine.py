@@ -25,6 +25,7 @@ from .evidence import Evidence, Fact, NotChecked
 from .playbook import Entry, Playbook, default_playbook
 
 MAX_SITES_PER_FACT = 4
+MIN_PROMOTED_GAIN = 0.05     # up to this expected gain, evidence can demote an entry but not promote it
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Recommendation:
     references: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
     root_cause: bool = False
+    expected_gain: float | None = None      # point estimate inside predicted_effect (see calibrate)
+    ncu: list[dict] = field(default_factory=list)   # Nsight Compute findings that support this entry
+    past: list[dict] = field(default_factory=list)  # this entry's measured steps on this machine
 
 
 @dataclass
@@ -65,6 +69,8 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     collected: list[str] = field(default_factory=list)
     context: dict = field(default_factory=dict)
+    ncu_findings: list[dict] = field(default_factory=list)   # every rule finding (mapped or not)
+    past: list[dict] = field(default_factory=list)           # past steps: predicted vs measured
 
     @property
     def first(self) -> Recommendation | None:
@@ -90,6 +96,8 @@ class Diagnosis:
             "collected": self.collected,
             "context": self.context,
             "evidence": [f.to_json() for f in self.evidence],
+            "ncu_findings": self.ncu_findings,
+            "past": self.past,
         }
 
 
@@ -98,7 +106,8 @@ def _rec_json(r: Recommendation) -> dict:
             "predicted_effect": r.predicted_effect, "risk": r.risk, "automatic": r.automatic,
             "transform": r.transform, "alternatives": r.alternatives, "rank": r.rank, "tried": r.tried,
             "summary": r.summary, "changes": r.changes, "risks": r.risks, "verify": r.verify,
-            "references": r.references, "root_cause": r.root_cause, "evidence_facts": r.evidence_facts}
+            "references": r.references, "root_cause": r.root_cause, "evidence_facts": r.evidence_facts,
+            "expected_gain": r.expected_gain, "ncu": r.ncu, "past": r.past}
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -171,19 +180,57 @@ def _predicted(entry: Entry, facts: Mapping[str, Any]) -> dict:
     notes: list[str] = []
     for adj in entry.adjust:
         if adj.predicate.evaluate(facts).true:
-            notes.append(adj.note)
+            notes.append(render_reason(adj.note, facts))
             if adj.effect_high is not None:
                 high = min(high, adj.effect_high)
             if adj.effect_low is not None:
                 low = min(low, adj.effect_low)
-    pct = facts.get("gpu.pct_of_roof")
-    if entry.bounded_by_roof and isinstance(pct, (int, float)) and not isinstance(pct, bool) and pct > 0:
+    # headroom against the measured ceiling when there is one (what this GPU can really do)
+    key = "gpu.pct_of_ceiling" if _is_num(facts.get("gpu.pct_of_ceiling")) else "gpu.pct_of_roof"
+    pct = facts.get(key)
+    if entry.bounded_by_roof and _is_num(pct) and pct > 0:
         headroom = max(0.0, 100.0 / min(float(pct), 100.0) - 1.0)
         if headroom < high:
             high = headroom
-            notes.append(f"the kernel is at {pct:.0f}% of its roof: at most +{headroom:.0%} is left")
+            what = "measured ceiling" if key == "gpu.pct_of_ceiling" else "roof"
+            notes.append(f"the kernel is at {pct:.0f}% of its {what}: at most +{headroom:.0%} is left")
     low = min(low, high)
     return {"low": round(low, 4), "high": round(high, 4), "notes": notes}
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _ncu_gain(found: list[dict]) -> float | None:
+    """The largest whole-kernel ('global') runtime reduction Nsight Compute estimated, as a
+    speedup fraction (a 20 % shorter runtime is +25 %)."""
+    pcts = [f["speedup_pct"] for f in found if _is_num(f.get("speedup_pct")) and f.get("speedup_type") != "local"]
+    if not pcts:
+        return None
+    p = min(max(pcts), 95.0)
+    return 1.0 / (1.0 - p / 100.0) - 1.0
+
+
+def _calibrate(rec: "Recommendation", calibration, found: list[dict]) -> float:
+    """Set ``rec.expected_gain`` (and its basis); return the rank multiplier: an entry expected
+    to give more than its prior moves up, one that measured little here moves down."""
+    from .calibrate import expected_gain, prior_expected
+    pe = rec.predicted_effect
+    measured = calibration.measured(rec.id) if calibration else []
+    rec.past = [s.to_json() for s in calibration.steps if s.entry == rec.id] if calibration else []
+    rec.ncu = found
+    exp, how = expected_gain(pe["low"], pe["high"], measured, _ncu_gain(found))
+    rec.expected_gain = exp
+    pe["expected"], pe["basis"] = exp, how
+    prior = prior_expected(pe["low"], pe["high"])
+    if not measured and not found:
+        return 1.0
+    if exp <= 0.005:
+        return 4.0
+    scale = min(max(prior / exp, 0.25), 4.0) if prior > 0 else 1.0
+    # evidence moves an entry up only when the gain it expects is worth an iteration
+    return max(scale, 1.0) if exp <= MIN_PROMOTED_GAIN else scale
 
 
 def _evidence_for(keys: Iterable[str], ev: Evidence) -> tuple[list[str], list[dict]]:
@@ -203,8 +250,11 @@ def _evidence_for(keys: Iterable[str], ev: Evidence) -> tuple[list[str], list[di
 # --- the engine -----------------------------------------------------------------------------------
 
 def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = None,
-             playbook: Playbook | None = None, classification: Classification | None = None) -> Diagnosis:
+             playbook: Playbook | None = None, classification: Classification | None = None,
+             calibration=None) -> Diagnosis:
+    """``calibration``: a ``calibrate.Calibration`` (the loop's measured steps on this machine)."""
     pb = playbook or default_playbook()
+    ncu_findings = list(ev.context.get("ncu_findings") or [])
     facts = ev.values()
     cls = classification or classify(ev)
     counts = _tried_counts(tried)
@@ -252,7 +302,9 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
             tried=counts.get(entry.id, 0), summary=entry.summary, changes=changes_for(entry.changes, bottleneck),
             risks=entry.risks, verify=entry.verify, references=entry.references,
             alternatives=entry.alternatives, root_cause=clause.root_cause)
-        recs.append(((rec.tried > 0, rec.tried, not rec.root_cause, rank, order), rec))
+        scale = _calibrate(rec, calibration, [f for f in ncu_findings if entry.id in (f.get("entries") or [])])
+        rec.rank = round(rank * scale, 3)
+        recs.append(((rec.tried > 0, rec.tried, not rec.root_cause, rec.rank, order), rec))
 
     recs.sort(key=lambda t: t[0])
     ordered = [r for _, r in recs]
@@ -276,6 +328,14 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
     elif not untried and measured and isinstance(pct, (int, float)) and pct >= 80.0:
         notes.append(f"at {pct:.0f}% of the roof: only a change in the bytes or FLOPs moved can help")
 
+    pointed: dict[str, list[str]] = {}
+    for f in ncu_findings:
+        if f.get("cls"):
+            pointed.setdefault(f["cls"], []).append(f["rule"])
+    if pointed:     # Nsight Compute's view of the limiter, beside ours (it never overrides the roofline)
+        notes.append("Nsight Compute's findings point at: " + "; ".join(
+            f"{c} ({', '.join(rs)})" + (" — agrees" if c == bottleneck else "") for c, rs in pointed.items()))
+
     if not untried and last_resort and bottleneck != "unknown":
         for order, entry in enumerate(last_resort):
             clause = entry.clauses[0]
@@ -291,24 +351,25 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
         escalate=CLASSES[bottleneck].escalate, reasons=reasons, recommendations=ordered,
         alternatives=cls.alternatives, possible=possible, already_applied=applied,
         evidence=list(ev.facts.values()), not_checked=list(ev.not_checked), notes=notes,
-        collected=list(ev.collected), context=dict(ev.context))
+        collected=list(ev.collected), context={k: v for k, v in ev.context.items() if k != "ncu_findings"},
+        ncu_findings=ncu_findings, past=[s.to_json() for s in calibration.steps] if calibration else [])
 
 
 # --- convenience entry points (the CLI, the demo and the loop use these) -----------------------
 
 def diagnose_capture(folder, *, arch: str | None = None, entry: str | None = None,
                      tried: Iterable[str] | Mapping[str, int] | None = None,
-                     playbook: Playbook | None = None) -> Diagnosis:
+                     playbook: Playbook | None = None, calibration=None) -> Diagnosis:
     """Static diagnosis of a capture folder (path or ``CaptureFolder``)."""
     from .collect_capture import collect_capture
     ev = collect_capture(folder, arch=arch, entry=entry)
     _static_only(ev)
-    return diagnose(ev, tried=tried, playbook=playbook)
+    return diagnose(ev, tried=tried, playbook=playbook, calibration=calibration)
 
 
 def diagnose_tileir(path_or_text, *, entry: str | None = None,
                     tried: Iterable[str] | Mapping[str, int] | None = None,
-                    playbook: Playbook | None = None) -> Diagnosis:
+                    playbook: Playbook | None = None, calibration=None) -> Diagnosis:
     """Static diagnosis of a bare TileIR file (or text): says what a capture would add."""
     from pathlib import Path
 
@@ -329,7 +390,7 @@ def diagnose_tileir(path_or_text, *, entry: str | None = None,
         ev.missing("Python source lines of IR ops", "the TileIR text has no loc() annotations",
                    "use tileirdisasm -g output")
     _static_only(ev)
-    return diagnose(ev, tried=tried, playbook=playbook)
+    return diagnose(ev, tried=tried, playbook=playbook, calibration=calibration)
 
 
 def _static_only(ev: Evidence) -> None:

@@ -25,7 +25,7 @@ class EvidenceError(CutileDiagError):
 @dataclass(frozen=True)
 class FactSpec:
     type: str          # int | float | bool | str | list | dict
-    producer: str      # tileir | capture | device | gpu | ncu
+    producer: str      # tileir | capture | device | gpu | launch | ncu
     description: str
 
 
@@ -38,7 +38,8 @@ def _f(type_: str, producer: str, description: str) -> FactSpec:
 #   capture — a capture folder: manifest (argument shapes), remarks, SASS, resources, ptxas
 #   device  — the device model (a real GPU, or the arch preset when static)
 #   gpu     — measurements: roofline result, harness records across configurations
-#   ncu     — Nsight Compute metrics
+#   launch  — the launches a run capture intercepted (grid, argument shapes)
+#   ncu     — Nsight Compute metrics and rule results
 FACTS: dict[str, FactSpec] = {
     # --- TileIR structure (static) -------------------------------------------------------
     "ir.kernel": _f("str", "tileir", "Python function name of the analysed entry"),
@@ -109,6 +110,16 @@ FACTS: dict[str, FactSpec] = {
                             "FLOPs per byte moved in the hottest region of one program (trip counts cancel)"),
     "ir.flops_per_iter": _f("float", "tileir", "FLOPs of that region"),
     "ir.bytes_per_iter": _f("float", "tileir", "global bytes moved by that region"),
+    "ir.redundant_loads": _f("int", "tileir",
+                             "loads that re-read an array another pass (loop or straight-line section) of the same "
+                             "program already loaded with an equivalent index expression"),
+    "ir.read_passes": _f("int", "tileir", "most passes that load the same array with the same index expression"),
+    "ir.reread_bytes_per_program": _f("int", "tileir",
+                                      "bytes those re-reads move per program: tile bytes x trip count where the trip "
+                                      "count is a constant, else one tile per pass"),
+    "ir.reread_share": _f("float", "tileir",
+                          "share of one program's global load + store bytes that those re-reads are (the most a "
+                          "read-once rewrite removes)"),
     # --- capture folder ------------------------------------------------------------------
     "capture.arch": _f("str", "capture", "target arch of the cubin-side facts"),
     "capture.schema_ok": _f("bool", "capture", "manifest schema is the one this version reads"),
@@ -130,6 +141,15 @@ FACTS: dict[str, FactSpec] = {
     "remarks.fma_fallback": _f("int", "capture", "mma ops that fell back to FMA (RemarkTensorCoreMMA failure)"),
     "remarks.tensor_core_mma": _f("int", "capture", "mma ops lowered to tensor cores"),
     "remarks.mma_num_ctas": _f("int", "capture", "CTAs per MMA (sm_100 2-CTA MMA), max over mma ops"),
+    "remarks.tma_boxes": _f("list", "capture", "TMA box shapes tileiras chose for loads/stores ([rows, cols] ...)"),
+    "remarks.hint_out_of_range": _f("int", "capture", "RemarkHintOutOfRange: hints tileiras ignored or clamped"),
+    "remarks.pipelined_loops": _f("int", "capture", "loops tileiras software-pipelined (RemarkLoopPipeline)"),
+    "remarks.pipeline_stages": _f("int", "capture", "fewest software-pipeline stages over pipelined loops"),
+    "remarks.unpipelined_loops": _f("int", "capture", "loops with a schedule remark but no pipelining / unroll disabled"),
+    "remarks.max_initiation_interval": _f("int", "capture", "largest loop initiation interval (II, cycles) in schedule remarks"),
+    "remarks.loop_ops": _f("int", "capture", "ops in the loop body with that II (NumOps)"),
+    "remarks.smem_bytes": _f("int", "capture", "shared memory tileiras allocated (RemarkMemorySmemAllocated)"),
+    "remarks.register_spills": _f("int", "capture", "RemarkPerfRegisterSpill / RemarkPerfLocalMemoryUsage remarks"),
     "cubin.registers": _f("int", "capture", "registers per thread (cuobjdump; 255 on warp-specialised kernels is a ceiling)"),
     "cubin.stack": _f("int", "capture", "stack bytes per thread"),
     "cubin.shared_bytes": _f("int", "capture", "shared memory per CTA (incl. 1 KiB reserve)"),
@@ -179,6 +199,15 @@ FACTS: dict[str, FactSpec] = {
     "gpu.pct_spread": _f("float", "gpu", "max / min percent of roof across configurations"),
     "gpu.sign_flips": _f("bool", "gpu", "against a baseline, some configurations got faster and others slower"),
     "gpu.rel_std": _f("float", "gpu", "run-to-run noise of the primary configuration (percent)"),
+    "gpu.variant_gain": _f("float", "gpu",
+                           "another kernel variant of the same op timed at the same shape in the same run: "
+                           "t_primary / t_fastest_variant - 1 (0 when the primary is the fastest)"),
+    "gpu.variant_spread": _f("float", "gpu",
+                             "kernel variants of the same op at one shape: slowest / fastest - 1 (largest group)"),
+    "gpu.variants": _f("list", "gpu", "the variant comparisons behind gpu.variant_gain, one line each"),
+    # --- launch interception -------------------------------------------------------------------
+    "launch.grid_blocks": _f("int", "launch", "programs in the observed launch grid"),
+    "launch.grid": _f("list", "launch", "the observed launch grid [x, y, z]"),
     # --- Nsight Compute -------------------------------------------------------------------------
     "ncu.sm_throughput_pct": _f("float", "ncu", "SM throughput, % of peak"),
     "ncu.dram_throughput_pct": _f("float", "ncu", "DRAM throughput, % of peak"),
@@ -187,9 +216,11 @@ FACTS: dict[str, FactSpec] = {
     "ncu.spill_bytes": _f("int", "ncu", "local-memory spill traffic (bytes)"),
     "ncu.dram_bytes": _f("float", "ncu", "DRAM bytes moved"),
     "ncu.l2_hit_pct": _f("float", "ncu", "L2 hit rate, %"),
+    "ncu.rules": _f("list", "ncu", "Nsight Compute rules that reported a finding (rule identifiers)"),
+    "ncu.rule_speedup_pct": _f("float", "ncu", "largest speedup (%) a rule estimated"),
 }
 
-PRODUCERS = ("tileir", "capture", "device", "gpu", "ncu")
+PRODUCERS = ("tileir", "capture", "device", "gpu", "launch", "ncu")
 
 
 @dataclass(frozen=True)
@@ -320,7 +351,7 @@ def collect_gpu(ev: Evidence, **measurements) -> Evidence:
 def facts_markdown() -> str:
     """``references/evidence-facts.md``: the vocabulary as a table (regenerate after edits)."""
     names = {"tileir": "TileIR (static)", "capture": "capture folder", "device": "device model",
-             "gpu": "GPU measurement", "ncu": "Nsight Compute"}
+             "gpu": "GPU measurement", "launch": "observed launches", "ncu": "Nsight Compute"}
     out = ["# Evidence facts", "",
            "The vocabulary shared by the collectors (`cutile_diag/diagnose/collect_*.py`) and the playbook",
            "predicates (`playbook/*.toml`). A predicate may only use these keys; a collector may only",

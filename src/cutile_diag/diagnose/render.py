@@ -15,9 +15,9 @@ _RISK_STYLE = {"none": "green", "low": "green", "medium": "yellow", "high": "red
 
 def effect_text(pe: dict) -> str:
     lo, hi = pe.get("low", 0.0), pe.get("high", 0.0)
-    if hi >= 1.0:
-        return f"{lo:+.0%} … {1 + hi:.1f}x"
-    return f"{lo:+.0%} … {hi:+.0%}"
+    rng = f"{lo:+.0%} … {1 + hi:.1f}x" if hi >= 1.0 else f"{lo:+.0%} … {hi:+.0%}"
+    exp = pe.get("expected")
+    return f"~{exp:+.0%} ({rng})" if isinstance(exp, (int, float)) else rng
 
 
 _NEEDS = {"gpu": "GPU measurement", "ncu": "Nsight Compute", "static": "argument shapes + cubin",
@@ -59,6 +59,26 @@ def render_diagnosis(d: Diagnosis, console: Console, *, brief: bool = False, all
             _evidence_block(console, i, r, brief=brief, all_evidence=all_evidence)
     else:
         console.print("[yellow]no playbook entry applies[/]")
+    if d.ncu_findings and not brief:
+        extra = [f for f in d.ncu_findings if not any(f.get("rule") == g.get("rule") for r in recs for g in r.ncu)]
+        if extra:
+            console.print("[bold]Nsight Compute also says:[/]")
+            for f in extra:
+                console.print(f"  [dim]-[/] {escape(_finding_line(f))}", soft_wrap=True)
+    if d.past and not brief:
+        t = Table(title="past steps on this machine: predicted vs measured", show_header=True, header_style="bold",
+                  box=None, pad_edge=False, title_justify="left")
+        for col in ("kernel", "it", "entry", "predicted", "measured", "status"):
+            t.add_column(col)
+        for s_ in d.past:
+            pred = effect_text({"low": s_.get("predicted_low") or 0.0, "high": s_.get("predicted_high") or 0.0,
+                                **({"expected": s_["predicted_expected"]}
+                                   if isinstance(s_.get("predicted_expected"), (int, float)) else {})}) \
+                if s_.get("predicted_high") is not None else "?"
+            meas = f"{s_['measured']:+.1%}" if isinstance(s_.get("measured"), (int, float)) else "-"
+            t.add_row(escape(str(s_.get("kernel"))), str(s_.get("iteration")), str(s_.get("entry")), pred, meas,
+                      str(s_.get("status")))
+        console.print(t)
     if brief:
         if len(d.recommendations) > len(recs):
             console.print(f"[dim]+{len(d.recommendations) - len(recs)} more: "
@@ -87,7 +107,7 @@ def render_diagnosis(d: Diagnosis, console: Console, *, brief: bool = False, all
 
 def _evidence_block(console: Console, i: int, r: Recommendation, *, brief: bool, all_evidence: bool) -> None:
     lines = r.evidence if all_evidence else r.evidence[: (4 if brief else 8)]
-    if not lines and not r.predicted_effect.get("notes"):
+    if not lines and not r.predicted_effect.get("notes") and not r.ncu:
         return
     console.print(f"[bold]{i}. {r.id}[/] [dim]evidence[/]")
     for ln in lines:
@@ -96,5 +116,25 @@ def _evidence_block(console: Console, i: int, r: Recommendation, *, brief: bool,
         console.print(f"     [dim]… {len(r.evidence) - len(lines)} more line(s) (--all)[/]")
     for note in r.predicted_effect.get("notes", []):
         console.print(f"     [italic]effect: {escape(note)}[/]")
+    if r.predicted_effect.get("basis") and (r.ncu or r.past):
+        console.print(f"     [italic]expected ~{r.expected_gain:+.0%}: {escape(r.predicted_effect['basis'])}[/]")
+    for f in r.ncu:
+        console.print(f"     [magenta]{escape(_finding_line(f))}[/]", soft_wrap=True)
+        if f.get("message") and not brief:
+            console.print(f"       [dim]“{escape(f['message'][:300])}”[/]", soft_wrap=True)
+            for m in (f.get("focus_metrics") or [])[:2]:
+                console.print(f"       [dim]{escape(m['name'])} = {m.get('value')}"
+                              + (f" ({escape(m['info'])})" if m.get("info") else "") + "[/]", soft_wrap=True)
     if not brief and r.changes:
         console.print(f"     [dim]change: {escape(r.changes[0])}[/]")
+
+
+def _finding_line(f: dict) -> str:
+    """One Nsight Compute finding in its own words, with its speedup estimate."""
+    est = ""
+    if isinstance(f.get("speedup_pct"), (int, float)):
+        kind = {"global": "whole-kernel", "local": "local"}.get(f.get("speedup_type") or "", "")
+        est = f" — ncu estimates {f['speedup_pct']:.1f}% {kind} speedup".replace("  ", " ")
+    where = f" at {', '.join(f['markers'][:3])}" if f.get("markers") else ""
+    return f"ncu {f.get('rule')}: {f.get('title') or f.get('message', '')[:80]}{est}{where}"
+

@@ -61,6 +61,61 @@ class Remark:
     def is_fma_fallback(self) -> bool:
         return self.name == "RemarkTensorCoreMMA" and self.kind == "Failure"
 
+    # schedule / pipeline / resource remarks (names in the tileiras binary; 13.5 emits none of
+    # them through the CLI, newer releases print II and NumOps): numbers come from named args
+    # first, then from the message text ("Software pipeline applied: 3 stages")
+    def number(self, *keys: str, pattern: str | None = None) -> int | None:
+        for k in keys:
+            for ak, av in self.args.items():
+                if ak.lower() == k.lower():
+                    m = re.search(r"-?\d+", str(av))
+                    if m:
+                        return int(m.group(0))
+        if pattern:
+            m = re.search(pattern, self.message, re.I)
+            if m:
+                return int(m.group(1))
+        return None
+
+    @property
+    def initiation_interval(self) -> int | None:
+        return self.number("II", "InitiationInterval", pattern=r"(?:\bII|initiation interval)\D{0,5}(\d+)")
+
+    @property
+    def num_ops(self) -> int | None:
+        return self.number("NumOps", "Ops", pattern=r"NumOps\s*[=:]?\s*(\d+)")
+
+    @property
+    def pipeline_stages(self) -> int | None:
+        return self.number("Stages", "NumStages", pattern=r"(\d+)\s*stages?")
+
+    @property
+    def is_loop_pipelined(self) -> bool:
+        return self.name == "RemarkLoopPipeline" and self.kind == "Passed"
+
+    @property
+    def is_loop_not_pipelined(self) -> bool:
+        return (self.name == "RemarkLoopPipeline" and self.kind in ("Missed", "Failure")) \
+            or self.name == "RemarkLoopUnrollDisabled"
+
+    @property
+    def is_schedule(self) -> bool:
+        return self.initiation_interval is not None
+
+    @property
+    def smem_bytes(self) -> int | None:
+        if self.name != "RemarkMemorySmemAllocated":
+            return None
+        return self.number("Bytes", "Size", "SharedMemory", pattern=r"(\d+)\s*bytes")
+
+    @property
+    def is_register_spill(self) -> bool:
+        return self.name in ("RemarkPerfRegisterSpill", "RemarkPerfLocalMemoryUsage")
+
+    @property
+    def is_hint_out_of_range(self) -> bool:
+        return self.name == "RemarkHintOutOfRange"
+
 
 class _Loader(yaml.SafeLoader):
     pass
@@ -119,6 +174,8 @@ def parse_remarks(text: str, *, path: str | None = None) -> list[Remark]:
                     r.shape = _shape(v)
                 elif k == "NumCTAs":
                     r.num_ctas = int(v)
+                elif k in ("Message", "Msg") and not r.message:
+                    r.message = str(v)
                 elif k == "Reason":
                     reason = _REASON_LOC.sub("", str(v)).strip()
                     if reason not in reasons:

@@ -160,49 +160,218 @@ def parse_ncu_csv(text: str) -> list[NcuKernel]:
     return kernels
 
 
+def _ncu_exe() -> str:
+    from ..toolchain import ToolNotFoundError, find_tool
+    try:
+        return str(find_tool("ncu"))
+    except ToolNotFoundError:
+        return shutil.which("ncu") or "ncu"
+
+
+def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, workload_kwargs: dict | None,
+             device: int | None, timeout_s: float) -> tuple[list[str], str, str | None, dict]:
+    """Run the workload's ``profile`` mode (one run in the NVTX range ``cutile_diag_profile``)
+    under ncu with ``ncu_args``: (command, stdout + stderr, error or None, the worker's result)."""
+    req, res = workdir / "ncu-request.json", workdir / "ncu-worker.json"
+    req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
+                               "config": config, "device": device}))
+    cmd = [_ncu_exe(), "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/", *ncu_args,
+           "--target-processes", "all", sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
+    env = dict(os.environ)
+    env.pop("CUDA_HOME", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, errors="replace")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        proc.communicate()
+        return cmd, "", f"ncu killed after {timeout_s:g} s", {}
+    text = out + "\n" + err
+    if "ERR_NVGPUCTRPERM" in text:
+        return cmd, text, ("ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
+                           "root or allow non-admin profiling"), {}
+    worker = {}
+    if res.exists():
+        try:
+            worker = json.loads(res.read_text())
+        except json.JSONDecodeError:
+            worker = {}
+    if worker.get("status") not in (None, "ok"):
+        return cmd, text, f"the profiled run failed: {worker.get('error')}", worker
+    tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
+    return cmd, text, None, {"rc": proc.returncode, "tail": tail, "stdout": out}
+
+
 def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None = None, device: int | None = None,
                      timeout_s: float = 300.0, extra_args: list[str] | None = None) -> NcuResult:
     why = ncu_available()
     if why:
         return NcuResult(error=why)
-    from ..toolchain import ToolNotFoundError, find_tool
-    try:
-        ncu = str(find_tool("ncu"))
-    except ToolNotFoundError:
-        ncu = shutil.which("ncu") or "ncu"
     with tempfile.TemporaryDirectory(prefix="cutile-diag-ncu-") as tmp:
-        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
-                                   "config": config, "device": device}))
-        cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/",
-               "--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units", "base",
-               "--target-processes", "all", *(extra_args or []),
-               sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
-        env = dict(os.environ)
-        env.pop("CUDA_HOME", None)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True, errors="replace")
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            proc.communicate()
-            return NcuResult(error=f"ncu killed after {timeout_s:g} s", command=cmd)
-        text = out + "\n" + err
-        if "ERR_NVGPUCTRPERM" in text:
-            return NcuResult(error="ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
-                                   "root or allow non-admin profiling", command=cmd)
-        worker = {}
-        if res.exists():
-            try:
-                worker = json.loads(res.read_text())
-            except json.JSONDecodeError:
-                worker = {}
-        if worker.get("status") not in (None, "ok"):
-            return NcuResult(error=f"the profiled run failed: {worker.get('error')}", command=cmd)
-        kernels = parse_ncu_csv(out)
+        cmd, _, err, info = _run_ncu(["--metrics", ",".join(METRICS), "--csv", "--page", "raw", "--print-units",
+                                      "base", *(extra_args or [])], workload, config, Path(tmp),
+                                     workload_kwargs=workload_kwargs, device=device, timeout_s=timeout_s)
+        if err:
+            return NcuResult(error=err, command=cmd)
+        kernels = parse_ncu_csv(info["stdout"])
         if not kernels:
-            tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-            return NcuResult(error=f"ncu reported no kernels in the profiled range (rc {proc.returncode}): {tail}",
+            return NcuResult(error=f"ncu reported no kernels in the profiled range (rc {info['rc']}): {info['tail']}",
                              command=cmd)
         return NcuResult(kernels=kernels, command=cmd)
+
+# --- full reports and the rule engine (diagnose --ncu) -------------------------------------------
+
+# metrics kept in an export beside the rules (what collect_ncu reads, plus the launch)
+EXPORT_METRICS = (*METRICS, "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "lts__t_sector_hit_rate.pct",
+                  "launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z",
+                  "launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z",
+                  "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+                  "sm__maximum_warps_per_active_cycle_pct")
+
+
+def ncu_report_module():
+    """``ncu_report`` (Nsight Compute's Python report reader): importable as is (the PyPI
+    ``ncu-report`` package or PYTHONPATH), else from ``<ncu install>/extras/python`` found
+    through the ``ncu`` on PATH.  None when neither exists."""
+    try:
+        import ncu_report  # type: ignore[import-not-found]
+        return ncu_report
+    except ImportError:
+        pass
+    exe = shutil.which("ncu")
+    if not exe:
+        return None
+    real = Path(os.path.realpath(exe))
+    for root in (real.parent, *real.parents[:3]):
+        cand = root / "extras" / "python"
+        if (cand / "ncu_report.py").exists() or any(cand.glob("ncu_report*")):
+            sys.path.insert(0, str(cand))
+            try:
+                import ncu_report  # type: ignore[import-not-found]
+                return ncu_report
+            except ImportError:
+                sys.path.remove(str(cand))
+    return None
+
+
+def _plain(obj):
+    """Reader values as JSON: enums (MsgType, SpeedupType, FocusSeverity are IntEnums, which
+    json would write as bare numbers) by name, tuples as lists."""
+    import enum
+    if isinstance(obj, enum.Enum):
+        return obj.name
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+# source-correlated metrics (instance values keyed by instruction address), best first: where the
+# warps were sampled, else how often each instruction ran
+HOTSPOT_METRICS = ("smsp__pcsamp_sample_count", "smsp__pcsamp_warps_issue_stalled_long_scoreboard",
+                   "smsp__sass_inst_executed", "inst_executed")
+
+
+def _hotspots(action, names: set[str], top: int = 8) -> dict:
+    """{metric, lines: [{file, line, value, share}]}: a source-correlated metric summed per
+    source line through ``IAction.source_info(address)`` (empty when the report has none)."""
+    for m in HOTSPOT_METRICS:
+        if m not in names:
+            continue
+        metric = _safe(lambda m=m: action[m])
+        if metric is None or not _safe(metric.has_correlation_ids, False):
+            continue
+        ids = _safe(metric.correlation_ids)
+        n = _safe(metric.num_instances, 0) or 0
+        per_line: dict[tuple[str, int], float] = {}
+        for i in range(n):
+            v, pc = _safe(lambda i=i: metric.value(i)), _safe(lambda i=i: ids.value(i))
+            info = _safe(lambda pc=pc: action.source_info(pc)) if pc is not None else None
+            if not isinstance(v, (int, float)) or info is None:
+                continue
+            key = (str(_safe(info.file_name, "?")), int(_safe(info.line, 0) or 0))
+            per_line[key] = per_line.get(key, 0.0) + float(v)
+        total = sum(per_line.values())
+        if total > 0:
+            best = sorted(per_line.items(), key=lambda kv: -kv[1])[:top]
+            return {"metric": m, "lines": [{"file": f, "line": ln, "value": v, "share": round(v / total, 4)}
+                                           for (f, ln), v in best]}
+    return {}
+
+
+def _safe(fn, default=None):
+    try:
+        return fn()
+    except Exception:   # the reader raises on absent metrics / older report versions
+        return default
+
+
+def export_report(report: str | Path, *, module=None) -> dict:
+    """A ``.ncu-rep`` as plain JSON (the schema in ``cutile_diag.diagnose.ncu_rules``): per
+    kernel its name, duration, launch, a few metrics, the rule results and the source markers."""
+    from ..diagnose.ncu_rules import EXPORT_SCHEMA
+    mod = module or ncu_report_module()
+    if mod is None:
+        raise RuntimeError("the ncu_report module is not available (install Nsight Compute, or pip install ncu-report)")
+    ctx = mod.load_report(str(report))
+    kernels = []
+    for ri in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(ri)
+        for ai in range(rng.num_actions()):
+            a = rng.action_by_idx(ai)
+            names = set(_safe(lambda: list(a.metric_names()), []) or [])
+            metrics = {}
+            for m in EXPORT_METRICS:
+                if m in names:
+                    v = _safe(lambda m=m: a[m].value())
+                    if isinstance(v, (int, float)):
+                        metrics[m] = v
+            dims = [int(metrics.get(f"launch__grid_dim_{c}", 0) or 0) for c in "xyz"]
+            if not all(dims) and metrics.get("launch__grid_size"):
+                dims = [int(metrics["launch__grid_size"]), 1, 1]
+            block = [int(metrics.get(f"launch__block_dim_{c}", 0) or 0) for c in "xyz"]
+            rules = _safe(lambda: list(a.rule_results_as_dicts()), []) or []
+            markers = _safe(lambda: list(a.source_markers()), []) or []
+            hot = _hotspots(a, names)
+            kernels.append({"name": str(_safe(a.name, "?")), "duration_ns": metrics.get("gpu__time_duration.sum"),
+                            "grid": dims if all(dims) else [], "block": block if all(block) else [],
+                            "metrics": metrics, "rules": _plain(rules), "source_markers": _plain(markers),
+                            "hotspots": hot})
+    return {"schema": EXPORT_SCHEMA, "report": str(report), "kernels": kernels}
+
+
+@dataclass
+class NcuReport:
+    export: dict | None = None
+    report: str | None = None
+    error: str | None = None
+    command: list[str] = field(default_factory=list)
+
+
+def profile_report(workload: str, config: str, out_dir: str | Path, *, workload_kwargs: dict | None = None,
+                   device: int | None = None, timeout_s: float = 600.0, sections: list[str] | None = None) -> NcuReport:
+    """Profile one configuration with the rule-carrying sections (``--set full`` unless
+    ``sections``) into ``out_dir/ncu.ncu-rep``, then export it (``ncu-export.json`` beside it)."""
+    why = ncu_available()
+    if why:
+        return NcuReport(error=why)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = out / "ncu.ncu-rep"
+    what = [a for s in sections for a in ("--section", s)] if sections else ["--set", "full"]
+    cmd, _, err, info = _run_ncu([*what, "--import-source", "yes", "-f", "-o", str(rep.with_suffix(""))], workload,
+                                 config, out, workload_kwargs=workload_kwargs, device=device, timeout_s=timeout_s)
+    if err:
+        return NcuReport(error=err, command=cmd)
+    if not rep.exists():
+        return NcuReport(error=f"ncu wrote no report (rc {info['rc']}): {info['tail']}", command=cmd)
+    try:
+        export = export_report(rep)
+    except Exception as e:   # reader missing or report from another version
+        return NcuReport(report=str(rep), error=f"cannot read {rep.name}: {e}", command=cmd)
+    (out / "ncu-export.json").write_text(json.dumps(export, indent=1))
+    return NcuReport(export=export, report=str(rep), command=cmd)

@@ -1,0 +1,121 @@
+"""Calibrated predictions: what the loop measured on this machine, per playbook entry.
+
+The loop's ledgers (read with the loop's own ``Ledger.load``) record, for every iteration,
+the entry it applied, the diagnosis that predicted its effect and the side-by-side
+comparison that measured it.  ``Calibration`` gathers those as ``PastStep`` records;
+``expected_gain`` blends an entry's prior (its playbook range, bounded by the kernel's
+headroom) with the measured effects — a step that measured +2 % three times is not
+expected to give +40 % the fourth time.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import UsageError
+
+
+@dataclass
+class PastStep:
+    entry: str
+    kernel: str
+    iteration: int
+    status: str                          # keep | revert | crash
+    measured: float | None               # t_before / t_after - 1 (None: never timed)
+    predicted_low: float | None = None
+    predicted_high: float | None = None
+    predicted_expected: float | None = None
+    ledger: str = ""
+
+    def to_json(self) -> dict:
+        return dict(vars(self))
+
+
+@dataclass
+class Calibration:
+    steps: list[PastStep] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def measured(self, entry: str) -> list[float]:
+        return [s.measured for s in self.steps if s.entry == entry and s.measured is not None]
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    @classmethod
+    def from_paths(cls, paths: Iterable[str | Path]) -> "Calibration":
+        """Ledger files, loop state folders, or folders searched for ``ledger.jsonl``."""
+        from ..loop.ledger import LEDGER_FILE, Ledger, LedgerError
+        cal = cls()
+        for p in map(Path, paths):
+            if p.is_file():
+                files = [p]
+            elif p.is_dir():
+                files = sorted(p.rglob(LEDGER_FILE))
+                if not files:
+                    raise UsageError(f"{p}: no {LEDGER_FILE} under this folder")
+            else:
+                raise UsageError(f"{p}: no such ledger or folder")
+            for f in files:
+                try:
+                    led = Ledger.load(f.parent, file=f)
+                except LedgerError as e:
+                    raise UsageError(e.one_line()) from None
+                cal.sources.append(str(f))
+                cal.steps.extend(steps_of(led, str(f)))
+        return cal
+
+
+def _gain_of(rec: dict) -> float | None:
+    cmp_ = rec.get("comparison") or {}
+    ratio = cmp_.get("ratio")
+    if isinstance(ratio, (int, float)) and ratio > 0 and math.isfinite(ratio):
+        return 1.0 / float(ratio) - 1.0        # ratio = t_after / t_before
+    before, after = rec.get("baseline_latency_ms"), rec.get("latency_ms")
+    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and after > 0:
+        return float(before) / float(after) - 1.0
+    return None
+
+
+def steps_of(led, source: str = "") -> list[PastStep]:
+    """Every applied step of one ledger with its prediction (from the diagnosis that chose it)."""
+    kernel = str(led.setup.get("kernel") or led.setup.get("function") or "?")
+    out = []
+    for r in led.iterations:
+        entry = (r.get("entry") or {}).get("id")
+        if not entry or r.get("iteration", 0) == 0:
+            continue
+        pred = next((x.get("predicted_effect") or {} for x in (r.get("diagnosis") or {}).get("recommendations", [])
+                     if x.get("id") == entry), {})
+        out.append(PastStep(entry=str(entry), kernel=kernel, iteration=int(r["iteration"]),
+                            status=str(r.get("status")), measured=_gain_of(r),
+                            predicted_low=pred.get("low"), predicted_high=pred.get("high"),
+                            predicted_expected=pred.get("expected"), ledger=source))
+    return out
+
+
+def prior_expected(low: float, high: float) -> float:
+    """A point estimate inside the playbook range: the geometric mean of the bounds (the
+    ranges span orders of magnitude, so the arithmetic mean would sit near the hopeful end)."""
+    if high <= 0:
+        return max(high, 0.0)
+    return math.sqrt(max(low, 0.01) * high) if high > 0.01 else high
+
+
+def expected_gain(low: float, high: float, measured: list[float], ncu_gain: float | None = None) -> tuple[float, str]:
+    """(expected gain, how it was reached).  The prior counts as half an observation, so one
+    measurement on this machine already weighs 2/3 and three weigh 6/7; an Nsight Compute
+    estimate replaces the prior; never above ``high`` (the headroom bound)."""
+    base, how = prior_expected(low, high), "prior (playbook range)"
+    if ncu_gain is not None:
+        base, how = min(max(ncu_gain, 0.0), high), "Nsight Compute's estimate"
+    if measured:
+        n = len(measured)
+        med = statistics.median(measured)
+        w = n / (n + 0.5)
+        base = w * med + (1 - w) * base
+        how = f"{n} measured step(s) on this machine (median {med:+.1%}) blended with the {how}"
+    return round(min(base, high), 4), how
