@@ -263,9 +263,8 @@ class _Recorder:
     def finish(self) -> None:
         with self.lock:
             try:
-                if self.pending:
-                    self.pending[-1][2].synchronize()
-                self._resolve()
+                while self.pending:            # launches may sit on several streams: wait for each in order
+                    self._resolve(block_oldest=True)
             except Exception:
                 self.done += [r for r, _s, _e in self.pending]
                 self.pending = []

@@ -46,6 +46,10 @@ def param_kinds(loaded) -> list[str]:
             kind = f"scalar {getattr(node.scalar, 'name', node.scalar)}"
         elif getattr(node, "array", None) is not None:
             kind = "array"
+        elif p.annotation in (int, float, bool):
+            kind = f"scalar {p.annotation.__name__}"
+        elif p.annotation is not inspect.Parameter.empty:
+            kind = getattr(p.annotation, "__name__", str(p.annotation))
         else:
             kind = "array or scalar"
         out.append(f"{name}: {kind}")

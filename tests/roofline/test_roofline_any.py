@@ -1,0 +1,240 @@
+"""`cutile-diag roofline` without a workload class: a bare kernel at specs, and every kernel a command launches."""
+import json
+import statistics
+import sys
+import textwrap
+
+import pytest
+
+from cutile_diag.cli import main
+from cutile_diag.examples import EXAMPLES_DIR
+
+pytest.importorskip("cuda.tile")
+
+OFFLINE = ["--device", "h200", "--latency-ms", "0.5", "--json"]
+
+# A kernel file in the styles real libraries use and without CAPTURE_SPECS: a row RMS norm with a weight
+# vector broadcast over the row and a wrapper that allocates its output (parameter names differ from the
+# kernel's), a 2-D tiled kernel with no wrapper, and a grid-stride kernel over a runtime row count.
+KERNELS = textwrap.dedent('''
+    import cuda.tile as ct
+
+
+    @ct.kernel
+    def rms_norm_rows(X, W, Y, eps: float, TILE_N: ct.Constant[int]):
+        row = ct.bid(0)
+        x = ct.load(X, index=(row, 0), shape=(1, TILE_N), padding_mode=ct.PaddingMode.ZERO).astype(ct.float32)
+        w = ct.load(W, index=(0,), shape=(TILE_N,), padding_mode=ct.PaddingMode.ZERO).astype(ct.float32)
+        ms = ct.sum(x * x, axis=1, keepdims=True) / TILE_N
+        y = x * ct.rsqrt(ms + eps) * ct.reshape(w, (1, TILE_N))
+        ct.store(Y, index=(row, 0), tile=y.astype(Y.dtype))
+
+
+    def rms_norm(x, weight, eps=1e-6):
+        import torch
+        y = torch.empty_like(x)
+        tile = 1 << (x.shape[1] - 1).bit_length()
+        ct.launch(torch.cuda.current_stream(), (x.shape[0],), rms_norm_rows, (x, weight, y, eps, tile))
+        return y
+
+
+    @ct.kernel
+    def scale_tiles(X, Y, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int]):
+        bm, bn = ct.bid(0), ct.bid(1)
+        t = ct.load(X, index=(bm, bn), shape=(TILE_M, TILE_N))
+        ct.store(Y, index=(bm, bn), tile=t * 2.0)
+''')
+
+
+@pytest.fixture(scope="module")
+def kfile(tmp_path_factory):
+    p = tmp_path_factory.mktemp("kern") / "rowops.py"
+    p.write_text(KERNELS)
+    return p
+
+
+def run_json(capsys, argv):
+    rc = main(argv)
+    cap = capsys.readouterr()
+    return rc, json.loads(cap.out), cap.err
+
+
+def nbytes(spec: str) -> int:
+    from cutile_diag.capture.spec import parse_spec
+    return parse_spec(spec).nbytes()
+
+
+# the examples' known minimum traffic: every array read or written once (CAPTURE_SPECS shapes)
+EXAMPLE_MIN = {
+    "vector_add.py::vector_add": ((16384,), 3 * nbytes("f32[16777216]"), 16777216),
+    "vector_add.py::vector_add_persistent": ((528,), 3 * nbytes("f32[16777216]"), 16777216),
+    "softmax.py::softmax": ((32768,), 2 * nbytes("f16[32768,1024]"), None),
+    "gather_scale.py::gather_scale": ((16384,), 2 * nbytes("f32[16777216]"), 2 * 16777216),
+    "matmul.py::matmul": ((32, 32), 3 * nbytes("f16[4096,4096]"), 2 * 4096 ** 3),
+    "matmul.py::matmul_tuned": ((132,), 3 * nbytes("f16[4096,4096]"), 2 * 4096 ** 3),
+}
+
+
+@pytest.mark.parametrize("ref", sorted(EXAMPLE_MIN))
+def test_example_kernels_offline_static_bytes_are_the_minimum_traffic(capsys, ref):
+    grid, min_bytes, flops = EXAMPLE_MIN[ref]
+    rc, d, _ = run_json(capsys, ["roofline", str(EXAMPLES_DIR / ref), *OFFLINE])
+    assert rc == 0
+    wl, r = d["workload"], d["results"][0]
+    assert tuple(wl["grid"]) == grid and wl["grid_source"].startswith("launch wrapper launch(")
+    p = r["point"]
+    assert p["counts_source"] == "static" and p["latency_source"] == "recorded"
+    assert p["bytes"] == min_bytes
+    assert r["static"]["exact"] and r["static"]["bytes_total"] >= min_bytes
+    if flops is not None and "matmul" in ref:
+        assert r["static"]["mma_flops"] == flops and (p["compute_dtype"], p["compute_unit"]) == ("f16", "tensor")
+    elif flops is not None:
+        assert p["flops"] == flops
+    assert p["achieved_tbps"] == pytest.approx(min_bytes / 0.5e-3 / 1e12)
+    assert any("static estimates" in n for n in p["notes"])
+
+
+def test_gemm_issues_more_than_its_footprint_but_is_placed_on_the_minimum(capsys):
+    rc, d, _ = run_json(capsys, ["roofline", str(EXAMPLES_DIR / "matmul.py::matmul"), "--device", "h200",
+                                 "--latency-ms", "0.22", "--json"])
+    st, p = d["results"][0]["static"], d["results"][0]["point"]
+    # A re-read 4096/128 times, B likewise: 2.1 GB of tile traffic; placing that on the roof would
+    # read 9.9 TB/s and trip the guard
+    assert st["bytes_total"] == pytest.approx(2 * 32 * 4096 * 4096 * 2 + 4096 * 4096 * 2)
+    assert p["bytes"] == st["footprint_bytes"] and p["valid"] and rc == 0
+
+
+def test_kernel_without_capture_specs_with_args_and_wrapper_grid(capsys, kfile):
+    args = ["--arg", "X=bf16[4096,4096]", "--arg", "W=bf16[4096]", "--arg", "Y=bf16[4096,4096]",
+            "--arg", "eps=f32", "--arg", "TILE_N=4096"]
+    rc, d, _ = run_json(capsys, ["roofline", f"{kfile}::rms_norm_rows", *args, *OFFLINE])
+    assert rc == 0
+    wl, p = d["workload"], d["results"][0]["point"]
+    assert wl["grid"] == [4096] and "rms_norm(" in wl["grid_source"] and wl["scalars"] == {"eps": 1e-6}
+    # X read + Y written once + W once; the issued traffic re-reads W in every row block
+    assert p["bytes"] == 2 * nbytes("bf16[4096,4096]") + nbytes("bf16[4096]")
+    assert d["results"][0]["static"]["bytes_total"] == 2 * nbytes("bf16[4096,4096]") + 4096 * nbytes("bf16[4096]")
+
+
+def test_kernel_without_wrapper_takes_grid(capsys, kfile):
+    base = ["roofline", f"{kfile}::scale_tiles", "--arg", "X=f32[1024,1024]", "--arg", "Y=f32[1024,1024]",
+            "--arg", "TILE_M=64", "--arg", "TILE_N=64"]
+    rc = main([*base, "--device", "h200", "--latency-ms", "0.01"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "launch grid of scale_tiles is unknown" in err and "--grid" in err
+    rc, d, _ = run_json(capsys, [*base, "--grid", "16,16", *OFFLINE])
+    assert rc == 0 and d["workload"]["grid"] == [16, 16] and d["workload"]["grid_source"] == "--grid"
+    assert d["results"][0]["point"]["bytes"] == 2 * nbytes("f32[1024,1024]")
+
+
+def test_kernel_without_specs_lists_parameters_with_kinds(capsys, kfile):
+    rc = main(["roofline", f"{kfile}::rms_norm_rows", "--device", "h200", "--latency-ms", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert ("parameters: X: array or scalar, W: array or scalar, Y: array or scalar, eps: scalar float, "
+            "TILE_N: ct.Constant[int]") in err
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--arg", "X=f32[M,1024]", "--arg", "Y=f32[1024,1024]", "--arg", "TILE_M=64", "--arg", "TILE_N=64",
+      "--grid", "4,4"], "needs concrete sizes"),
+    (["--arg", "X=f32[64,64]", "--arg", "Y=f32[64,64]", "--arg", "TILE_M=64", "--arg", "TILE_N=64",
+      "--grid", "0"], "--grid '0'"),
+    (["--arg", "X=f32[64,64]", "--grid", "1"], "no spec for parameters"),
+    (["--config", "x"], "--config applies only to a workload"),
+    (["--dry-run"], "--dry-run applies only to -- COMMAND"),
+])
+def test_kernel_reference_bad_input(capsys, kfile, extra, msg):
+    rc = main(["roofline", f"{kfile}::scale_tiles", *extra, "--device", "h200", "--latency-ms", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and err.count("\n") == 1
+
+
+def test_workload_form_rejects_kernel_options(capsys):
+    rc = main(["roofline", "examples:softmax", "--arg", "X=f16[8,8]", "--device", "h200", "--latency-ms", "1"])
+    assert rc == 2 and "--arg applies only to a kernel reference" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# -- COMMAND
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    from cutile_diag.examples import matmul, softmax
+    x = torch.zeros(256, 1024, dtype=torch.float16)
+    for _ in range(4):
+        softmax.launch(x, torch.empty_like(x))
+    a = torch.zeros(512, 512, dtype=torch.float16)
+    matmul.launch(a, a, torch.empty_like(a))
+""")
+
+
+def test_command_dry_run_counts_each_kernel_and_shape(capsys, tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(SCRIPT)
+    plot = tmp_path / "roof.svg"
+    rc = main(["roofline", "--dry-run", "--device", "h200", "--json", "--plot", str(plot), "--",
+               sys.executable, str(prog)])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["executed"] is False and d["launches"] == 5
+    ks = {k["kernel"]: k for k in d["kernels"]}
+    assert ks["softmax"]["calls"] == 4 and ks["softmax"]["grid"] == [256] and ks["softmax"]["status"] == "no_time"
+    assert ks["softmax"]["static"]["bytes_compulsory"] == 2 * 256 * 1024 * 2
+    assert ks["matmul"]["static"]["mma_flops"] == 2 * 512 ** 3 and ks["matmul"]["grid"] == [4, 4]
+    assert d["plot"] is None and not plot.exists()            # no measured point: nothing drawn
+
+
+def test_command_failure_reports_exit_code_and_stderr_tail(capsys, tmp_path):
+    prog = tmp_path / "bad.py"
+    prog.write_text(SCRIPT + "\nimport sys\nprint('assertion: outputs differ', file=sys.stderr)\nsys.exit(5)\n")
+    plot = tmp_path / "roof.png"
+    rc = main(["roofline", "--dry-run", "--device", "h200", "--plot", str(plot), "--json", "--",
+               sys.executable, str(prog)])
+    cap = capsys.readouterr()
+    assert rc == 1 and cap.out == "" and not plot.exists()
+    assert "command exited with 5" in cap.err and "assertion: outputs differ" in cap.err and cap.err.count("\n") == 1
+
+
+def test_command_launching_nothing_exits_1(capsys):
+    rc = main(["roofline", "--dry-run", "--", sys.executable, "-c", "print('no kernels here')"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "launched no cuTile kernel" in err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["roofline"], "nothing to place on the roofline"),
+    (["roofline", "examples:softmax", "--", "python", "x.py"], "not both"),
+    (["roofline", "--arg", "X=f16[8]", "--", "python", "x.py"], "--arg applies only to a kernel reference"),
+    (["roofline", "--latency-ms", "1", "--", "python", "x.py"], "--latency-ms applies only to"),
+    (["roofline", "--dry-run", "--", "no-such-program-xyz"], "command not found"),
+])
+def test_command_form_bad_input(capsys, argv, msg):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and err.count("\n") == 1
+
+
+def test_measured_launches_become_points(tmp_path):
+    """The same path as a GPU run after the observer: records with device times -> one point per
+    configuration, the JIT-compiling first launch out of the median."""
+    import torch
+    from dataclasses import replace
+    from cutile_diag.capture.launches import cpu_cuda, intercept_launches
+    from cutile_diag.examples import softmax
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.observed import roofline_launches
+    from cutile_diag.roofline.peaks import recorded_ceilings
+    x = torch.zeros(4096, 1024, dtype=torch.float16)
+    with cpu_cuda(), intercept_launches() as recs:
+        for _ in range(4):
+            softmax.launch(x, x)
+    times = [50.0, 0.0110, 0.0100, 0.0105]                  # the first one compiled
+    recs = [replace(r, device_ms=t, extra={"first": i == 0}) for i, (r, t) in enumerate(zip(recs, times))]
+    dev = preset("h200")
+    (res,) = roofline_launches(recs, device=dev, ceilings=recorded_ceilings(dev))
+    p = res.point
+    assert res.status == "ok" and p.latency_ms == pytest.approx(statistics.median(times[1:]))
+    assert p.bytes == 2 * 4096 * 1024 * 2 and p.achieved_tbps == pytest.approx(p.bytes / 0.0105e-3 / 1e12)
+    assert p.counts_source == "static" and p.pct_measured is not None
+    assert res.to_json()["total_ms"] == pytest.approx(sum(times)) and res.to_json()["calls"] == 4
+    assert any("first launch" in n for n in p.notes)
