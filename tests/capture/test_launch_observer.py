@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from cutile_diag.capture import launch_observer as lo
-from cutile_diag.capture.launches import LaunchRecord
+from cutile_diag.capture.launches import LaunchRecord, read_jsonl
 
 pytest.importorskip("cuda.tile")
 PY = sys.executable
@@ -103,10 +103,12 @@ class _Event:
 
 def test_events_are_read_lazily_and_flushed_at_exit(tmp_path, monkeypatch):
     import cuda.tile as ct
-    from cutile_diag.capture.launches import read_jsonl
     from cutile_diag.examples import softmax
-    rec = lo._Recorder(str(tmp_path), execute=True)
+    rec = lo._Recorder(str(tmp_path), execute=True, pad_us=1e6)
     made = []
+    idle = [True, False, False]                 # the stream is idle at the first launch only
+    monkeypatch.setattr(rec, "_capturing", lambda: False)
+    monkeypatch.setattr(rec, "_pad", lambda ts: idle.pop(0))
 
     def event():
         made.append(_Event())
@@ -124,8 +126,24 @@ def test_events_are_read_lazily_and_flushed_at_exit(tmp_path, monkeypatch):
     made[1].ready = True                                                     # first launch's end event done
     rec.launch(original, "stream", (8,), softmax.softmax, (x, x, 128))
     assert len(rec.done) == 1 and rec.done[0].device_ms == 1.0 and len(rec.pending) == 2
-    rec.finish()                                                             # waits for the last, writes all
+    rec.finish()                                                             # waits for the rest, writes all
     got = read_jsonl(next(tmp_path.glob("launches-*.jsonl")))
     assert [r.device_ms for r in got] == [1.0, 1.0, 1.0] and [r.extra["first"] for r in got] == [True, False, False]
+    assert got[0].extra["padded_us"] == 1e6 and "enqueue_gap" not in got[0].extra
+    assert got[1].extra["stream_busy"] and "padded_us" not in got[1].extra
     assert ct.launch is not original
     assert isinstance(got[0], LaunchRecord)
+
+
+def test_graph_capture_launches_are_recorded_without_events(tmp_path, monkeypatch):
+    import torch
+    from cutile_diag.examples import softmax
+    rec = lo._Recorder(str(tmp_path), execute=True)
+    monkeypatch.setattr(rec, "_capturing", lambda: True)
+    monkeypatch.setattr(rec, "_torch_stream", lambda s: s)
+    monkeypatch.setattr(rec, "_event", lambda: pytest.fail("no event may be made during capture"))
+    x = torch.zeros(8, 100, dtype=torch.float16)
+    rec.launch(lambda *a, **k: None, "stream", (8,), softmax.softmax, (x, x, 128))
+    rec.finish()
+    (r,) = read_jsonl(next(tmp_path.glob("launches-*.jsonl")))
+    assert r.extra["graph_capture"] and r.device_ms is None

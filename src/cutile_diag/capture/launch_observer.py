@@ -13,15 +13,22 @@ launch (kernel, grid, argument dtypes/shapes/strides, ``launches.describe_launch
 kernels execute, brackets it with two CUDA events on the launch's stream.  The events are
 read lazily: a launch only *queries* the events of earlier launches (no synchronisation);
 an event is waited for only when more than ``MAX_PENDING`` launches are unresolved, and the
-rest at exit.  Cost per launch: describing the arguments plus two event records, a few
-microseconds of host time, no device synchronisation — so the program's own timing loops see
-a few µs more launch overhead and nothing else.  What the events measure is the kernel
-*plus any idle gap while the host enqueued it*: when the stream is otherwise empty (the
-GPU waits for Python), a kernel shorter than ~20 µs reads long by the launch overhead; in
-timing loops that queue work ahead (``do_bench``, CUDA graphs excepted: a captured launch
-is not observed) the gap is hidden.  The first launch of a kernel at a new signature also
-contains the JIT compile (the start event fires before the compile); it is marked
-``extra["first"]`` and ``roofline.observed`` leaves it out of the medians.
+rest at exit.
+
+Overhead and what the events measure.  Per launch: describing the arguments, a stream query
+and two event records — a few µs of host time, no device synchronisation.  A start event
+recorded on an *idle* stream fires at once, before the host has finished enqueuing the
+kernel (cuTile's launch path is tens of µs of Python), so the elapsed time would include
+that gap.  On an idle stream the recorder therefore queues a short GPU spin
+(``torch.cuda._sleep``, ``CUTILE_DIAG_LAUNCH_PAD_US``, default 50 µs, 0 = off) before the
+start event: the kernel is queued while the GPU spins, and the events bracket the kernel
+alone.  The program pays for it: that launch starts up to 50 µs later, and a profiler that
+sums *all* kernels (TileGym's CUPTI timer) counts the spin too.  A launch whose enqueue took
+longer than the spin is marked ``extra["enqueue_gap"]``.  Launches inside CUDA-graph capture
+are recorded without times (``extra["graph_capture"]``; replays do not pass through
+``ct.launch``).  The first launch of a kernel at a new signature contains the JIT compile
+(the start event fires before it); it is marked ``extra["first"]`` and ``roofline.observed``
+leaves it out of the medians.
 
 ``CUTILE_DIAG_LAUNCH_EXECUTE=0`` records without executing anything (no GPU needed: the
 usual ``torch.cuda`` stream/SM queries answer on a CPU, see ``launches.cpu_cuda``).
@@ -47,6 +54,9 @@ SITE_DIR = Path(__file__).resolve().parent / "_observer_site"
 ENV_DIR = "CUTILE_DIAG_LAUNCH_DIR"
 ENV_EXECUTE = "CUTILE_DIAG_LAUNCH_EXECUTE"
 ENV_SRC = "CUTILE_DIAG_OBSERVER_SRC"
+ENV_PAD = "CUTILE_DIAG_LAUNCH_PAD_US"
+DEFAULT_PAD_US = 50.0        # GPU spin ahead of a launch on an idle stream (see _Recorder._pad)
+_SPIN_CYCLES_PER_US = 2000   # torch.cuda._sleep counts SM clocks: ~2 GHz on Hopper/Blackwell
 MAX_PENDING = 1024           # unresolved timed launches before the oldest is waited for
 FLUSH_EVERY = 256            # resolved records buffered before an append to the file
 
@@ -75,8 +85,11 @@ class ObservedRun:
 # ---------------------------------------------------------------------------------------
 # parent side
 
-def observer_env(out_dir: Path, *, execute: bool = True, base: dict | None = None) -> dict:
+def observer_env(out_dir: Path, *, execute: bool = True, pad_us: float | None = None,
+                 base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
+    if pad_us is not None:
+        env[ENV_PAD] = str(pad_us)
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env[ENV_DIR] = str(out_dir)
     env[ENV_EXECUTE] = "1" if execute else "0"
@@ -94,7 +107,7 @@ def _tail_lines(path: Path, n: int = 8) -> list[str]:
 
 
 def observe_command(command: list[str], *, execute: bool = True, timeout: float | None = None,
-                    echo: Callable[[str], None] | None = None,
+                    pad_us: float | None = None, echo: Callable[[str], None] | None = None,
                     on_step: Callable[[str], None] | None = None) -> ObservedRun:
     """Run ``command`` once with every ``ct.launch`` recorded; raises CommandFailedError /
     NoLaunchesError (exit 1) or UsageError (the command cannot be started)."""
@@ -105,7 +118,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         rec_dir = work / "records"
         rec_dir.mkdir()
         err_log = work / "stderr.txt"
-        env = observer_env(rec_dir, execute=execute)
+        env = observer_env(rec_dir, execute=execute, pad_us=pad_us)
         if on_step:
             on_step(f"running {' '.join(command)[:60]}")
         start = time.monotonic()
@@ -168,9 +181,10 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
 # child side
 
 class _Recorder:
-    def __init__(self, out_dir: str, execute: bool):
+    def __init__(self, out_dir: str, execute: bool, pad_us: float = 0.0):
         self.out_dir = out_dir
         self.execute = execute
+        self.pad_us = pad_us
         self.pending: list[tuple[LaunchRecord, object, object]] = []
         self.done: list[LaunchRecord] = []
         self.seen: set = set()
@@ -181,6 +195,21 @@ class _Recorder:
         self.lock = threading.Lock()
 
     # -- events --------------------------------------------------------------------------
+    def _capturing(self) -> bool:
+        import torch
+        return bool(torch.cuda.is_current_stream_capturing())
+
+    def _pad(self, ts) -> bool:
+        """On an idle stream the start event would fire at once and the host's enqueue of the kernel
+        (tens of µs of Python) would be timed with it: queue a short GPU spin first, so the kernel is
+        queued before the spin ends.  A busy stream needs none."""
+        if self.pad_us <= 0 or not ts.query():
+            return False
+        import torch
+        with torch.cuda.stream(ts):
+            torch.cuda._sleep(int(self.pad_us * _SPIN_CYCLES_PER_US))
+        return True
+
     def _torch_stream(self, stream):
         import torch
         if isinstance(stream, torch.cuda.Stream):
@@ -243,19 +272,34 @@ class _Recorder:
             if self.timing_error is None:
                 try:
                     ts = self._torch_stream(stream)
-                    events = (self._event(), self._event(), ts)
-                    events[0].record(ts)
+                    if self._capturing():
+                        # inside CUDA-graph capture: no event may be queried; replays are not launches
+                        rec = replace(rec, extra={**rec.extra, "graph_capture": True})
+                    else:
+                        padded = self._pad(ts)
+                        events = (self._event(), self._event(), ts, padded)
+                        events[0].record(ts)
                 except Exception as e:
                     self.timing_error = f"{type(e).__name__}: {e}"
                     events = None
+        t0 = time.perf_counter()
         result = original(stream, grid, kernel, kernel_args, **kw)
+        host_us = (time.perf_counter() - t0) * 1e6
         with self.lock:
             if events is not None:
                 events[1].record(events[2])
-                self.pending.append((rec, events[0], events[1]))
+                extra = {**rec.extra, "host_us": round(host_us, 1)}
+                if events[3]:
+                    extra["padded_us"] = self.pad_us
+                    if host_us > self.pad_us:    # the spin ran out before the kernel was queued
+                        extra["enqueue_gap"] = True
+                elif not first:
+                    extra["stream_busy"] = True
+                self.pending.append((replace(rec, extra=extra), events[0], events[1]))
                 self._resolve(block_oldest=len(self.pending) > MAX_PENDING)
             else:
-                self.done.append(replace(rec, extra={**rec.extra, "timing_error": self.timing_error}))
+                self.done.append(replace(rec, extra={**rec.extra, "timing_error": self.timing_error})
+                                 if self.timing_error else rec)
             if len(self.done) >= FLUSH_EVERY:
                 self._flush()
         return result
@@ -284,7 +328,11 @@ def install(ct_module=None) -> _Recorder | None:
     if ct_module is None:
         import cuda.tile as ct_module
     execute = os.environ.get(ENV_EXECUTE, "1") != "0"
-    rec = _Recorder(out_dir, execute)
+    try:
+        pad_us = float(os.environ.get(ENV_PAD, DEFAULT_PAD_US))
+    except ValueError:
+        pad_us = DEFAULT_PAD_US
+    rec = _Recorder(out_dir, execute, pad_us)
     original = ct_module.launch
 
     def launch(stream, grid, kernel, kernel_args, /, **kw):

@@ -37,6 +37,7 @@ def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     from ..capture.launch_observer import observe_command
     from ..roofline.observed import attach_ncu, roofline_launches
     timeout = positive_arg("--timeout", args.timeout)
+    pad_us = number_arg("--pad-us", args.pad_us, strict=False)
     gpu = number_arg("--gpu", args.gpu, strict=False, integer=True)
     if args.ncu:
         from ..roofline.ncu import ncu_available
@@ -48,7 +49,7 @@ def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     dev, ceilings = _device(args, gpu)
     show = not args.json
     echo = (lambda line: err_console.print(Text("│ ", style="dim") + Text(line), highlight=False)) if show else None
-    run = observe_command(cmd, execute=not args.dry_run, timeout=timeout, echo=echo)
+    run = observe_command(cmd, execute=not args.dry_run, timeout=timeout, pad_us=pad_us, echo=echo)
     with progress(1, "roofline: static counts", enabled=show) as bar:
         results = roofline_launches(run.records, device=dev, ceilings=ceilings,
                                     on_step=lambda m: bar.update(m)) if dev is not None else \

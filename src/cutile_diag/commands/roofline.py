@@ -52,6 +52,9 @@ def register(subparsers) -> None:
                    help="kernel reference: argument spec as for capture (on top of the module's CAPTURE_SPECS)")
     p.add_argument("--grid", metavar="X[,Y[,Z]]",
                    help="kernel reference: launch grid (default: from the module's launch wrapper, run on a CPU)")
+    p.add_argument("--pad-us", metavar="US",
+                   help="-- COMMAND: GPU spin queued ahead of a launch on an idle stream so its events time the "
+                        "kernel, not the host's enqueue (default 50; 0 = off)")
     p.add_argument("--dry-run", action="store_true",
                    help="-- COMMAND: record the launches without executing any kernel (no GPU): static counts only")
     p.add_argument("--config", nargs="+", action="extend", metavar="NAME", help="configurations (default: all)")
@@ -157,7 +160,7 @@ def _is_kernel_ref(ref: str) -> bool:
 
 
 # options that belong to one form only: rejected elsewhere rather than ignored
-_FORM_OPTIONS = {"arg": ("kernel",), "grid": ("kernel",), "dry_run": ("command",), "config": ("workload",),
+_FORM_OPTIONS = {"arg": ("kernel",), "grid": ("kernel",), "dry_run": ("command",), "pad_us": ("command",), "config": ("workload",),
                  "list": ("workload",), "workload_arg": ("workload",), "check_seed": ("workload",),
                  "no_check": ("workload",), "latency_ms": ("workload", "kernel")}
 _FORM_NAMES = {"kernel": "a kernel reference FILE.py::KERNEL", "command": "-- COMMAND", "workload": "a workload"}

@@ -142,7 +142,12 @@ def roofline_launches(records: Sequence[LaunchRecord], *, device: DeviceModel, c
             continue
         times = g.times_ms()
         if not times:
-            res.status, res.error = "no_time", "launches recorded without a device time (not executed)"
+            captured = sum(1 for r in g.launches if r.extra.get("graph_capture"))
+            why = (f"{captured} of {g.calls} launches were inside CUDA-graph capture (replays are not observed)"
+                   if captured else next((f"no device time: {r.extra['timing_error']}" for r in g.launches
+                                          if r.extra.get("timing_error")),
+                                         "launches recorded without a device time (not executed)"))
+            res.status, res.error = "no_time", why
             continue
         lat = statistics.median(times)
         if lat <= 0:
@@ -163,6 +168,10 @@ def roofline_launches(records: Sequence[LaunchRecord], *, device: DeviceModel, c
             p.notes.append("the first launch (JIT compile inside its events) is left out of the median")
         elif g.calls == 1:
             p.notes.append("a single launch: its time may include the JIT compile")
+        gaps = sum(1 for r in g.launches if r.extra.get("enqueue_gap"))
+        if gaps:
+            p.notes.append(f"{gaps} launch(es) took longer to enqueue than the GPU spin ahead of them: their times "
+                           "include host enqueue time (raise CUTILE_DIAG_LAUNCH_PAD_US)")
         res.point = p
         if not p.valid:
             res.status = "invalid"
