@@ -106,7 +106,7 @@ def test_events_are_read_lazily_and_flushed_at_exit(tmp_path, monkeypatch):
     from cutile_diag.examples import softmax
     rec = lo._Recorder(str(tmp_path), execute=True, pad_us=1e6)
     made = []
-    idle = [True, False, False]                 # the stream is idle at the first launch only
+    idle = ["padded", "busy", "busy"]           # the stream is idle at the first launch only
     monkeypatch.setattr(rec, "_capturing", lambda: False)
     monkeypatch.setattr(rec, "_pad", lambda ts: idle.pop(0))
 

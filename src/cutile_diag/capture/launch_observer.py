@@ -199,16 +199,18 @@ class _Recorder:
         import torch
         return bool(torch.cuda.is_current_stream_capturing())
 
-    def _pad(self, ts) -> bool:
+    def _pad(self, ts) -> str:
         """On an idle stream the start event would fire at once and the host's enqueue of the kernel
         (tens of µs of Python) would be timed with it: queue a short GPU spin first, so the kernel is
-        queued before the spin ends.  A busy stream needs none."""
-        if self.pad_us <= 0 or not ts.query():
-            return False
+        queued before the spin ends.  A busy stream needs none.  Returns padded | busy | off."""
+        if self.pad_us <= 0:
+            return "off"
+        if not ts.query():
+            return "busy"
         import torch
         with torch.cuda.stream(ts):
             torch.cuda._sleep(int(self.pad_us * _SPIN_CYCLES_PER_US))
-        return True
+        return "padded"
 
     def _torch_stream(self, stream):
         import torch
@@ -289,11 +291,11 @@ class _Recorder:
             if events is not None:
                 events[1].record(events[2])
                 extra = {**rec.extra, "host_us": round(host_us, 1)}
-                if events[3]:
+                if events[3] == "padded":
                     extra["padded_us"] = self.pad_us
                     if host_us > self.pad_us:    # the spin ran out before the kernel was queued
                         extra["enqueue_gap"] = True
-                elif not first:
+                elif events[3] == "busy":
                     extra["stream_busy"] = True
                 self.pending.append((replace(rec, extra=extra), events[0], events[1]))
                 self._resolve(block_oldest=len(self.pending) > MAX_PENDING)
