@@ -23,8 +23,12 @@ is spent:
   5. comparison: each workload configuration against the observed kernel point with the same kernel, grid
      and argument specs; ``agree`` when the medians differ by ≤ 5 %
 
+  6. (time permitting) the bare-kernel form on the GPU: ``roofline src/cutile_diag/examples/softmax.py::softmax``
+     (static counts, fresh inputs) against ``roofline examples:softmax --config 32768x1024-f16``
+  7. (time permitting) ``roofline --ncu --json -- python <script launching the example softmax 6 times>``
+
 Writes into --out: results.json, results.md, roofline_command.json.gz, roofline_command.svg, run.log.
-Expected GPU time: about 2-3 minutes (two pytest cases per op, JIT compiles included).
+Expected GPU time: about 3 minutes (three pytest cases, JIT compiles included; steps 6-7 ~40 s).
 """
 from __future__ import annotations
 
@@ -193,6 +197,50 @@ def compare(identity: dict, command_json: dict | None, workload_json: dict[str, 
     return rows
 
 
+NCU_SCRIPT = """
+import torch
+from cutile_diag.examples import softmax
+x = torch.randn(32768, 1024, device="cuda", dtype=torch.float16)
+y = torch.empty_like(x)
+for _ in range(6):
+    softmax.launch(x, y)
+torch.cuda.synchronize()
+"""
+
+
+def extra_steps(res: dict, env: dict, left, step) -> None:
+    kernel_ref = str(ROOT / "src/cutile_diag/examples/softmax.py") + "::softmax"
+    if left() < 60:
+        res["skipped"].append("bare kernel vs examples:softmax: out of time")
+    else:
+        a = parse_json(step("roofline kernel", run(cli("roofline", kernel_ref, "--json", "--timeout", "60"), 90, env))
+                       ["stdout"]) or {}
+        b = parse_json(step("roofline examples:softmax", run(cli("roofline", "examples:softmax", "--config",
+                                                                 "32768x1024-f16", "--json", "--timeout", "60"),
+                                                             90, env))["stdout"]) or {}
+
+        def med(d):
+            r = (d.get("results") or [{}])[0]
+            return ((r.get("measure") or {}).get("stats") or {}).get("median"), (r.get("point") or {})
+        (ma, pa), (mb, pb) = med(a), med(b)
+        diff = 100.0 * (ma - mb) / mb if ma and mb else None
+        res["kernel_form"] = {"kernel": kernel_ref, "kernel_median_ms": ma, "workload_median_ms": mb, "diff_pct": diff,
+                              "kernel_bytes_static": pa.get("bytes"), "workload_bytes_declared": pb.get("bytes"),
+                              "kernel_counts_source": pa.get("counts_source"),
+                              "grid_source": (a.get("workload") or {}).get("grid_source"),
+                              "agree": None if diff is None else abs(diff) <= AGREE_PCT}
+    if left() < 60:
+        res["skipped"].append("--ncu on an observed command: out of time")
+        return
+    script = Path("/tmp/cutile_diag_roofline_any_ncu.py")
+    script.write_text(NCU_SCRIPT)
+    d = parse_json(step("roofline --ncu -- command", run(cli("roofline", "--ncu", "--json", "--", sys.executable,
+                                                             str(script)), min(180, left()), env))["stdout"]) or {}
+    res["ncu_command"] = [{"kernel": k["kernel"], "calls": k["calls"], "median_ms": k["median_ms"],
+                           "static_bytes_min": (k.get("static") or {}).get("bytes_compulsory"),
+                           "ncu": k.get("ncu")} for k in d.get("kernels", [])]
+
+
 def fmt(v, spec=".4f"):
     return "-" if v is None else format(v, spec)
 
@@ -212,6 +260,20 @@ def render_md(res: dict) -> str:
     lines += ["", f"verdict: {res['verdict']}", ""]
     if res.get("skipped"):
         lines += ["## skipped", *[f"- {s}" for s in res["skipped"]], ""]
+    kf = res.get("kernel_form")
+    if kf:
+        lines += ["## bare kernel (`roofline FILE.py::KERNEL`, static counts) vs its workload (`examples:softmax`)",
+                  "", f"- {kf['kernel']}: {fmt(kf['kernel_median_ms'])} ms vs {fmt(kf['workload_median_ms'])} ms "
+                  f"({fmt(kf['diff_pct'], '+.1f')} %); bytes {kf['kernel_bytes_static']} static vs "
+                  f"{kf['workload_bytes_declared']} declared; grid from {kf['grid_source']}", ""]
+    if res.get("ncu_command"):
+        lines += ["## `roofline --ncu -- python script.py` (measured DRAM bytes per kernel)", ""]
+        for k in res["ncu_command"]:
+            n = k.get("ncu") or {}
+            lines.append(f"- {k['kernel']}: {k['calls']} calls, median {fmt(k['median_ms'])} ms, static "
+                         f"{k['static_bytes_min']} B, ncu {n.get('dram_bytes')} B over {n.get('profiled_launches')} "
+                         f"profiled launches{(' — ' + n['error']) if n.get('error') else ''}")
+        lines.append("")
     if res.get("tilegym_records"):
         lines += ["## TileGym's own records (`--print-record`, CUPTI sum of all kernels: includes the observer's",
                   "GPU spin ahead of each launch on an idle stream, so not comparable)", "```",
@@ -332,6 +394,11 @@ def main() -> int:
         r = step(f"roofline tilegym:{op}", run(cli("roofline", f"tilegym:{op}", "--config", *cfgs, "--json",
                                                    "--timeout", "90"), min(300, left()), env))
         workload_json[f"tilegym:{op}"] = parse_json(r["stdout"]) or {}
+
+    # 6./7. (when time is left) the bare-kernel form timed on the GPU against its example workload, and
+    # --ncu on a small observed command
+    if not args.dry_run:
+        extra_steps(res, env, left, step)
 
     # 5. comparison
     res["comparison"] = compare(identity, command_json, workload_json)
