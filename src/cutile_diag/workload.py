@@ -151,6 +151,8 @@ class CaptureSpec:
     args: Mapping[str, Any]
     grid: tuple[int, ...]
     hints: Mapping[str, Any] | None = None
+    # values of runtime scalar parameters, when known (an observed launch): loops bounded by them count
+    scalars: Mapping[str, Any] | None = None
 
 
 # ---------------------------------------------------------------------------------------

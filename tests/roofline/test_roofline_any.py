@@ -43,6 +43,15 @@ KERNELS = textwrap.dedent('''
         bm, bn = ct.bid(0), ct.bid(1)
         t = ct.load(X, index=(bm, bn), shape=(TILE_M, TILE_N))
         ct.store(Y, index=(bm, bn), tile=t * 2.0)
+
+
+    @ct.kernel
+    def row_chunk_sum(X, Y, n_chunks: int, TILE: ct.Constant[int]):
+        row = ct.bid(0)
+        acc = ct.full((1, TILE), 0, dtype=ct.float32)
+        for c in range(n_chunks):
+            acc = acc + ct.load(X, index=(row, c), shape=(1, TILE)).astype(ct.float32)
+        ct.store(Y, index=(row, 0), tile=acc)
 ''')
 
 
@@ -127,6 +136,17 @@ def test_kernel_without_wrapper_takes_grid(capsys, kfile):
     assert d["results"][0]["point"]["bytes"] == 2 * nbytes("f32[1024,1024]")
 
 
+def test_runtime_scalar_value_counts_its_loop(capsys, kfile):
+    base = ["roofline", f"{kfile}::row_chunk_sum", "--arg", "X=f16[1024,8192]", "--arg", "Y=f32[1024,1024]",
+            "--arg", "TILE=1024", "--grid", "1024"]
+    rc, d, _ = run_json(capsys, [*base, "--arg", "n_chunks=8", *OFFLINE])
+    assert rc == 0 and d["workload"]["scalars"] == {"n_chunks": 8}
+    assert d["results"][0]["point"]["bytes"] == nbytes("f16[1024,8192]") + nbytes("f32[1024,1024]")
+    rc = main([*base, "--arg", "n_chunks=i32", "--device", "h200", "--latency-ms", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "upper bound not known before the run" in err and "--arg n_chunks=4096" in err
+
+
 def test_kernel_without_specs_lists_parameters_with_kinds(capsys, kfile):
     rc = main(["roofline", f"{kfile}::rms_norm_rows", "--device", "h200", "--latency-ms", "1"])
     err = capsys.readouterr().err
@@ -184,6 +204,32 @@ def test_command_dry_run_counts_each_kernel_and_shape(capsys, tmp_path):
     assert d["plot"] is None and not plot.exists()            # no measured point: nothing drawn
 
 
+def test_command_scalars_split_configurations_and_bound_loops(capsys, tmp_path, kfile):
+    prog = tmp_path / "chunks.py"
+    prog.write_text(textwrap.dedent(f"""
+        import importlib.util, torch, cuda.tile as ct
+        spec = importlib.util.spec_from_file_location("rowops", {str(kfile)!r})
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        x, y = torch.zeros(64, 8192, dtype=torch.float16), torch.zeros(64, 1024)
+        for n in (4, 8, 8):
+            ct.launch(torch.cuda.current_stream(), (64,), m.row_chunk_sum, (x, y, n, 1024))
+    """))
+    rc = main(["roofline", "--dry-run", "--json", "--", sys.executable, str(prog)])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    got = sorted((k["scalars"]["n_chunks"], k["calls"], k["static"]["bytes_total"]) for k in d["kernels"])
+    assert got == [(4, 1, 64 * 1024 * 2 * 4 + 64 * 1024 * 4), (8, 2, 64 * 1024 * 2 * 8 + 64 * 1024 * 4)]
+
+
+def test_command_without_gpu_needs_dry_run(capsys, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rc = main(["roofline", "--device", "h200", "--", sys.executable, "-c", "pass"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--dry-run" in err
+
+
 def test_command_failure_reports_exit_code_and_stderr_tail(capsys, tmp_path):
     prog = tmp_path / "bad.py"
     prog.write_text(SCRIPT + "\nimport sys\nprint('assertion: outputs differ', file=sys.stderr)\nsys.exit(5)\n")
@@ -238,3 +284,5 @@ def test_measured_launches_become_points(tmp_path):
     assert p.counts_source == "static" and p.pct_measured is not None
     assert res.to_json()["total_ms"] == pytest.approx(sum(times)) and res.to_json()["calls"] == 4
     assert any("first launch" in n for n in p.notes)
+    from cutile_diag.roofline.plot import plot_roofline
+    assert plot_roofline([p], dev, recorded_ceilings(dev), tmp_path / "roof.svg").stat().st_size > 0

@@ -46,6 +46,11 @@ def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
             raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
         if args.dry_run or args.device:
             raise UsageError("--ncu profiles a real run on a GPU: drop --dry-run / --device")
+    if not args.dry_run:
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("timing a command's kernels needs a CUDA GPU and none is visible",
+                             hint="--dry-run records the launches without executing them (static counts only)")
     dev, ceilings = _device(args, gpu)
     show = not args.json
     echo = (lambda line: err_console.print(Text("│ ", style="dim") + Text(line), highlight=False)) if show else None

@@ -59,7 +59,9 @@ class LaunchGroup:
     def to_json(self) -> dict:
         t = self.times_ms()
         all_t = [r.device_ms for r in self.launches if r.device_ms is not None]
+        scalars = {a.name: a.value for a in self.launches[0].args if a.kind == "scalar"} if self.launches else {}
         return {"kernel": self.kernel, "file": self.file, "grid": list(self.grid), "specs": self.specs,
+                "scalars": scalars,
                 "calls": self.calls, "timed_calls": len(t),
                 "total_ms": sum(all_t) if all_t else None,
                 "median_ms": statistics.median(t) if t else None,
@@ -69,7 +71,9 @@ class LaunchGroup:
 def group_launches(records: Sequence[LaunchRecord]) -> list[LaunchGroup]:
     groups: dict[tuple, LaunchGroup] = {}
     for r in records:
-        key = (r.file, r.shape_key())
+        # integer scalars take part: a loop bounded by one changes the counts
+        ints = tuple((a.name, a.value) for a in r.args if a.kind == "scalar" and isinstance(a.value, int))
+        key = (r.file, r.shape_key(), ints)
         g = groups.get(key)
         if g is None:
             g = groups[key] = LaunchGroup(r.kernel, r.file, tuple(r.grid), {a.name: a.text() for a in r.args})
@@ -92,10 +96,12 @@ def static_for_launch(rec: LaunchRecord | LaunchGroup):
     from .static_cost import static_count
     if not rec.file:
         raise CutileDiagError(f"{rec.kernel}: the launch names no source file")
-    specs = rec.specs() if isinstance(rec, LaunchRecord) else rec.specs
-    if isinstance(rec, LaunchRecord):
-        specs = {k: v.text() for k, v in specs.items()}
-    return static_count(CaptureSpec(kernel=f"{rec.file}::{rec.kernel}", args=specs, grid=tuple(rec.grid)))
+    first = rec if isinstance(rec, LaunchRecord) else rec.launches[0]
+    specs = {k: v.text() for k, v in first.specs().items()}
+    # the recorded values of integer scalars let loops bounded by them count (grouped by them too)
+    scalars = {a.name: a.value for a in first.args if a.kind == "scalar" and isinstance(a.value, int)}
+    return static_count(CaptureSpec(kernel=f"{rec.file}::{rec.kernel}", args=specs, grid=tuple(rec.grid),
+                                    scalars=scalars or None))
 
 
 @dataclass

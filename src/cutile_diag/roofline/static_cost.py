@@ -447,11 +447,12 @@ def count_entry(entry, arg_values: dict[str, int | None], grid: tuple[int, ...],
 # ---------------------------------------------------------------------------------------
 # from a capture spec
 
-def arg_values_from_bound(bound, entry) -> tuple[dict[str, int | None], str | None]:
-    """Flattened entry argument values (array base, shapes, strides per array param)."""
+def arg_values_from_bound(bound, entry, scalars=None) -> tuple[dict[str, int | None], str | None]:
+    """Flattened entry argument values (array base, shapes, strides per array param; integer scalars
+    whose value ``scalars`` gives)."""
     from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
     vals: list[int | None] = []
-    for s in bound.specs:
+    for name, s in zip(bound.names, bound.specs):
         if isinstance(s, ArraySpec):
             shape = [d if isinstance(d, int) else None for d in s.shape]
             nd = len(shape)
@@ -463,7 +464,8 @@ def arg_values_from_bound(bound, entry) -> tuple[dict[str, int | None], str | No
                 acc = acc * shape[i] if (acc is not None and shape[i] is not None) else None
             vals += [None, *shape, *strides]
         elif isinstance(s, ScalarSpec):
-            vals.append(None)
+            v = (scalars or {}).get(name)
+            vals.append(v if isinstance(v, int) and not isinstance(v, bool) else None)
         elif isinstance(s, ConstSpec):
             continue
     if len(vals) != len(entry.args):
@@ -499,14 +501,15 @@ def static_count(capture) -> StaticCount:
         mtime = Path(capture.kernel.split("::")[0]).stat().st_mtime
     except OSError:
         mtime = None
+    scalars = getattr(capture, "scalars", None) or {}
     key = (capture.kernel, tuple(sorted((k, str(v)) for k, v in capture.args.items())), tuple(capture.grid),
-           tuple(sorted((capture.hints or {}).items())), mtime)
+           tuple(sorted((capture.hints or {}).items())), tuple(sorted((k, str(v)) for k, v in scalars.items())), mtime)
     if key in _CACHE:
         return _CACHE[key]
     text, loaded, bound = tileir_of_capture(capture)
     mod = parse_tileir(text, path=f"{capture.kernel} (tileirdisasm)")
     entry = mod.entries[0]
-    values, why = arg_values_from_bound(bound, entry)
+    values, why = arg_values_from_bound(bound, entry, scalars)
     sc = count_entry(entry, values, tuple(capture.grid), kernel=entry.symbol, function=loaded.function_name)
     if why:
         sc.notes.append(why)

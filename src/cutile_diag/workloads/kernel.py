@@ -56,22 +56,31 @@ def param_kinds(loaded) -> list[str]:
     return out
 
 
-def resolve_specs(loaded, given: dict[str, Any] | None) -> dict[str, Any]:
-    """CAPTURE_SPECS + given, parsed; concrete array sizes required."""
+def resolve_specs(loaded, given: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(specs, scalar values): CAPTURE_SPECS + given, parsed; concrete array sizes required.  A value
+    given for a runtime scalar (``--arg n_cols=4096``) becomes its spec (i32/i64, f32, bool) and its
+    value: the measured run passes it, and loops bounded by it can be counted."""
     from ..capture.aot import specs_for
-    from ..capture.spec import ArraySpec
+    from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
     table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
     if not given and not table.get(loaded.attr):
         raise UsageError(f"{loaded.attr} needs argument specs (no --arg given and no CAPTURE_SPECS entry); "
                          f"parameters: {', '.join(param_kinds(loaded))}",
                          hint="give --arg NAME=SPEC for each, e.g. X=f16[4096,4096] n=i32 TILE=128")
     specs = specs_for(loaded, given)
+    consts, scalars = loaded.constant_params(), {}
+    for n, s in list(specs.items()):
+        if isinstance(s, ConstSpec) and n not in consts and n in loaded.param_names:
+            v = s.value
+            dt = ("bool_" if isinstance(v, bool) else "float32" if isinstance(v, float)
+                  else "int32" if -(1 << 31) <= v < (1 << 31) else "int64")
+            specs[n], scalars[n] = ScalarSpec(dt), v
     for n, s in specs.items():
         if isinstance(s, ArraySpec) and not s.concrete:
             raise UsageError(f"--arg {n}={s.text()}: the roofline needs concrete sizes, not symbolic ones",
                              hint=f"e.g. {n}=" + s.text().split("[")[0] + "[" + ",".join(
                                  str(d) if isinstance(d, int) else "4096" for d in s.shape) + "]")
-    return specs
+    return specs, scalars
 
 
 def _blank_tensor(spec, device: str):
@@ -190,9 +199,9 @@ class KernelWorkload(Workload):
         from ..capture.loader import load_kernel
         from ..capture.spec import bind
         self.loaded = load_kernel(kernel)
-        self.specs = resolve_specs(self.loaded, kernel_specs)
+        self.specs, given_scalars = resolve_specs(self.loaded, kernel_specs)
         self.bound = bind(self.loaded, self.specs)
-        self.scalars = dict(scalars or {})
+        self.scalars = {**dict(scalars or {}), **given_scalars}
         self.grid_source = grid_source
         if grid is None:
             got = grid_from_wrapper(self.loaded, self.specs)
@@ -201,7 +210,7 @@ class KernelWorkload(Workload):
                                  f"{self.loaded.path.name} launched it at these specs",
                                  hint="give --grid X[,Y[,Z]]")
             grid, found, wrapper = got
-            self.scalars = {**found, **self.scalars}
+            self.scalars = {**found, **self.scalars}      # the user's values win over the wrapper's
             self.grid_source = f"launch wrapper {wrapper}, nothing launched"
         grid = tuple(int(g) for g in grid)
         if not 1 <= len(grid) <= 3 or any(g <= 0 for g in grid):
@@ -246,7 +255,8 @@ class KernelWorkload(Workload):
                             hint="wrap it in a Workload with reference() for checked timings")
 
     def capture(self, cfg: WorkloadConfig, num_sms: int) -> CaptureSpec:
-        return CaptureSpec(kernel=f"{self.loaded.path}::{self.loaded.attr}", args=self.bound.as_dict(), grid=self.grid)
+        return CaptureSpec(kernel=f"{self.loaded.path}::{self.loaded.attr}", args=self.bound.as_dict(), grid=self.grid,
+                           scalars={k: v for k, v in self.scalars.items() if isinstance(v, int)} or None)
 
     def static_count(self):
         from ..roofline.static_cost import static_count
@@ -256,9 +266,13 @@ class KernelWorkload(Workload):
         sc = self.static_count()
         v = sc.bytes_compulsory if what == "bytes" else sc.flops_total
         if v is None:
+            from ..capture.spec import ScalarSpec
+            open_ = [n for n, sp in zip(self.bound.names, self.bound.specs)
+                     if isinstance(sp, ScalarSpec) and n not in self.scalars]
             raise WorkloadError(f"the static count of {self.name} has no {what} total: "
                                 + ("; ".join(sc.unknown) or "see the memory ops"),
-                                hint="a loop with run-time bounds cannot be counted ahead of time")
+                                hint=(f"give the runtime scalars their values, e.g. --arg {open_[0]}=4096" if open_
+                                      else "a loop with run-time bounds cannot be counted ahead of time"))
         return float(v)
 
     def flops(self, cfg: WorkloadConfig) -> float:
