@@ -370,8 +370,8 @@ def main() -> int:
     else:
         with gzip.open(out / "roofline_command.json.gz", "wt") as f:
             json.dump(command_json, f)
-    from_plugin = [ln for ln in r["stderr"].splitlines() if re.match(r"^\W*\w[\w-]*: \{.*\} ms\s*$", ln.strip("│ "))]
-    res["tilegym_records"] = [ln.strip("│ ").strip() for ln in from_plugin][:20]
+    res["tilegym_records"] = [ln.strip() for ln in (command_json or {}).get("stdout_tail", [])
+                              if re.match(r"^[\w-]+: \{.*\} ms$", ln.strip())][:20]
 
     # 3. identity of each workload configuration
     identity = {}

@@ -186,6 +186,7 @@ SCRIPT = textwrap.dedent("""
         softmax.launch(x, torch.empty_like(x))
     a = torch.zeros(512, 512, dtype=torch.float16)
     matmul.launch(a, a, torch.empty_like(a))
+    print("Cutile: {'forward': {'median': 1.0}} ms")
 """)
 
 
@@ -197,6 +198,7 @@ def test_command_dry_run_counts_each_kernel_and_shape(capsys, tmp_path):
                sys.executable, str(prog)])
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["executed"] is False and d["launches"] == 5
+    assert d["stdout_tail"] == ["Cutile: {'forward': {'median': 1.0}} ms"]    # the program's own output, kept
     ks = {k["kernel"]: k for k in d["kernels"]}
     assert ks["softmax"]["calls"] == 4 and ks["softmax"]["grid"] == [256] and ks["softmax"]["status"] == "no_time"
     assert ks["softmax"]["static"]["bytes_compulsory"] == 2 * 256 * 1024 * 2

@@ -36,6 +36,7 @@ usual ``torch.cuda`` stream/SM queries answer on a CPU, see ``launches.cpu_cuda`
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import subprocess
 import sys
@@ -59,6 +60,7 @@ DEFAULT_PAD_US = 50.0        # GPU spin ahead of a launch on an idle stream (see
 _SPIN_CYCLES_PER_US = 2000   # torch.cuda._sleep counts SM clocks: ~2 GHz on Hopper/Blackwell
 MAX_PENDING = 1024           # unresolved timed launches before the oldest is waited for
 FLUSH_EVERY = 256            # resolved records buffered before an append to the file
+STDOUT_TAIL_LINES = 400
 
 
 class CommandFailedError(CutileDiagError):
@@ -80,6 +82,7 @@ class ObservedRun:
     executed: bool = True
     stderr_tail: str = ""
     warnings: list[str] = field(default_factory=list)
+    stdout_tail: list[str] = field(default_factory=list)   # the command's last STDOUT_TAIL_LINES lines
 
 
 # ---------------------------------------------------------------------------------------
@@ -131,10 +134,14 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         except PermissionError:
             raise UsageError(f"command not executable: {command[0]}") from None
 
+        out_tail: collections.deque[str] = collections.deque(maxlen=STDOUT_TAIL_LINES)
+
         def pump(stream, log):
             with open(log, "w") if log else open(os.devnull, "w") as f:
                 for line in stream:
                     f.write(line)
+                    if log is None:
+                        out_tail.append(line.rstrip("\n"))
                     if echo:
                         echo(line.rstrip("\n"))
 
@@ -168,7 +175,8 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         notes = [ln for ln in _tail_lines(err_log, 10_000) if ln.startswith("cutile-diag: launch observer")]
         if notes:
             warnings.append(notes[-1])
-    run = ObservedRun(list(command), proc.returncode, secs, records, execute, "\n".join(tail), warnings)
+    run = ObservedRun(list(command), proc.returncode, secs, records, execute, "\n".join(tail), warnings,
+                      list(out_tail))
     if not records:
         why = f" ({warnings[-1]})" if warnings else ""
         raise NoLaunchesError(f"the command launched no cuTile kernel (exit 0 after {secs:.1f} s){why}: "

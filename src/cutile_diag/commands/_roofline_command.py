@@ -79,6 +79,7 @@ def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
                     "counts_source": "static estimates (TileIR at the recorded shapes)",
                     "time_source": "measured (CUDA events around each launch)" if run.executed else None,
                     "kernels": [r.to_json() for r in results], "warnings": run.warnings,
+                    "stdout_tail": run.stdout_tail,
                     "plot": str(plot_path) if plot_path else None})
         return 1 if bad else 0
     _print(results, dev, run)
