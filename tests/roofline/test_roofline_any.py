@@ -288,3 +288,55 @@ def test_measured_launches_become_points(tmp_path):
     assert any("first launch" in n for n in p.notes)
     from cutile_diag.roofline.plot import plot_roofline
     assert plot_roofline([p], dev, recorded_ceilings(dev), tmp_path / "roof.svg").stat().st_size > 0
+
+
+def test_bare_kernel_rebuilds_in_the_measuring_subprocess_and_makes_fresh_inputs(kfile):
+    """What the worker does on a GPU: load_workload(ref, **ref_kwargs), then make_inputs from the specs."""
+    import torch
+    from cutile_diag.workload import load_workload
+    from cutile_diag.workloads.kernel import kernel_workload
+    from cutile_diag.capture.spec import parse_assignments
+    wl = kernel_workload(f"{kfile}::rms_norm_rows", parse_assignments(
+        ["X=bf16[64,256]", "W=bf16[256]", "Y=bf16[64,256]", "eps=f32", "TILE_N=256"]))
+    again = load_workload(wl.ref, **wl.ref_kwargs)
+    assert again.grid == wl.grid == (64,) and again.scalars == {"eps": 1e-6}
+    assert again.flops(again.configs[0]) == wl.flops(wl.configs[0])
+    a = again.make_inputs(again.configs[0], seed=3, device="cpu")
+    b = again.make_inputs(again.configs[0], seed=3, device="cpu")
+    assert a["X"].dtype == torch.bfloat16 and tuple(a["X"].shape) == (64, 256) and a["TILE_N"] == 256
+    assert torch.equal(a["X"], b["X"]) and not torch.equal(a["X"], again.make_inputs(again.configs[0], 4, "cpu")["X"])
+    assert a["eps"] == pytest.approx(1e-6) and again.repeatable is False and again.counts_source == "static"
+
+
+def test_f_layout_inputs_keep_their_strides(kfile):
+    from cutile_diag.capture.spec import parse_assignments
+    from cutile_diag.workloads.kernel import kernel_workload
+    wl = kernel_workload(f"{kfile}::scale_tiles", parse_assignments(
+        ["X=f32[128,64]:layout=F", "Y=f32[128,64]", "TILE_M=64", "TILE_N=64"]), grid=[2, 1])
+    x = wl.make_inputs(wl.configs[0], 0, "cpu")["X"]
+    assert tuple(x.shape) == (128, 64) and x.stride() == (1, 128)
+
+
+def test_ncu_bytes_attach_to_the_kernel_and_grid_they_belong_to():
+    import torch
+    from dataclasses import replace
+    from cutile_diag.capture.launches import cpu_cuda, intercept_launches
+    from cutile_diag.examples import softmax
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.ncu import NcuKernel, NcuResult
+    from cutile_diag.roofline.observed import attach_ncu, roofline_launches
+    with cpu_cuda(), intercept_launches() as recs:
+        softmax.launch(torch.zeros(4096, 1024, dtype=torch.float16), torch.zeros(4096, 1024, dtype=torch.float16))
+        softmax.launch(torch.zeros(2048, 1024, dtype=torch.float16), torch.zeros(2048, 1024, dtype=torch.float16))
+    recs = [replace(r, device_ms=0.01) for r in recs]
+    results = roofline_launches(recs, device=preset("h200"))
+    ncu = NcuResult(kernels=[NcuKernel("softmax_Kt1_abc", dram_read_bytes=8.0e6, dram_write_bytes=8.4e6, grid_size=4096),
+                             NcuKernel("softmax_Kt1_abc", dram_read_bytes=8.2e6, dram_write_bytes=8.4e6, grid_size=4096),
+                             NcuKernel("other_kernel", dram_read_bytes=1, dram_write_bytes=1, grid_size=2048)])
+    attach_ncu(results, ncu)
+    big, small = sorted(results, key=lambda r: -r.group.grid[0])
+    assert big.ncu["profiled_launches"] == 2 and big.ncu["dram_bytes"] == pytest.approx(16.5e6)
+    assert big.ncu["dram_vs_static"] == pytest.approx(16.5e6 / big.point.bytes)
+    assert "no profiled launch matched" in small.ncu["error"]
+    attach_ncu(results, NcuResult(error="ncu has no permission"))
+    assert all(r.ncu == {"error": "ncu has no permission"} for r in results)

@@ -295,6 +295,10 @@ def _print_table(wl, dev, ceilings, results) -> None:
                   f"{p.bound}" + (f" (ridge {p.ridge_theoretical:.0f})" if p.ridge_theoretical else ""),
                   _pct(p.pct_datasheet), _pct(p.pct_measured), level)
     console.print(t)
+    if getattr(wl, "counts_source", "declared") == "static":
+        specs = " ".join(f"{k}={v}" for k, v in wl.configs[0].params.items())
+        console.print(escape(f"{wl.name}: {specs}; grid {wl.grid} ({wl.grid_source}); FLOPs and bytes are static "
+                             "estimates from the TileIR, the latency is measured on fresh inputs or recorded"))
     for r in results:
         if r.point is None:
             console.print(f"[bold]{escape(r.config)}[/bold]: [red]{r.status}[/red]: {escape(str(r.error))}")
