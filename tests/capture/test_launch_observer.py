@@ -71,7 +71,9 @@ def test_failing_command_reports_code_and_stderr_tail(tmp_path):
 def test_command_without_cutile_launch(tmp_path):
     with pytest.raises(lo.NoLaunchesError, match="launched no cuTile kernel") as e:
         lo.observe_command([PY, "-c", "import cuda.tile; print('nothing')"], execute=False)
-    assert e.value.exit_code == 1
+    assert e.value.exit_code == 1 and "imported cuda.tile but called ct.launch never" in e.value.one_line()
+    with pytest.raises(lo.NoLaunchesError, match="no Python process of it imported cuda.tile"):
+        lo.observe_command([PY, "-c", "print('no cuTile at all')"], execute=False)
 
 
 def test_missing_command_is_usage_error():

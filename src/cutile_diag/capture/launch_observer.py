@@ -171,6 +171,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         records: list[LaunchRecord] = []
         for f in sorted(rec_dir.glob("launches-*.jsonl")):
             records.extend(read_jsonl(f))
+        importers = len(list(rec_dir.glob("imported-*")))
         warnings = []
         notes = [ln for ln in _tail_lines(err_log, 10_000) if ln.startswith("cutile-diag: launch observer")]
         if notes:
@@ -178,8 +179,13 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
     run = ObservedRun(list(command), proc.returncode, secs, records, execute, "\n".join(tail), warnings,
                       list(out_tail))
     if not records:
-        why = f" ({warnings[-1]})" if warnings else ""
-        raise NoLaunchesError(f"the command launched no cuTile kernel (exit 0 after {secs:.1f} s){why}: "
+        if warnings:
+            why = f"; {warnings[-1]}"
+        elif importers:
+            why = f"; {importers} process(es) imported cuda.tile but called ct.launch never"
+        else:
+            why = "; no Python process of it imported cuda.tile (one started with -S or -I skips the observer)"
+        raise NoLaunchesError(f"the command launched no cuTile kernel (exit 0 after {secs:.1f} s{why}): "
                               "nothing to place on the roofline",
                               hint="check the selection (e.g. pytest -k) runs cuTile code paths")
     return run
@@ -343,6 +349,10 @@ def install(ct_module=None) -> _Recorder | None:
     except ValueError:
         pad_us = DEFAULT_PAD_US
     rec = _Recorder(out_dir, execute, pad_us)
+    try:                        # lets the parent tell "imported cuda.tile, launched nothing" from "never imported"
+        open(os.path.join(out_dir, f"imported-{os.getpid()}"), "w").close()
+    except OSError:
+        pass
     original = ct_module.launch
 
     def launch(stream, grid, kernel, kernel_args, /, **kw):
