@@ -199,7 +199,7 @@ class _Recorder:
         self.out_dir = out_dir
         self.execute = execute
         self.pad_us = pad_us
-        self.pending: list[tuple[LaunchRecord, object, object]] = []
+        self.pending: list[tuple[LaunchRecord, object, object]] = []   # (record, start, end) in launch order
         self.done: list[LaunchRecord] = []
         self.seen: set = set()
         self.seq = 0
@@ -307,8 +307,8 @@ class _Recorder:
                 extra = {**rec.extra, "host_us": round(host_us, 1)}
                 if events[3] == "padded":
                     extra["padded_us"] = self.pad_us
-                    if host_us > self.pad_us:    # the spin ran out before the kernel was queued
-                        extra["enqueue_gap"] = True
+                    if host_us > self.pad_us and not first:   # the spin ran out before the kernel was queued
+                        extra["enqueue_gap"] = True              # (a first launch compiles: left out anyway)
                 elif events[3] == "busy":
                     extra["stream_busy"] = True
                 self.pending.append((replace(rec, extra=extra), events[0], events[1]))
