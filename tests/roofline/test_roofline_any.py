@@ -254,6 +254,7 @@ def test_command_launching_nothing_exits_1(capsys):
     (["roofline", "examples:softmax", "--", "python", "x.py"], "not both"),
     (["roofline", "--arg", "X=f16[8]", "--", "python", "x.py"], "--arg applies only to a kernel reference"),
     (["roofline", "--latency-ms", "1", "--", "python", "x.py"], "--latency-ms applies only to"),
+    (["roofline", "--cuda-graph", "--", "python", "x.py"], "--cuda-graph applies only to"),
     (["roofline", "--dry-run", "--", "no-such-program-xyz"], "command not found"),
 ])
 def test_command_form_bad_input(capsys, argv, msg):

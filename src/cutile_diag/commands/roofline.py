@@ -162,7 +162,10 @@ def _is_kernel_ref(ref: str) -> bool:
 # options that belong to one form only: rejected elsewhere rather than ignored
 _FORM_OPTIONS = {"arg": ("kernel",), "grid": ("kernel",), "dry_run": ("command",), "pad_us": ("command",), "config": ("workload",),
                  "list": ("workload",), "workload_arg": ("workload",), "check_seed": ("workload",),
-                 "no_check": ("workload",), "latency_ms": ("workload", "kernel")}
+                 "no_check": ("workload",), "latency_ms": ("workload", "kernel"),
+                 # the harness's knobs: a command times its own launches
+                 **{k: ("workload", "kernel") for k in ("cuda_graph", "in_process", "warmup_ms", "rep_ms", "no_flush",
+                                                        "no_static")}}
 _FORM_NAMES = {"kernel": "a kernel reference FILE.py::KERNEL", "command": "-- COMMAND", "workload": "a workload"}
 
 
