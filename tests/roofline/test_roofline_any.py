@@ -52,6 +52,14 @@ KERNELS = textwrap.dedent('''
         for c in range(n_chunks):
             acc = acc + ct.load(X, index=(row, c), shape=(1, TILE)).astype(ct.float32)
         ct.store(Y, index=(row, 0), tile=acc)
+
+
+    def _double_impl(X, Y, TILE: ct.Constant[int]):
+        t = ct.load(X, index=(ct.bid(0),), shape=(TILE,))
+        ct.store(Y, index=(ct.bid(0),), tile=t * 2.0)
+
+
+    double = ct.kernel(_double_impl)        # attribute name != function name
 ''')
 
 
@@ -216,11 +224,16 @@ def test_command_scalars_split_configurations_and_bound_loops(capsys, tmp_path, 
         x, y = torch.zeros(64, 8192, dtype=torch.float16), torch.zeros(64, 1024)
         for n in (4, 8, 8):
             ct.launch(torch.cuda.current_stream(), (64,), m.row_chunk_sum, (x, y, n, 1024))
+        v = torch.zeros(4096)
+        ct.launch(torch.cuda.current_stream(), (4,), m.double, (v, v, 1024))
     """))
     rc = main(["roofline", "--dry-run", "--json", "--", sys.executable, str(prog)])
     d = json.loads(capsys.readouterr().out)
     assert rc == 0
-    got = sorted((k["scalars"]["n_chunks"], k["calls"], k["static"]["bytes_total"]) for k in d["kernels"])
+    (dbl,) = [k for k in d["kernels"] if k["kernel"] == "_double_impl"]
+    assert dbl["static"]["bytes_total"] == 2 * 4096 * 4
+    got = sorted((k["scalars"]["n_chunks"], k["calls"], k["static"]["bytes_total"]) for k in d["kernels"]
+                 if k["kernel"] == "row_chunk_sum")
     assert got == [(4, 1, 64 * 1024 * 2 * 4 + 64 * 1024 * 4), (8, 2, 64 * 1024 * 2 * 8 + 64 * 1024 * 4)]
 
 

@@ -100,8 +100,20 @@ def static_for_launch(rec: LaunchRecord | LaunchGroup):
     specs = {k: v.text() for k, v in first.specs().items()}
     # the recorded values of integer scalars let loops bounded by them count (grouped by them too)
     scalars = {a.name: a.value for a in first.args if a.kind == "scalar" and isinstance(a.value, int)}
-    return static_count(CaptureSpec(kernel=f"{rec.file}::{rec.kernel}", args=specs, grid=tuple(rec.grid),
-                                    scalars=scalars or None))
+    return static_count(CaptureSpec(kernel=f"{rec.file}::{_attr_of(rec.file, rec.kernel)}", args=specs,
+                                    grid=tuple(rec.grid), scalars=scalars or None))
+
+
+def _attr_of(file: str, function: str) -> str:
+    """The module attribute holding the kernel whose Python function is ``function`` (usually the same
+    name; ``fast = ct.kernel(_impl, occupancy=2)`` is not)."""
+    from pathlib import Path
+    from ..capture.loader import import_file, kernels_in
+    module = import_file(Path(file))
+    if function in kernels_in(module):
+        return function
+    named = [n for n, k in kernels_in(module).items() if getattr(getattr(k, "_pyfunc", None), "__name__", None) == function]
+    return named[0] if named else function
 
 
 @dataclass
