@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
-from ..procs import kill_group
+from ..procs import wait_or_kill
 from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
 
 SITE_DIR = Path(__file__).resolve().parent / "_observer_site"
@@ -149,15 +149,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
                    threading.Thread(target=pump, args=(proc.stderr, err_log), daemon=True)]
         for t in threads:
             t.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(proc, grace_s=10)
-        except KeyboardInterrupt:
-            kill_group(proc)
-            raise
+        timed_out = wait_or_kill(proc, timeout)
         for t in threads:
             t.join(timeout=5)
         secs = time.monotonic() - start
