@@ -2,6 +2,7 @@
 sitecustomize still runs, failing and kernel-less commands, and the lazy event bookkeeping."""
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -149,3 +150,11 @@ def test_graph_capture_launches_are_recorded_without_events(tmp_path, monkeypatc
     rec.finish()
     (r,) = read_jsonl(next(tmp_path.glob("launches-*.jsonl")))
     assert r.extra["graph_capture"] and r.device_ms is None
+
+
+def test_command_past_its_timeout_is_killed(tmp_path):
+    prog = _script(tmp_path, "import sys, time\nprint('waiting', file=sys.stderr, flush=True)\ntime.sleep(60)\n")
+    t0 = time.monotonic()
+    with pytest.raises(lo.CommandFailedError, match="timed out after 1 s") as e:
+        lo.observe_command([PY, prog], execute=False, timeout=1)
+    assert "waiting" in e.value.one_line() and time.monotonic() - t0 < 30
