@@ -354,3 +354,14 @@ def test_ncu_bytes_attach_to_the_kernel_and_grid_they_belong_to():
     assert "no profiled launch matched" in small.ncu["error"]
     attach_ncu(results, NcuResult(error="ncu has no permission"))
     assert all(r.ncu == {"error": "ncu has no permission"} for r in results)
+
+
+def test_example_kernel_no_wrapper_launches_takes_grid(capsys):
+    """matmul_f32 ships CAPTURE_SPECS but no wrapper launches it: the grid comes from --grid."""
+    ref = str(EXAMPLES_DIR / "matmul.py::matmul_f32")
+    rc = main(["roofline", ref, "--device", "h200", "--latency-ms", "1"])
+    assert rc == 2 and "give --grid" in capsys.readouterr().err
+    rc, d, _ = run_json(capsys, ["roofline", ref, "--grid", "32,32", *OFFLINE])
+    p, st = d["results"][0]["point"], d["results"][0]["static"]
+    assert rc == 0 and p["bytes"] == 3 * nbytes("f32[2048,2048]") and st["mma_flops"] == 2 * 2048 ** 3
+    assert (p["compute_dtype"], p["compute_unit"]) == ("f32", "cuda")      # f32 mma: no tensor cores
