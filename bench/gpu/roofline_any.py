@@ -25,7 +25,8 @@ is spent:
 
   6. (time permitting) the bare-kernel form on the GPU: ``roofline src/cutile_diag/examples/softmax.py::softmax``
      (static counts, fresh inputs) against ``roofline examples:softmax --config 32768x1024-f16``
-  7. (time permitting) ``roofline --ncu --json -- python <script launching the example softmax 6 times>``
+  7. (time permitting) ``pytest -m gpu tests/roofline/test_roofline_any.py`` (observer + bare kernel on the GPU)
+  8. (time permitting) ``roofline --ncu --json -- python <script launching the example softmax 6 times>``
 
 Writes into --out: results.json, results.md, roofline_command.json.gz, roofline_command.svg, run.log.
 Expected GPU time: about 3 minutes (three pytest cases, JIT compiles included; steps 6-7 ~40 s).
@@ -229,6 +230,12 @@ def extra_steps(res: dict, env: dict, left, step) -> None:
                               "kernel_counts_source": pa.get("counts_source"),
                               "grid_source": (a.get("workload") or {}).get("grid_source"),
                               "agree": None if diff is None else abs(diff) <= AGREE_PCT}
+    if left() < 45:
+        res["skipped"].append("pytest -m gpu tests/roofline/test_roofline_any.py: out of time")
+    else:
+        r = step("gpu tests", run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                                   "tests/roofline/test_roofline_any.py"], min(120, left()), env))
+        res["gpu_tests"] = (r["stdout"].strip().splitlines() or ["(no output)"])[-1]
     if left() < 60:
         res["skipped"].append("--ncu on an observed command: out of time")
         return
@@ -266,6 +273,9 @@ def render_md(res: dict) -> str:
                   "", f"- {kf['kernel']}: {fmt(kf['kernel_median_ms'])} ms vs {fmt(kf['workload_median_ms'])} ms "
                   f"({fmt(kf['diff_pct'], '+.1f')} %); bytes {kf['kernel_bytes_static']} static vs "
                   f"{kf['workload_bytes_declared']} declared; grid from {kf['grid_source']}", ""]
+    if res.get("gpu_tests"):
+        lines += [f"GPU tests of the observer and the bare-kernel form (`pytest -m gpu tests/roofline/test_roofline_any.py`): "
+                  f"{res['gpu_tests']}", ""]
     if res.get("ncu_command"):
         lines += ["## `roofline --ncu -- python script.py` (measured DRAM bytes per kernel)", ""]
         for k in res["ncu_command"]:
@@ -395,8 +405,8 @@ def main() -> int:
                                                    "--timeout", "90"), min(300, left()), env))
         workload_json[f"tilegym:{op}"] = parse_json(r["stdout"]) or {}
 
-    # 6./7. (when time is left) the bare-kernel form timed on the GPU against its example workload, and
-    # --ncu on a small observed command
+    # 6.-8. (when time is left) the bare-kernel form timed on the GPU against its example workload, the GPU
+    # tests, and --ncu on a small observed command
     if not args.dry_run:
         extra_steps(res, env, left, step)
 
