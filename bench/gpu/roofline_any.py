@@ -100,6 +100,13 @@ def run(cmd: list[str], timeout: float, env: dict, cwd: Path | None = None) -> d
     return {"command": shown, "cwd": str(cwd or ROOT), "rc": rc, "wall_s": round(wall, 1), "stdout": out, "stderr": err}
 
 
+def plugin_args() -> list[str]:
+    """``-p cutile_diag.pytest_plugin`` unless the installed package registers it already (twice is an error)."""
+    import importlib.metadata as md
+    eps = md.entry_points(group="pytest11")
+    return [] if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else ["-p", "cutile_diag.pytest_plugin"]
+
+
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "cutile_diag", *args]
 
@@ -370,7 +377,7 @@ def main() -> int:
         cwd = ROOT
     else:
         target = [sys.executable, "-m", "pytest", *files, "-k", kexpr, "-q", "-p", "no:cacheprovider",
-                  "-p", "cutile_diag.pytest_plugin", "--print-record"]
+                  *plugin_args(), "--print-record"]
         cmd = cli("roofline", "--json", "--plot", str(plot), "--timeout", str(int(max(60, left() - 90))), "--") + target
         cwd = tg
     r = step("roofline -- command", run(cmd, max(60, left() - 60), env, cwd=cwd))
