@@ -48,3 +48,17 @@ def die_with_parent() -> None:
     (Linux PR_SET_PDEATHSIG; a no-op elsewhere).  Its own children die with the group kill."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def wait_or_kill(proc: subprocess.Popen, timeout: float | None, *, grace_s: float = 10.0) -> bool:
+    """Wait for a user's command started in its own session; past ``timeout`` (or on Ctrl-C, which is
+    re-raised) its whole group is killed — a pytest run forks workers.  True when it timed out."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc, grace_s=grace_s)
+        return True
+    except KeyboardInterrupt:
+        kill_group(proc)
+        raise
+    return False

@@ -151,6 +151,8 @@ class CaptureSpec:
     args: Mapping[str, Any]
     grid: tuple[int, ...]
     hints: Mapping[str, Any] | None = None
+    # values of runtime scalar parameters, when known (an observed launch): loops bounded by them count
+    scalars: Mapping[str, Any] | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,6 +370,12 @@ def load_workload(ref: str, **kwargs) -> Workload:
         raise UsageError("empty workload reference",
                          hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
     ref = ref.strip()
+    if "kernel_specs" in kwargs:
+        # a bare @ct.kernel at argument specs (roofline FILE.py::KERNEL, rebuilt in a measuring subprocess)
+        from .workloads.kernel import KernelWorkload
+        wl = KernelWorkload(ref, **kwargs)
+        wl.ref, wl.ref_kwargs = ref, dict(kwargs)
+        return wl
     if "::" not in ref and not ref.endswith(".py"):
         wl = resolve_builtin(ref, **kwargs)
         wl.ref, wl.ref_kwargs = wl.ref or ref, dict(kwargs)
@@ -404,8 +412,9 @@ def load_workload(ref: str, **kwargs) -> Workload:
         from .capture.loader import is_kernel
         if is_kernel(obj):
             raise WorkloadError(f"{path}::{name} is a @ct.kernel, not a workload",
-                                hint="wrap it in a Workload (inputs, run, reference, flops, bytes) "
-                                     "or use a built-in one: " + ", ".join(builtin_names()))
+                                hint="`cutile-diag roofline FILE.py::KERNEL [--arg NAME=SPEC ...]` takes a bare kernel; "
+                                     "other commands need a Workload (inputs, run, reference, flops, bytes) "
+                                     "or a built-in one: " + ", ".join(builtin_names()))
         raise WorkloadError(f"{path}::{name} is {type(obj).__name__}, not a Workload")
     wl = instantiate(obj, f"{path}::{name}", kwargs)
     wl.ref, wl.ref_kwargs = f"{Path(path).resolve()}::{name}", dict(kwargs)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
-from ..procs import kill_group
+from ..procs import wait_or_kill
 from .artifacts import CaptureSet, KernelInfo, check_out_dir, unique_name
 from .cache import CacheEntry, read_cache, resolve_db
 from .cubin import embedded_tileir
@@ -76,15 +76,7 @@ def _run(command: list[str], env: dict, timeout: float | None, log: Path,
 
     t = threading.Thread(target=pump, daemon=True)
     t.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_group(proc, grace_s=10)        # the whole group: a pytest run forks workers
-    except KeyboardInterrupt:
-        kill_group(proc)
-        raise
+    timed_out = wait_or_kill(proc, timeout)
     t.join(timeout=5)
     return proc.returncode, time.monotonic() - start, timed_out
 

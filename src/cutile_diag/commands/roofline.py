@@ -14,6 +14,19 @@ project's committed measurement where one exists); the theoretical roof (table r
 clock) is in ``--json`` and the plot.  Exit status: 0 when every
 configuration produced a valid point, 1 when one failed (mismatch, error, timeout) or was
 flagged INVALID by the above-roof guard, 2 for bad input.
+
+Two forms need no workload class:
+
+    cutile-diag roofline path/ops/softmax.py::softmax_kernel --arg X=f16[4096,4096] ... [--grid 4096]
+    cutile-diag roofline -- pytest tests/ops/test_softmax.py -k "test_perf and cutile"
+
+A kernel reference takes the module's ``CAPTURE_SPECS`` (and ``--arg`` on top); its FLOPs and
+bytes are the static count of its TileIR at those specs (``workloads.kernel``), its latency
+measured on fresh inputs (no reference, so no correctness check) or given offline.  A command
+is run once with every ``ct.launch`` observed (``capture.launch_observer``): one point per
+kernel and configuration, measured times (CUDA events per launch) against static FLOPs/bytes
+(``roofline.observed``).  Such a command exits 1 when it fails (its exit code and stderr
+tail are reported, nothing is written) or launches no cuTile kernel.
 """
 from __future__ import annotations
 
@@ -32,7 +45,18 @@ def register(subparsers) -> None:
         description="Measure (or take recorded latencies for) each configuration of a workload, then report "
                     "TB/s, TFLOP/s, arithmetic intensity, the class, percent of the applicable roof against the "
                     "datasheet peak and the measured ceiling, and a verdict.")
-    p.add_argument("kernel", help="workload: examples:<kernel>, tilegym:<op> or path/file.py::Workload")
+    p.add_argument("kernel", nargs="?",
+                   help="workload (examples:<kernel>, tilegym:<op>, path/file.py::Workload) or a bare kernel "
+                        "path/file.py::KERNEL; or nothing, and -- COMMAND to place every kernel a command launches")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=SPEC",
+                   help="kernel reference: argument spec as for capture (on top of the module's CAPTURE_SPECS)")
+    p.add_argument("--grid", metavar="X[,Y[,Z]]",
+                   help="kernel reference: launch grid (default: from the module's launch wrapper, run on a CPU)")
+    p.add_argument("--pad-us", metavar="US",
+                   help="-- COMMAND: GPU spin queued ahead of a launch on an idle stream so its events time the "
+                        "kernel, not the host's enqueue (default 50; 0 = off)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="-- COMMAND: record the launches without executing any kernel (no GPU): static counts only")
     p.add_argument("--config", nargs="+", action="extend", metavar="NAME", help="configurations (default: all)")
     p.add_argument("--list", action="store_true", help="list the workload's configurations and exit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -47,7 +71,8 @@ def register(subparsers) -> None:
                                                      "per check, reported so that a failure can be replayed)")
     p.add_argument("--no-static", action="store_true", help="skip the static FLOP/byte count from the TileIR")
     p.add_argument("--no-peaks", action="store_true", help="do not measure ceilings when none are cached")
-    p.add_argument("--timeout", default="300", metavar="S", help="per-configuration timeout (s, default 300)")
+    p.add_argument("--timeout", metavar="S", help="per-configuration timeout (s, default 300); -- COMMAND: "
+                                                     "kill the command after S seconds (default: no limit)")
     p.add_argument("--in-process", action="store_true", help="measure in this process (no timeout protection)")
     p.add_argument("--warmup-ms", metavar="MS", help="warm-up budget per configuration (ms)")
     p.add_argument("--rep-ms", metavar="MS", help="timed budget per configuration (ms)")
@@ -110,20 +135,82 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
 
+def _grid(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    parts = [x.strip() for x in text.replace("x", ",").split(",") if x.strip()]
+    try:
+        grid = [int(x) for x in parts]
+    except ValueError:
+        grid = []
+    if not 1 <= len(grid) <= 3 or any(g <= 0 for g in grid):
+        raise UsageError(f"--grid '{text}': give 1 to 3 positive sizes, e.g. 4096 or 32,32")
+    return grid
+
+
+def _is_kernel_ref(ref: str) -> bool:
+    """``file.py::name`` naming a @ct.kernel (not a workload)."""
+    if "::" not in ref:
+        return False
+    from ..capture.loader import import_file, is_kernel, split_ref
+    path, name = split_ref(ref)
+    if not name or not path.exists():
+        return False
+    return is_kernel(getattr(import_file(path), name, None))
+
+
+# options that belong to one form only: rejected elsewhere rather than ignored
+_FORM_OPTIONS = {"arg": ("kernel",), "grid": ("kernel",), "dry_run": ("command",), "pad_us": ("command",), "config": ("workload",),
+                 "list": ("workload",), "workload_arg": ("workload",), "check_seed": ("workload",),
+                 "no_check": ("workload",), "latency_ms": ("workload", "kernel"),
+                 # the harness's knobs: a command times its own launches
+                 **{k: ("workload", "kernel") for k in ("cuda_graph", "in_process", "warmup_ms", "rep_ms", "no_flush",
+                                                        "no_static")}}
+_FORM_NAMES = {"kernel": "a kernel reference FILE.py::KERNEL", "command": "-- COMMAND", "workload": "a workload"}
+
+
+def _check_form(args, form: str) -> None:
+    for opt, forms in _FORM_OPTIONS.items():
+        if form not in forms and getattr(args, opt) not in (None, [], False):
+            raise UsageError(f"--{opt.replace('_', '-')} applies only to "
+                             + " or ".join(_FORM_NAMES[f] for f in forms))
+
+
 def run(args: argparse.Namespace) -> int:
+    cmd = getattr(args, "passthrough", None) or []
+    if cmd and args.kernel:
+        raise UsageError("give a workload or kernel, or -- COMMAND, not both")
+    if not cmd and not args.kernel:
+        raise UsageError("nothing to place on the roofline",
+                         hint="give a workload (examples:matmul), a kernel FILE.py::KERNEL, or -- COMMAND")
+    if args.plot:
+        _check_plot_path(args.plot)
+    if cmd:
+        _check_form(args, "command")
+        from ._roofline_command import run_command
+        return run_command(args, cmd)
+    form = "kernel" if _is_kernel_ref(args.kernel) else "workload"
+    _check_form(args, form)
+    return _run_workload(args, form)
+
+
+def _run_workload(args: argparse.Namespace, form: str) -> int:
     from ..bench import BenchOptions
     from ..roofline.analysis import roofline_workload
     from ..roofline.device import live_device, preset
     from ..roofline.peaks import get_ceilings, recorded_ceilings
     from ..workload import load_workload
-    timeout = number_arg("--timeout", args.timeout)
+    timeout = number_arg("--timeout", args.timeout if args.timeout is not None else "300")
     warmup_ms = number_arg("--warmup-ms", args.warmup_ms, strict=False)
     rep_ms = number_arg("--rep-ms", args.rep_ms, strict=False)
     gpu = number_arg("--gpu", args.gpu, strict=False, integer=True)
     check_seed = number_arg("--check-seed", args.check_seed, strict=False, integer=True)
-    if args.plot:
-        _check_plot_path(args.plot)
-    wl = load_workload(args.kernel, **_kwargs(args.workload_arg))
+    if form == "kernel":
+        from ..capture.spec import parse_assignments
+        from ..workloads.kernel import kernel_workload
+        wl = kernel_workload(args.kernel, parse_assignments(args.arg), _grid(args.grid))
+    else:
+        wl = load_workload(args.kernel, **_kwargs(args.workload_arg))
     if args.list:
         if args.json:
             print_json(wl.describe())
@@ -161,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         opts.rep_ms = rep_ms
     with progress(len(cfgs), f"roofline {wl.name}", enabled=not args.json) as bar:
         results = roofline_workload(wl, cfgs, device=dev, ceilings=ceilings, latencies=lat, options=opts,
-                                    check=not args.no_check, check_seed=check_seed,
+                                    check=not args.no_check and form != "kernel", check_seed=check_seed,
                                     isolated=not args.in_process, timeout_s=timeout,
                                     static=not args.no_static, ncu=args.ncu,
                                     on_step=lambda m: bar.update(m))
@@ -211,6 +298,10 @@ def _print_table(wl, dev, ceilings, results) -> None:
                   f"{p.bound}" + (f" (ridge {p.ridge_theoretical:.0f})" if p.ridge_theoretical else ""),
                   _pct(p.pct_datasheet), _pct(p.pct_measured), level)
     console.print(t)
+    if getattr(wl, "counts_source", "declared") == "static":
+        specs = " ".join(f"{k}={v}" for k, v in wl.configs[0].params.items())
+        console.print(escape(f"{wl.name}: {specs}; grid {wl.grid} ({wl.grid_source}); FLOPs and bytes are static "
+                             "estimates from the TileIR, the latency is measured on fresh inputs or recorded"))
     for r in results:
         if r.point is None:
             console.print(f"[bold]{escape(r.config)}[/bold]: [red]{r.status}[/red]: {escape(str(r.error))}")

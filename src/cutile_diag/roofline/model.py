@@ -91,6 +91,7 @@ class RooflinePoint:
     check: dict[str, Any] | None = None
     static: dict[str, Any] | None = None
     ncu: dict[str, Any] | None = None
+    counts_source: str = "declared"      # where flops/bytes come from: declared (workload) | static (TileIR count)
 
     @property
     def achieved_tbps(self) -> float:

@@ -375,3 +375,41 @@ def profile_report(workload: str, config: str, out_dir: str | Path, *, workload_
         return NcuReport(report=str(rep), error=f"cannot read {rep.name}: {e}", command=cmd)
     (out / "ncu-export.json").write_text(json.dumps(export, indent=1))
     return NcuReport(export=export, report=str(rep), command=cmd)
+
+
+def profile_command(command: list[str], kernel_names: list[str], *, launch_count: int = 100,
+                    timeout_s: float | None = None) -> NcuResult:
+    """Profile the first ``launch_count`` launches of the named cuTile kernels in a user's command
+    (every process it starts).  Kernels are matched by name prefix (cuTile appends a signature
+    suffix to the function name); no NVTX range is needed."""
+    import re
+    why = ncu_available()
+    if why:
+        return NcuResult(error=why)
+    from ..toolchain import ToolNotFoundError, find_tool
+    try:
+        ncu = str(find_tool("ncu"))
+    except ToolNotFoundError:
+        ncu = shutil.which("ncu") or "ncu"
+    regex = "regex:^(" + "|".join(re.escape(n) for n in sorted(set(kernel_names))) + ")"
+    cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
+           "--print-units", "base", "--target-processes", "all", "--kernel-name", regex,
+           "--launch-count", str(int(launch_count)), *command]
+    env = dict(os.environ)
+    env.pop("CUDA_HOME", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, errors="replace")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        proc.communicate()
+        return NcuResult(error=f"ncu killed after {timeout_s:g} s", command=cmd)
+    text = out + "\n" + err
+    if "ERR_NVGPUCTRPERM" in text:
+        return NcuResult(error="ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM)", command=cmd)
+    kernels = parse_ncu_csv(out)
+    if not kernels:
+        tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
+        return NcuResult(error=f"ncu profiled no matching kernel (rc {proc.returncode}): {tail}", command=cmd)
+    return NcuResult(kernels=kernels, command=cmd)

@@ -91,6 +91,7 @@ class StaticCount:
     exact: bool = True
     unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    footprint_bytes: float | None = None   # sum of the array arguments' sizes (set from a capture spec)
 
     @property
     def blocks(self) -> int:
@@ -103,6 +104,15 @@ class StaticCount:
         return self.bytes_loaded + self.bytes_stored
 
     @property
+    def bytes_compulsory(self) -> float | None:
+        """Minimum DRAM traffic: the issued tile traffic, capped by the arrays' footprint (each array
+        moved once; re-reads are the caches' to absorb).  The bytes a roofline of a bare kernel uses."""
+        tb = self.bytes_total
+        if tb is None or self.footprint_bytes is None:
+            return tb
+        return min(tb, self.footprint_bytes)
+
+    @property
     def flops_total(self) -> float | None:
         if self.mma_flops is None or self.other_flops is None:
             return None
@@ -111,7 +121,8 @@ class StaticCount:
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "function": self.function, "grid": list(self.grid), "blocks": self.blocks,
                 "bytes_loaded": self.bytes_loaded, "bytes_stored": self.bytes_stored,
-                "bytes_total": self.bytes_total, "mma_flops": self.mma_flops, "other_flops": self.other_flops,
+                "bytes_total": self.bytes_total, "footprint_bytes": self.footprint_bytes,
+                "bytes_compulsory": self.bytes_compulsory, "mma_flops": self.mma_flops, "other_flops": self.other_flops,
                 "exact": self.exact, "unknown": self.unknown, "notes": self.notes,
                 "memory_ops": [m.__dict__ for m in self.memory_ops], "mma_ops": [m.__dict__ for m in self.mma_ops]}
 
@@ -436,11 +447,12 @@ def count_entry(entry, arg_values: dict[str, int | None], grid: tuple[int, ...],
 # ---------------------------------------------------------------------------------------
 # from a capture spec
 
-def arg_values_from_bound(bound, entry) -> tuple[dict[str, int | None], str | None]:
-    """Flattened entry argument values (array base, shapes, strides per array param)."""
+def arg_values_from_bound(bound, entry, scalars=None) -> tuple[dict[str, int | None], str | None]:
+    """Flattened entry argument values (array base, shapes, strides per array param; integer scalars
+    whose value ``scalars`` gives)."""
     from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
     vals: list[int | None] = []
-    for s in bound.specs:
+    for name, s in zip(bound.names, bound.specs):
         if isinstance(s, ArraySpec):
             shape = [d if isinstance(d, int) else None for d in s.shape]
             nd = len(shape)
@@ -452,7 +464,8 @@ def arg_values_from_bound(bound, entry) -> tuple[dict[str, int | None], str | No
                 acc = acc * shape[i] if (acc is not None and shape[i] is not None) else None
             vals += [None, *shape, *strides]
         elif isinstance(s, ScalarSpec):
-            vals.append(None)
+            v = (scalars or {}).get(name)
+            vals.append(v if isinstance(v, int) and not isinstance(v, bool) else None)
         elif isinstance(s, ConstSpec):
             continue
     if len(vals) != len(entry.args):
@@ -488,17 +501,20 @@ def static_count(capture) -> StaticCount:
         mtime = Path(capture.kernel.split("::")[0]).stat().st_mtime
     except OSError:
         mtime = None
+    scalars = getattr(capture, "scalars", None) or {}
     key = (capture.kernel, tuple(sorted((k, str(v)) for k, v in capture.args.items())), tuple(capture.grid),
-           tuple(sorted((capture.hints or {}).items())), mtime)
+           tuple(sorted((capture.hints or {}).items())), tuple(sorted((k, str(v)) for k, v in scalars.items())), mtime)
     if key in _CACHE:
         return _CACHE[key]
     text, loaded, bound = tileir_of_capture(capture)
     mod = parse_tileir(text, path=f"{capture.kernel} (tileirdisasm)")
     entry = mod.entries[0]
-    values, why = arg_values_from_bound(bound, entry)
+    values, why = arg_values_from_bound(bound, entry, scalars)
     sc = count_entry(entry, values, tuple(capture.grid), kernel=entry.symbol, function=loaded.function_name)
     if why:
         sc.notes.append(why)
+    sizes = [s.nbytes() for s in bound.specs if hasattr(s, "nbytes")]
+    sc.footprint_bytes = float(sum(sizes)) if sizes and None not in sizes else None
     _CACHE[key] = sc
     return sc
 

@@ -134,6 +134,11 @@ class RMSNorm(_TileGymOp):
                                                       "mode": "static_persistent"}),
         WorkloadConfig("16384x4096-bf16-multiwave", {"M": 16384, "N": 4096, "dtype": "bf16",
                                                      "mode": "multi_wave"}),
+        # shapes of TileGym's own tests/ops/test_rms_norm.py::test_perf (m=262144, n=1024, f16)
+        WorkloadConfig("262144x1024-f16-persistent", {"M": 262144, "N": 1024, "dtype": "f16",
+                                                      "mode": "static_persistent"}),
+        WorkloadConfig("262144x1024-f16-multiwave", {"M": 262144, "N": 1024, "dtype": "f16",
+                                                     "mode": "multi_wave"}),
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
@@ -217,6 +222,8 @@ class SiluAndMul(_TileGymOp):
     description = "tilegym.ops.silu_and_mul (SiLU(x[..., :H]) * x[..., H:])"
     configs = [
         WorkloadConfig("8192x2x8192-bf16", {"M": 8192, "H": 8192, "dtype": "bf16"}),
+        # tests/ops/test_silu_and_mul.py::test_perf: input (64, 1024, 2 x 4096) f16, flattened to rows
+        WorkloadConfig("65536x2x4096-f16", {"M": 65536, "H": 4096, "dtype": "f16"}),
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
