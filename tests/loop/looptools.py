@@ -180,3 +180,36 @@ def untouched(repo: Path, r) -> bool:
     now = checkout_state(repo)
     assert now == r.user_checkout, {k: (r.user_checkout[k], now[k]) for k in now if now[k] != r.user_checkout[k]}
     return True
+
+
+def children(pid: int) -> dict[int, str]:
+    """pid -> command line of the live processes whose parent is ``pid`` (Linux /proc)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+# a minimal workload file; {prelude} runs at import (a probe, a hang, a death)
+WORKLOAD_FILE = """
+import time, os, sys
+from cutile_diag.workload import Workload, WorkloadConfig
+{prelude}
+
+class W(Workload):
+    name = "w"
+    configs = [WorkloadConfig("c", {{}})]
+    def make_inputs(self, cfg, seed, device="cuda"): return {{}}
+    def run(self, inputs): return None
+    def reference(self, inputs): return None
+    def flops(self, cfg): return 1.0
+    def bytes(self, cfg): return 1.0
+"""

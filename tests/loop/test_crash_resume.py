@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from looptools import FakeTransform, dirty, git, head, make_loop, rec, reload_runner, table_rows, untouched
+from looptools import (FakeTransform, children, dirty, git, head, make_loop, rec, reload_runner, table_rows,
+                       untouched)
 
 
 class Death(BaseException):
@@ -177,22 +178,6 @@ def test_resume_refuses_foreign_changes(repo):
     assert untouched(repo, r)
 
 
-def _children(pid: int) -> dict[int, str]:
-    """pid -> command line of the live processes whose parent is ``pid``."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -215,7 +200,7 @@ def test_sigterm_kills_the_hung_child_and_resume_does_not_retry_it(repo, tmp_pat
     try:
         sleeper, t0 = None, time.monotonic()
         while sleeper is None and time.monotonic() - t0 < 90 and p.poll() is None:
-            sleeper = next((c for c, cmd in _children(p.pid).items() if "time.sleep(3600)" in cmd), None)
+            sleeper = next((c for c, cmd in children(p.pid).items() if "time.sleep(3600)" in cmd), None)
             time.sleep(0.1)
         assert sleeper is not None, p.communicate(timeout=5)
         p.send_signal(signal.SIGTERM)
@@ -260,7 +245,7 @@ def test_kill_9_takes_the_hung_child_along(repo, tmp_path):
     try:
         sleeper, t0 = None, time.monotonic()
         while sleeper is None and time.monotonic() - t0 < 90 and p.poll() is None:
-            sleeper = next((c for c, cmd in _children(p.pid).items() if "time.sleep(3600)" in cmd), None)
+            sleeper = next((c for c, cmd in children(p.pid).items() if "time.sleep(3600)" in cmd), None)
             time.sleep(0.1)
         assert sleeper is not None
         p.send_signal(signal.SIGKILL)           # no handler runs: only the kernel's parent-death signal
