@@ -236,7 +236,7 @@ def _plan(args) -> int:
     source = path.read_text()
     info = {}
     if args.workload:
-        from ..workload import load_workload
+        from ..workloads import load_workload
         from ..loop.factory import parse_kv
         kw = parse_kv(args.workload_arg, "--workload-arg")
         if args.workload.startswith("examples:") and "source" not in kw:

@@ -110,7 +110,7 @@ class EngineDiagnoser:
                               "(give the kernel CAPTURE_SPECS, or --capture-arg, for an IR-based diagnosis)")
             return d
         from ..diagnose.engine import diagnose
-        from ..diagnose.evidence import Evidence, collect_capture, collect_gpu
+        from ..diagnose import Evidence, collect_capture, collect_gpu
         ev = Evidence(kernel=ctx.kernel)
         collect_capture(ctx.capture, ev, arch=ctx.arch)
         notes = []

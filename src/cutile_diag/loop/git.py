@@ -9,6 +9,7 @@ user's checkout.  Every measured candidate is committed; a reverted one is reset
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,12 @@ def _run(args: Sequence[str], cwd: Path, *, check: bool = True, env: dict | None
         msg = (p.stderr or p.stdout).strip().splitlines()
         raise GitError(f"git {' '.join(args)} failed: {msg[-1] if msg else 'exit ' + str(p.returncode)}")
     return p
+
+
+def slug(name: str) -> str:
+    """A name safe in branch and folder names."""
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
+    return s or "kernel"
 
 
 def repo_root(path: str | Path) -> Path:

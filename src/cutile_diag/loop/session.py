@@ -15,22 +15,17 @@ diff), ``captures/`` (AOT captures by version digest), ``logs/``.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import LoopError
-from .git import Git, repo_root
+from .git import Git, repo_root, slug  # noqa: F401  (slug: session.slug for callers)
 from .ledger import Ledger, LedgerError
+from .worktree import loop_of, worktree_path
 
 OUT_ROOT = Path("cutile-diag-out")
 DEFAULT_OUT = OUT_ROOT / "optimize"
-
-
-def slug(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
-    return s or "kernel"
 
 
 def branch_name(kernel: str, date: _dt.date | None = None) -> str:
@@ -85,7 +80,6 @@ class Session:
         if self.worktree is None:
             # a ledger from before loops had worktrees: the default place (loop.worktree.ensure
             # refuses, in one line, a branch still checked out in the user's checkout)
-            from .worktree import worktree_path
             self.worktree = worktree_path(self.root, self.branch)
         self.worktree = Path(self.worktree)
 
@@ -141,7 +135,6 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
                    cwd: Path | None = None) -> Path:
     """The state folder of an existing loop: by kernel reference (a path in the user's checkout or
     in a loop's worktree), by --out, the loop whose worktree holds ``cwd``, or the only one here."""
-    from .worktree import loop_of
     cwd = Path(cwd or Path.cwd())
     if kernel_ref:
         from .locate import parse_ref

@@ -45,7 +45,7 @@ class _State:
 def _load(req: dict, st: _State) -> dict:
     import torch
     from ..bench.correctness import check_workload, reference_outputs
-    from ..workload import load_workload
+    from ..workloads import load_workload
     dev = req.get("device")
     if dev is not None and torch.cuda.is_available():
         torch.cuda.set_device(int(dev))

@@ -11,24 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .errors import GitError
-from .git import Git
-
-if TYPE_CHECKING:
-    from .session import Session
+from .git import Git, slug
 
 WORKTREES = Path("cutile-diag") / "worktrees"
 
 
-def _slug(name: str) -> str:
-    from .session import slug
-    return slug(name)
-
-
 def worktree_path(root: Path, branch: str) -> Path:
-    return Git(root).common_dir() / WORKTREES / _slug(branch)
+    return Git(root).common_dir() / WORKTREES / slug(branch)
 
 
 def _pointer(wt: Path) -> Path:
@@ -51,8 +42,8 @@ def loop_of(path: str | Path) -> dict | None:
     return None
 
 
-def ensure(s: "Session") -> str | None:
-    """The loop's worktree exists and has the loop's branch checked out.  Returns what was done
+def ensure(s) -> str | None:
+    """The loop's worktree exists and has the loop's branch checked out (``s``: a ``loop.session.Session``).  Returns what was done
     (None: nothing to do); refuses in one line any other state, never touching another tree."""
     g = Git(s.root)
     wt = Path(s.worktree).resolve()
@@ -78,7 +69,7 @@ def ensure(s: "Session") -> str | None:
     return f"the loop's worktree {wt} was made again from its branch {s.branch}"
 
 
-def remove(s: "Session", *, delete_branch: bool = False) -> list[str]:
+def remove(s, *, delete_branch: bool = False) -> list[str]:
     """Remove the loop's worktree (and with ``delete_branch`` its branch and kept refs)."""
     g = Git(s.root)
     wt = Path(s.worktree).resolve()
