@@ -46,15 +46,14 @@ def register(sub) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _session(args):
-    from ..loop.session import find_state_dir, load_session
-    return load_session(find_state_dir(args.kernel, args.out))
+def _ref(args):
+    from ..loop.api import LoopRef
+    return LoopRef(args.kernel, args.out)
 
 
 def run_next(args) -> int:
-    from ..loop.manual import next_step
-    s, led = _session(args)
-    ns = next_step(s, led, entry=args.entry)
+    from ..loop import api
+    ns = api.next_step(_ref(args), entry=args.entry)
     if args.json:
         print_json(ns)
         return 0
@@ -88,17 +87,10 @@ def run_record(args) -> int:
 
 
 def _run_record(args) -> int:
-    from ..loop.backends import closing
-    from ..loop.factory import make_backend
-    from ..loop.manual import record_manual
-    from ..loop.runner import LoopOptions
-    s, led = _session(args)
-    opts = LoopOptions.from_json(s.options, iteration_budget_s=args.budget, rounds=args.rounds,
-                                 max_iterations=args.max_iterations)
-    backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
+    from ..loop import api
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
-    with closing(backend):
-        rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo)
+    rec = api.record(_ref(args), entry=args.entry, note=args.note, budget=args.budget, rounds=args.rounds,
+                     max_iterations=args.max_iterations, echo=echo)
     if args.json:
         print_json(rec)
         return 0
@@ -109,14 +101,13 @@ def _run_record(args) -> int:
     if rec.get("stop", {}).get("stop"):
         console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `cutile-diag loop next` for another "
                       "manual step)")
-    console.print(f"[dim]{led.table_path}[/]")
+    console.print(f"[dim]{rec['table']}[/]")
     return 0
 
 
 def run_status(args) -> int:
-    from ..loop.manual import status
-    s, led = _session(args)
-    st = status(s, led)
+    from ..loop import api
+    st = api.status(_ref(args))
     if args.json:
         print_json(st)
         return 0
@@ -139,36 +130,22 @@ def run_status(args) -> int:
 
 
 def run_recover(args) -> int:
-    from ..loop.recover import recover
-    s, led = _session(args)
-    what = recover(s, led)
+    from ..loop import api
+    r = api.recover(_ref(args))
     if args.json:
-        print_json({"recovered": what, "worktree": str(s.worktree)})
+        print_json(r)
         return 0
-    console.print(what or f"nothing to recover: no iteration was interrupted (the loop works only in its worktree "
-                          f"{s.worktree}; your checkout is never changed)", highlight=False)
+    console.print(r.what or f"nothing to recover: no iteration was interrupted (the loop works only in its worktree "
+                            f"{r.worktree}; your checkout is never changed)", highlight=False)
     return 0
 
 
 def run_clean(args) -> int:
-    from ..loop.errors import LoopError
-    from ..loop.worktree import remove
-    s, led = _session(args)
-    if led.pending() is not None:
-        raise LoopError(f"iteration {led.pending()['iteration']} was interrupted and is still pending",
-                        hint="`cutile-diag loop recover` first: it saves what the worktree holds")
-    if s.worktree.is_dir() and (s.worktree / ".git").exists():
-        dirty = s.git().dirty_files()
-        if dirty:
-            raise LoopError(f"the loop's worktree {s.worktree} has uncommitted changes: " + ", ".join(dirty[:5]),
-                            hint="record them with `cutile-diag loop record`, or undo them there, then clean")
-    done = remove(s, delete_branch=args.delete_branch)
-    if not args.delete_branch and s.user_git().branch_exists(s.branch):
-        done.append(f"the branch {s.branch} stays (take its result, or clean again with --delete-branch)")
-    done.append(f"the ledger stays in {s.state_dir}")
+    from ..loop import api
+    c = api.clean(_ref(args), delete_branch=args.delete_branch)
     if args.json:
-        print_json({"done": done, "worktree": str(s.worktree), "branch": s.branch})
+        print_json(c)
         return 0
-    for d in done:
+    for d in c.done:
         console.print(d, markup=False, highlight=False)
     return 0
