@@ -17,7 +17,9 @@ Modules::
     worktree   the loop's worktree: worktree_path, ensure, remove, loop_of
     imports    children run the worktree's code (PYTHONPATH) and report what they imported
     runner     Runner(session, backend, ledger, diagnoser=, transforms=, options=, hooks=)
-               .start() / .run() -> LoopResult
+               .start() / .run() -> LoopResult  (baseline, stop rules, the iteration cycle)
+    choose     choose(diagnosis, kept_version, ...) -> Choice of Candidates
+    evaluate   Evaluation: write, guard, capture/diff, verify, measure, decide, commit/reset, record
     recover    recover(session, ledger): close an interrupted iteration, in the worktree only
     manual     next_step(...), record_manual(...), status(...)
     backends/  base (Version, Workspace, Backend protocol), workload (+ worker), command, simulated

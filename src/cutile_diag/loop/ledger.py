@@ -56,6 +56,12 @@ class LedgerError(LoopError):
     """The ledger is missing, unreadable or inconsistent."""
 
 
+def short_text(text: str, n: int = 110) -> str:
+    """One line of at most ``n`` characters (the table's optimization column, echo lines)."""
+    t = " ".join(str(text).split())
+    return t if len(t) <= n else t[: n - 1] + "…"
+
+
 def format_latency(ms: float | None) -> str:
     if ms is None or not isinstance(ms, (int, float)) or not math.isfinite(ms):
         return "-"

@@ -15,13 +15,8 @@ from typing import Callable, Mapping, Sequence
 
 from . import decide as decide_mod
 from . import worktree as worktree_mod
-from .ledger import Ledger
+from .ledger import Ledger, short_text as _short
 from .session import Session
-
-
-def _short(text: str, n: int = 110) -> str:
-    t = " ".join(str(text).split())
-    return t if len(t) <= n else t[: n - 1] + "…"
 
 
 def save_files(dest: Path, base: Mapping[str, str], files: Mapping[str, str]) -> list[str]:
