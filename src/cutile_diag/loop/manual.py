@@ -81,6 +81,27 @@ def _space_size(sp) -> str:
     return ""
 
 
+def _playbook_steps(entry_id: str, loc: KernelLocation) -> list[str]:
+    """The entry's ``[recipe]`` from ``references/playbook/*.toml``, filled in for this kernel."""
+    import re
+    from ..diagnose.playbook import default_playbook
+    try:
+        e = default_playbook().by_id(entry_id.upper())
+    except KeyError:                  # an entry outside the playbook (a scripted diagnosis): no recipe
+        return []
+    tuned = next((s for s in loc.launches if s.kind != "ct.launch"), None) if loc.autotuned else None
+    lines = e.recipe_autotuned if tuned is not None and e.recipe_autotuned else e.recipe
+    values = {"kernel": loc.function, "wrappers": ", ".join(f"{w}()" for w in loc.wrappers) or "the launch wrapper",
+              "path": loc.path.name, "constants": ", ".join(loc.kernel.constants) or "the tile-size constants",
+              "tuned_kind": getattr(tuned, "kind", ""), "tuned_function": getattr(tuned, "function", ""),
+              "tuned_line": getattr(tuned, "line", "")}
+    out: list[str] = []
+    for ln in lines:
+        m = re.fullmatch(r"\{ops(?::([a-z_,]+))?\}", ln.strip())
+        out += _ops(loc, *(m.group(1).split(",") if m.group(1) else ())) if m else [ln.format(**values)]
+    return out
+
+
 def recipe_for(rec: Rec, loc: KernelLocation) -> list[str]:
     """Kernel-specific instructions for one playbook entry."""
     k = loc.function
@@ -99,51 +120,7 @@ def recipe_for(rec: Rec, loc: KernelLocation) -> list[str]:
     if loc.registrations:
         lines.append("Registered: " + ", ".join(f"@register_impl({r.op!r}, backend={r.backend!r}) on {r.function}()"
                                                 for r in loc.registrations))
-    steps: list[str] = []
-    i = rec.id.upper()
-    if i == "A":
-        g = _ops(loc, "gather", "scatter")
-        steps += ["Replace the per-element gathers/scatters with tile-indexed ct.load / ct.store (TMA):"] + g
-        steps.append("  index=(block id,) with shape=(TILE,) and padding_mode=ct.PaddingMode.ZERO for the tail")
-    elif i == "B":
-        steps += [f"Make {k} persistent: wrap its body in `for t in range(ct.bid(0), n_tiles, ct.num_blocks(0)):` "
-                  "and use t wherever ct.bid(0) was used;",
-                  f"in {wrappers}, launch min(n_tiles, NUM_SMS * occupancy) blocks "
-                  "(NUM_SMS from torch.cuda.get_device_properties(dev).multi_processor_count, never hard-coded)."]
-    elif i == "C" and loc.autotuned:
-        tuned = next(s for s in loc.launches if s.kind != "ct.launch")
-        steps += [f"{k} is already autotuned ({tuned.kind} in {tuned.function}() line {tuned.line}): the hints "
-                  "its configs set (occupancy, num_ctas) override @ct.kernel(...), so widen the search space "
-                  "instead — add occupancy values (1, 2, 4, 8) / num_ctas (1, 2) / tile sizes next to the "
-                  "current configs, keep it a list, and keep the winner cached per shape."]
-    elif i == "C":
-        steps += [f"Autotune {k}: in {wrappers}, replace ct.launch by cuda.tile.tune.exhaustive_search over a list "
-                  "(not a generator) of configs including the current one — occupancy [1, 2, 4, 8] for "
-                  "memory-bound kernels, plus num_ctas / tiles for GEMMs;",
-                  "cache the winner per (shape, dtype, device) and build the hinted kernel once "
-                  "(kernel.replace_hints on the hot path recompiles every call)."]
-    elif i == "D":
-        steps += [f"Cast both ct.mma operands in {k} to ct.tfloat32 when the inputs are float32 "
-                  "(`a.astype(ct.tfloat32)`): mma never casts by itself and falls back to FMA."]
-    elif i == "E":
-        steps += ["Add latency= to the memory ops (10 on main-loop loads, 3 on other loads and stores, "
-                  "1 on gathers/scatters), then sweep {1, 2, 3, 6, 10} on the hottest load:"] + _ops(loc)
-    elif i == "F":
-        steps += ["Add allow_tma=False to the stores and A/B it (the sign flips per kernel):"] + _ops(loc, "store")
-    elif i == "G":
-        consts = ", ".join(kfn.constants) or "the tile-size constants"
-        steps += [f"Try other values of {consts} (powers of two; mind the register wall and TMA's 16 B minimum "
-                  f"contiguous extent), set where {wrappers} passes them."]
-    elif i == "H":
-        steps += [f"Use flush_to_zero=True on f32 exp2/rsqrt/sqrt/truediv in {k} and rounding_mode=APPROX on "
-                  "divisions where the tolerance allows; ct.exp has no FTZ (respell it as exp2 with log2(e))."]
-    elif i == "I":
-        steps += [f"Remap the 2-D block id of {k} in groups of GROUP_SIZE_M rows (try 4, 8, 16) so consecutive "
-                  "blocks share B tiles in L2; clamp the last group."]
-    elif i == "L":
-        steps += [f"Custom plan: re-read {path}, profile (ncu --set full -k regex:{k}), write ~20 kernel-specific "
-                  "items ordered by expected impact, and apply them one at a time with `cutile-diag loop record` "
-                  "after each."]
+    steps = _playbook_steps(rec.id, loc)
     if rec.changes:
         steps += ["Playbook change:"] + [f"  - {c}" for c in rec.changes]
     if rec.risks:
