@@ -13,7 +13,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from .errors import DirtyTreeError, GitError
 
@@ -89,9 +89,6 @@ class Git:
     def is_tracked(self, path: str) -> bool:
         return _run(["ls-files", "--error-unmatch", "--", path], self.root, check=False).returncode == 0
 
-    def commit_exists(self, rev: str) -> bool:
-        return _run(["cat-file", "-e", f"{rev}^{{commit}}"], self.root, check=False).returncode == 0
-
     def rel(self, path: str | Path) -> str:
         p = Path(path)
         p = p.resolve() if p.is_absolute() else (self.root / p).resolve()
@@ -134,9 +131,6 @@ class Git:
         if r.returncode != 0:
             raise GitError(f"{path} does not exist at {rev[:12]}")
         return r.stdout
-
-    def diff(self, rev: str, paths: Iterable[str] = (), *, context: int = 3) -> str:
-        return _run(["diff", f"-U{context}", rev, "--", *paths], self.root).stdout
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return _run(["merge-base", "--is-ancestor", a, b], self.root, check=False).returncode == 0

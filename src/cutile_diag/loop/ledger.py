@@ -292,9 +292,6 @@ class Ledger:
         self.records = []
         self.append({"type": "setup", "schema": SCHEMA, **setup})
 
-    def rewrite_table(self) -> None:
-        write_atomic(self.table_path, render_table(self.rows()))
-
 
 def _finite(obj):
     """JSON has no NaN/inf: replace them with None (the ledger stays strict JSON)."""

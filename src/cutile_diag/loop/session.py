@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .errors import LoopError
 from .git import Git, repo_root, slug  # noqa: F401  (slug: session.slug for callers)
@@ -190,8 +189,3 @@ def load_session(state_dir: Path) -> tuple[Session, Ledger]:
     if backends:                     # so do measurement commands given again on --resume
         s.backend = dict(backends[-1]["backend"])
     return s, led
-
-
-def jsonable_options(d: dict[str, Any]) -> dict[str, Any]:
-    from ..output import to_jsonable
-    return to_jsonable(d)
