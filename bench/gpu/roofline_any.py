@@ -129,7 +129,7 @@ def child_identity(plan: dict) -> dict:
     """Kernel, grid and specs each workload configuration launches (nothing executes)."""
     import torch
     from cutile_diag.capture.launches import cpu_cuda, intercept_launches
-    from cutile_diag.workload import load_workload
+    from cutile_diag.workloads import load_workload
     dry = plan["dry"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = {}
@@ -152,7 +152,7 @@ def child_run_small(plan: dict) -> dict:
     """--dry-run's stand-in for the perf tests: each configuration's run() once at DRY_ROWS rows (the
     observer records the launches; nothing executes)."""
     import torch
-    from cutile_diag.workload import load_workload
+    from cutile_diag.workloads import load_workload
     for op, cfgs in plan["ops"].items():
         wl = load_workload(f"tilegym:{op}")
         for name in cfgs:

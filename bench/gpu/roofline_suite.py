@@ -100,7 +100,7 @@ def parse_json(res: dict):
 
 def noise_study(workload: str, config: str, runs: int = 10, rep_ms: float = 100.0) -> dict:
     from cutile_diag.bench import BenchOptions, measure_config, noise_study as summarize_noise
-    from cutile_diag.workload import load_workload
+    from cutile_diag.workloads import load_workload
     wl = load_workload(workload)
     cfg = wl.config(config)
     opts = BenchOptions(warmup_ms=100.0, rep_ms=rep_ms)
@@ -261,7 +261,7 @@ def main() -> int:
 def _plot_points(pts, path: Path) -> None:
     """A chart of several workloads: re-place the recorded medians on the live device model."""
     from cutile_diag.roofline import analyze, get_ceilings, live_device, plot_roofline
-    from cutile_diag.workload import load_workload
+    from cutile_diag.workloads import load_workload
     dev = live_device()
     ceil = get_ceilings(dev, measure_if_missing=False)
     points = []

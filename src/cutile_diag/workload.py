@@ -24,7 +24,7 @@ Public API::
         def capture(self, cfg, num_sms) -> CaptureSpec | None   # AOT spec for the static count
 
     workload(name=..., configs=..., make_inputs=f, run=f, reference=f, flops=f, bytes=f)  # no class
-    load_workload("path/file.py::Name" | "examples:matmul" | "tilegym:softmax", **kwargs) -> Workload
+    # resolving a reference is ``cutile_diag.workloads.load_workload`` (the model never imports the resolver)
     wl.config("name") / wl.select(["a", "b"]) -> WorkloadConfig(s)
     wl.tolerance(cfg, dtype) -> Tolerance(rtol, atol)       # per-dtype defaults: TileGym's table
     torch_dtype("bf16") -> torch.bfloat16;  dtype_name(torch.float16) -> "f16"
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import CutileDiagError, UsageError
@@ -318,20 +317,6 @@ def workload(*, name: str, configs: Sequence[WorkloadConfig | dict], make_inputs
 # ---------------------------------------------------------------------------------------
 # loading
 
-def _is_workload_class(obj) -> bool:
-    return inspect.isclass(obj) and issubclass(obj, Workload) and obj not in (Workload, _FunctionWorkload)
-
-
-def _workloads_in(module) -> dict[str, Any]:
-    out = {}
-    for n, v in vars(module).items():
-        if n.startswith("_"):
-            continue
-        if isinstance(v, Workload) or (_is_workload_class(v) and v.__module__ == module.__name__):
-            out[n] = v
-    return out
-
-
 def instantiate(obj, label: str, kwargs: dict) -> Workload:
     """A workload from a class (or an instance, which takes no arguments); bad arguments are a WorkloadError."""
     if isinstance(obj, Workload):
@@ -355,67 +340,3 @@ def instantiate(obj, label: str, kwargs: dict) -> Workload:
         return obj(**kwargs)
     except TypeError as e:
         raise WorkloadError(f"cannot create workload {label}: {e}") from None
-
-
-def load_workload(ref: str, **kwargs) -> Workload:
-    """Resolve a workload reference.
-
-    * ``examples:<kernel>`` — a shipped example kernel (``cutile-diag`` examples);
-    * ``tilegym:<op>`` — a TileGym op through the installed ``tilegym`` package;
-    * ``path/to/file.py::Name`` — a ``Workload`` subclass or instance in a user file
-      (``path/to/file.py`` alone when the file defines exactly one).
-    """
-    from .workloads import BUILTIN, builtin_names, resolve_builtin
-    if not isinstance(ref, str) or not ref.strip():
-        raise UsageError("empty workload reference",
-                         hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
-    ref = ref.strip()
-    if "kernel_specs" in kwargs:
-        # a bare @ct.kernel at argument specs (roofline FILE.py::KERNEL, rebuilt in a measuring subprocess)
-        from .workloads.kernel import KernelWorkload
-        wl = KernelWorkload(ref, **kwargs)
-        wl.ref, wl.ref_kwargs = ref, dict(kwargs)
-        return wl
-    if "::" not in ref and not ref.endswith(".py"):
-        wl = resolve_builtin(ref, **kwargs)
-        wl.ref, wl.ref_kwargs = wl.ref or ref, dict(kwargs)
-        return validate(wl, ref)
-    from .capture.loader import import_file, split_ref
-    path, name = split_ref(ref)
-    # a shipped example file named by its kernel maps to the example workload
-    try:
-        from .examples import EXAMPLE_KERNELS, EXAMPLES_DIR
-        if name and path.resolve().parent == EXAMPLES_DIR and name in \
-                {k for ks in EXAMPLE_KERNELS.values() for k in ks} and f"examples:{name}" in BUILTIN:
-            wl = resolve_builtin(f"examples:{name}", **kwargs)
-            wl.ref, wl.ref_kwargs = f"examples:{name}", dict(kwargs)
-            return validate(wl, ref)
-    except OSError:
-        pass
-    module = import_file(path)   # KernelLoadError / UsageError with file:line on failure
-    found = _workloads_in(module)
-    if name is None:
-        if len(found) == 1:
-            name = next(iter(found))
-        elif not found:
-            raise WorkloadError(f"{path}: defines no Workload",
-                                hint="subclass cutile_diag.workload.Workload, or use examples:<kernel> / tilegym:<op> "
-                                     f"(built in: {', '.join(builtin_names())})")
-        else:
-            raise WorkloadError(f"{path} defines several workloads; name one with ::",
-                                hint="one of " + ", ".join(sorted(found)))
-    if not hasattr(module, name):
-        hint = ("workloads here: " + ", ".join(sorted(found))) if found else "the file defines no Workload"
-        raise WorkloadError(f"{path}: no workload named '{name}'", hint=hint)
-    obj = getattr(module, name)
-    if not (isinstance(obj, Workload) or _is_workload_class(obj)):
-        from .capture.loader import is_kernel
-        if is_kernel(obj):
-            raise WorkloadError(f"{path}::{name} is a @ct.kernel, not a workload",
-                                hint="`cutile-diag roofline FILE.py::KERNEL [--arg NAME=SPEC ...]` takes a bare kernel; "
-                                     "other commands need a Workload (inputs, run, reference, flops, bytes) "
-                                     "or a built-in one: " + ", ".join(builtin_names()))
-        raise WorkloadError(f"{path}::{name} is {type(obj).__name__}, not a Workload")
-    wl = instantiate(obj, f"{path}::{name}", kwargs)
-    wl.ref, wl.ref_kwargs = f"{Path(path).resolve()}::{name}", dict(kwargs)
-    return validate(wl, f"{path}::{name}")

@@ -154,6 +154,8 @@ def _copy(tmp_path) -> Path:
     (lambda s: s.replace('id = "A"', 'id = "Z"'), "id is 'Z'"),
     (lambda s: s + "\n[[[", "not valid TOML"),
     (lambda s: s.replace("[expected_effect]\nlow = 0.1", "[expected_effect]\nlow = 99"), "low > high"),
+    (lambda s: s.replace('"{ops:gather,scatter}"', '"rewrite the gathers of {kernal}"'), "unknown placeholder kernal"),
+    (lambda s: s.replace('[recipe]\nsteps', '[recipe]\nstep'), "[recipe] holds 'steps' and 'when_autotuned'"),
 ])
 def test_malformed_entries(tmp_path, edit, message):
     refs = _copy(tmp_path)

@@ -2,7 +2,7 @@
 import pytest
 
 from cutile_diag.bench import BenchOptions, measure_config, measure_isolated
-from cutile_diag.workload import load_workload
+from cutile_diag.workloads import load_workload
 
 pytestmark = pytest.mark.gpu
 

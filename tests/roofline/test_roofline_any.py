@@ -307,7 +307,7 @@ def test_measured_launches_become_points(tmp_path):
 def test_bare_kernel_rebuilds_in_the_measuring_subprocess_and_makes_fresh_inputs(kfile):
     """What the worker does on a GPU: load_workload(ref, **ref_kwargs), then make_inputs from the specs."""
     import torch
-    from cutile_diag.workload import load_workload
+    from cutile_diag.workloads import load_workload
     from cutile_diag.workloads.kernel import kernel_workload
     from cutile_diag.capture.spec import parse_assignments
     wl = kernel_workload(f"{kfile}::rms_norm_rows", parse_assignments(

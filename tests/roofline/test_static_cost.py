@@ -3,7 +3,7 @@ import pytest
 
 from cutile_diag.ir_parsers.tileir import parse_tileir
 from cutile_diag.roofline.static_cost import _grid_stride_total, count_entry, count_workload, cross_check
-from cutile_diag.workload import load_workload
+from cutile_diag.workloads import load_workload
 
 pytest.importorskip("cuda.tile")
 

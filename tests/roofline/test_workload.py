@@ -4,9 +4,8 @@ import textwrap
 import pytest
 
 from cutile_diag.errors import CutileDiagError, KernelLoadError, UsageError
-from cutile_diag.workload import (CaptureSpec, WorkloadConfig, WorkloadError, dtype_name, load_workload,
-                                  torch_dtype, workload)
-from cutile_diag.workloads import builtin_names
+from cutile_diag.workload import CaptureSpec, WorkloadConfig, WorkloadError, dtype_name, torch_dtype, workload
+from cutile_diag.workloads import builtin_names, load_workload
 
 GOOD = '''
 from cutile_diag.workload import Workload, WorkloadConfig

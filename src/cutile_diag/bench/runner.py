@@ -38,7 +38,8 @@ from typing import Any
 
 from ..errors import CutileDiagError, NoGPUError
 from ..procs import kill_group
-from ..workload import Workload, WorkloadConfig, WorkloadError, load_workload
+from ..workload import Workload, WorkloadConfig, WorkloadError
+from ..workloads import load_workload
 from .correctness import (
     CheckResult,
     check_outputs,

@@ -369,7 +369,7 @@ def _diagnose_workload(args, ref: str, tried):
     from ..diagnose.collect_capture import collect_capture
     from ..diagnose.collect_gpu import collect_gpu, variant_groups
     from ..diagnose.engine import _static_only, diagnose
-    from ..workload import load_workload
+    from ..workloads import load_workload
     wl = load_workload(ref)
     cfgs = wl.select(args.config)
     # single-valued facts describe the costliest configuration: a tiny one is launch-bound
@@ -475,7 +475,7 @@ def _capture_by_running(args, wl, cfg, out: Path):
     import sys
 
     from ..capture.run_mode import capture_run
-    code = ("from cutile_diag.workload import load_workload as L; import torch; "
+    code = ("from cutile_diag.workloads import load_workload as L; import torch; "
             f"w = L({wl.ref!r}, **{dict(wl.ref_kwargs or {})!r}); c = w.config({cfg.name!r}); "
             "w.run(w.make_inputs(c, 0)); torch.cuda.synchronize()")
     if not args.json:

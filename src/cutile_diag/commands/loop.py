@@ -5,12 +5,14 @@ from ..output import console, err_console, print_json
 
 
 def register(sub) -> None:
-    p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover",
+    p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover, clean",
                        description="For the edits cutile-diag cannot make itself: `loop next` prints the next "
                                    "playbook entry with a recipe for this kernel; after you edit the kernel file "
                                    "(or its launch wrapper), `loop record` verifies, measures against the last kept "
                                    "version, decides, commits or reverts, and records.  `loop status` shows where "
-                                   "the loop stands; `loop recover` closes an interrupted iteration.")
+                                   "the loop stands; `loop recover` closes an interrupted iteration; `loop clean` "
+                                   "removes a finished loop's worktree.  Everything happens in the loop's own git "
+                                   "worktree: your checkout is never changed.")
     ls = p.add_subparsers(dest="loop_command", metavar="STEP")
     common = []
     n = ls.add_parser("next", help="the next playbook entry, with a recipe for this kernel")
@@ -25,8 +27,13 @@ def register(sub) -> None:
     common.append(r)
     st = ls.add_parser("status", help="the table, the kept commit, pending work and what to do next")
     common.append(st)
-    rc = ls.add_parser("recover", help="after a crash: reset to the last kept commit and record the crash")
+    rc = ls.add_parser("recover", help="after a crash: reset the loop's worktree to the last kept commit and record "
+                                       "the crash")
     common.append(rc)
+    cl = ls.add_parser("clean", help="remove a finished loop's worktree (its branch and ledger stay)")
+    cl.add_argument("--delete-branch", action="store_true",
+                    help="also delete the loop's branch and its refs/cutile-diag/<branch>/* (take the result first)")
+    common.append(cl)
     for q in common:
         q.add_argument("kernel", nargs="?", help="FILE.py::KERNEL (default: the loop in this repository)")
         q.add_argument("--out", help="the loop's state folder root, if not the default")
@@ -35,18 +42,18 @@ def register(sub) -> None:
     r.set_defaults(func=run_record)
     st.set_defaults(func=run_status)
     rc.set_defaults(func=run_recover)
+    cl.set_defaults(func=run_clean)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _session(args):
-    from ..loop.session import find_state_dir, load_session
-    return load_session(find_state_dir(args.kernel, args.out))
+def _ref(args):
+    from ..loop.api import LoopRef
+    return LoopRef(args.kernel, args.out)
 
 
 def run_next(args) -> int:
-    from ..loop.manual import next_step
-    s, led = _session(args)
-    ns = next_step(s, led, entry=args.entry)
+    from ..loop import api
+    ns = api.next_step(_ref(args), entry=args.entry)
     if args.json:
         print_json(ns)
         return 0
@@ -80,17 +87,10 @@ def run_record(args) -> int:
 
 
 def _run_record(args) -> int:
-    from ..loop.backends import closing
-    from ..loop.factory import make_backend
-    from ..loop.manual import record_manual
-    from ..loop.runner import LoopOptions
-    s, led = _session(args)
-    opts = LoopOptions.from_json(s.options, iteration_budget_s=args.budget, rounds=args.rounds,
-                                 max_iterations=args.max_iterations)
-    backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
+    from ..loop import api
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
-    with closing(backend):
-        rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo)
+    rec = api.record(_ref(args), entry=args.entry, note=args.note, budget=args.budget, rounds=args.rounds,
+                     max_iterations=args.max_iterations, echo=echo)
     if args.json:
         print_json(rec)
         return 0
@@ -101,19 +101,19 @@ def _run_record(args) -> int:
     if rec.get("stop", {}).get("stop"):
         console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `cutile-diag loop next` for another "
                       "manual step)")
-    console.print(f"[dim]{led.table_path}[/]")
+    console.print(f"[dim]{rec['table']}[/]")
     return 0
 
 
 def run_status(args) -> int:
-    from ..loop.manual import status
-    s, led = _session(args)
-    st = status(s, led)
+    from ..loop import api
+    st = api.status(_ref(args))
     if args.json:
         print_json(st)
         return 0
     from ..loop.ledger import render_table
-    console.print(f"[bold]{st.kernel}[/] on branch {st.branch}" + ("" if st.on_branch else " [yellow](not checked out)[/]"))
+    console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
+                  + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
     console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)
     if st.baseline_ms and st.best_ms:
         console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
@@ -122,16 +122,30 @@ def run_status(args) -> int:
         console.print(f"last stop: {st.last_stop.get('reason')}")
     if st.pending:
         console.print(f"[red]iteration {st.pending['iteration']} was interrupted[/]")
+    if st.take:
+        from .optimize import show_take
+        show_take(st.branch, st.worktree, st.take)
     console.print(f"next: {st.hint}")
     return 0
 
 
 def run_recover(args) -> int:
-    from ..loop.runner import recover
-    s, led = _session(args)
-    what = recover(s, led)
+    from ..loop import api
+    r = api.recover(_ref(args))
     if args.json:
-        print_json({"recovered": what})
+        print_json(r)
         return 0
-    console.print(what or "nothing to recover: no iteration was interrupted")
+    console.print(r.what or f"nothing to recover: no iteration was interrupted (the loop works only in its worktree "
+                            f"{r.worktree}; your checkout is never changed)", highlight=False)
+    return 0
+
+
+def run_clean(args) -> int:
+    from ..loop import api
+    c = api.clean(_ref(args), delete_branch=args.delete_branch)
+    if args.json:
+        print_json(c)
+        return 0
+    for d in c.done:
+        console.print(d, markup=False, highlight=False)
     return 0

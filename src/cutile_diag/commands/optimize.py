@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ..errors import CutileDiagError, UsageError
 from ..output import console, err_console, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "optimize", help="make a kernel faster: diagnose, apply one step, verify, measure, keep or revert",
-        description="The perf recipe as a loop: refuses a dirty tree, creates branch cutile-perf-<kernel>-<date>, "
+        description="The perf recipe as a loop: refuses a dirty tree, creates branch cutile-perf-<kernel>-<date> in "
+                    "its own git worktree (your checkout, index and files are never changed), "
                     "measures the unchanged kernel (iteration 0), then applies one playbook step per iteration, "
                     "checks correctness, measures it against the last kept version (interleaved, every "
                     "configuration), commits, and keeps or reverts by the recipe's rules.  Results: "
@@ -30,7 +29,7 @@ def register(sub) -> None:
     m.add_argument("--workload", help="workload reference: examples:<kernel>, tilegym:<op>, or file.py::Workload")
     m.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument for the workload (repeatable; JSON values)")
-    m.add_argument("--test-cmd", help="correctness command (exit 0 = PASS), run in the repository root")
+    m.add_argument("--test-cmd", help="correctness command (exit 0 = PASS), run in the root of the loop's worktree")
     m.add_argument("--bench-cmd", help="benchmark command printing --print-record records (median = latency)")
     m.add_argument("--framework", default="cutile", help="record framework to read from --bench-cmd (default cutile)")
     m.add_argument("--flops", action="append", default=[], metavar="CONFIG=N",
@@ -76,8 +75,9 @@ def _ids(text: str | None) -> list[str]:
     return [x.strip().upper() for x in (text or "").split(",") if x.strip()]
 
 
-def _options(args, base: dict | None = None):
-    from ..loop.runner import LoopOptions
+def request(args):
+    """The flags as the loop's one typed request."""
+    from ..loop.api import Measurement, OptimizeRequest
     over = dict(max_iterations=args.max_iterations, iteration_budget_s=args.budget, rounds=args.rounds,
                 max_sweep=args.max_sweep)
     if args.keep_going:
@@ -92,7 +92,13 @@ def _options(args, base: dict | None = None):
         over["only"] = _ids(args.only)
     if args.skip:
         over["skip"] = _ids(args.skip)
-    return LoopOptions.from_json(base, **over)
+    m = Measurement(workload=args.workload, workload_args=args.workload_arg, test_cmd=args.test_cmd,
+                    bench_cmd=args.bench_cmd, framework=args.framework, direction=args.direction,
+                    simulate=args.simulate, configs=[c.strip() for c in args.configs.split(",")] if args.configs
+                    else None, rep_ms=args.rep_ms, warmup_ms=args.warmup_ms, device=args.device, flops=args.flops,
+                    bytes=args.bytes, unit=args.unit, roof_device=args.roof_device)
+    return OptimizeRequest(kernel=args.kernel, measurement=m, options=over, resume=args.resume, out=args.out,
+                           branch=args.branch, wrappers=args.wrapper)
 
 
 def _echo(args):
@@ -104,73 +110,15 @@ def _echo(args):
 
 def run(args) -> int:
     from ..loop.proc import exit_on_sigterm
-    # like Ctrl-C: the child's process group is killed, the tree is on the last kept commit
+    # like Ctrl-C: the child's process group is killed, the loop's worktree is on the last kept commit
     return exit_on_sigterm(lambda: _run(args), "; `cutile-diag optimize --resume` records it and goes on")
 
 
-def _counts(args) -> dict:
-    from ..loop.factory import counts_spec
-    return counts_spec(args.flops, args.bytes, args.unit, args.roof_device)
-
-
 def _run(args) -> int:
-    from ..loop.backends import closing
-    from ..loop.factory import backend_spec, check_commands, make_backend, resumed_backend
-    from ..loop.runner import Runner
-    from ..loop.session import find_state_dir, load_session
-    from ..loop.setup import check_resume, create_session, discard_session
-    echo = _echo(args)
+    from ..loop import api
     if args.plan:
         return _plan(args)
-    if args.resume:
-        state = find_state_dir(args.kernel, args.out)
-        s, led = load_session(state)
-        opts = _options(args, s.options)
-        # new --test-cmd/--bench-cmd (a fix after a failed baseline) replace the stored ones, on the record
-        new = resumed_backend(s.backend, workload=args.workload, simulate=args.simulate, test_cmd=args.test_cmd,
-                              bench_cmd=args.bench_cmd, counts=_counts(args))
-        if new is not None:
-            check_commands(new, s.root)
-        done = check_resume(s, led)
-        if opts.to_json() != s.options:
-            led.append({"type": "options", "options": opts.to_json()})
-        if new is not None:
-            led.append({"type": "backend", "backend": new, "reason": "given again on --resume"})
-            s.backend = new
-            done.append("measurement commands replaced (recorded in the ledger)")
-        for d in done:
-            (echo or (lambda _s: None))(d)
-        backend = make_backend(s.backend, log_dir=state / "logs")
-        fresh = False
-    else:
-        if not args.kernel:
-            raise UsageError("give the kernel to optimise: FILE.py::KERNEL", hint="or --resume to continue a loop")
-        from ..loop.git import repo_root
-        from ..loop.locate import parse_ref
-        kpath, _ = parse_ref(args.kernel)
-        bench_opts = {k: v for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
-        spec = backend_spec(workload=args.workload, workload_args=args.workload_arg, test_cmd=args.test_cmd,
-                            bench_cmd=args.bench_cmd, simulate=args.simulate,
-                            configs=[c.strip() for c in args.configs.split(",")] if args.configs else None,
-                            kernel_file=kpath, framework=args.framework, direction=args.direction,
-                            bench_options=bench_opts, device=args.device, counts=_counts(args))
-        check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
-        opts = _options(args)
-        s, led = create_session(args.kernel, backend=spec, options=opts.to_json(), out=args.out, branch=args.branch,
-                                wrappers=args.wrapper, capture={"enabled": opts.capture, "archs": opts.archs,
-                                                                "args": opts.capture_args}, echo=echo)
-        backend = make_backend(spec, log_dir=s.state_dir / "logs")
-        fresh = True
-    try:
-        with closing(backend):
-            result = Runner(s, backend, led, options=opts, echo=echo).start()
-    except BaseException as e:
-        if fresh and not led.iterations:
-            # the baseline never got measured: leave no branch or ledger that would block the next try
-            note = discard_session(s, led)
-            if isinstance(e, CutileDiagError):
-                e.hint = f"{e.hint}; {note}" if e.hint else note
-        raise
+    result = api.optimize(request(args), echo=_echo(args))
     if args.json:
         print_json(result)
         return 0
@@ -204,49 +152,36 @@ def _show(result) -> None:
                       f"({result.speedup:.3f}x); kept commit {str(result.kept_commit)[:12]}")
     for m in result.manual[:3]:
         console.print(f"manual entry {m['id']} ({m['name']}): cutile-diag loop next --entry {m['id']}")
+    show_take(result.branch, result.worktree, result.take)
     console.print(f"[dim]ledger: {result.ledger}[/]")
+
+
+def show_take(branch: str, worktree: str, take: list[str]) -> None:
+    """How to bring the kept result into the user's branch (the loop never does it itself)."""
+    if not take:
+        console.print(f"nothing kept to take; the loop's worktree: {worktree} (`cutile-diag loop clean` removes it)",
+                      highlight=False)
+        return
+    console.print(f"the kept result is on branch [bold]{branch}[/] (worktree {worktree}); take it into your branch "
+                  "with one of:", highlight=False)
+    for c in take:
+        console.print(f"  {c}", markup=False, highlight=False)
+    console.print("then `cutile-diag loop clean` removes the worktree (--delete-branch: the branch too)",
+                  highlight=False)
 
 
 def _plan(args) -> int:
     """Locate, capture (temp), diagnose and list what the loop would try — nothing is changed."""
-    import tempfile
-    from ..loop.diagnosis import DiagnoseContext, EngineDiagnoser
-    from ..loop.integrations import capture_version
-    from ..loop.locate import locate, parse_ref
-    if not args.kernel:
-        raise UsageError("--plan needs the kernel: FILE.py::KERNEL")
-    path, name = parse_ref(args.kernel)
-    loc = locate(path, name)
-    source = path.read_text()
-    info = {}
-    if args.workload:
-        from ..workload import load_workload
-        from ..loop.factory import parse_kv
-        kw = parse_kv(args.workload_arg, "--workload-arg")
-        if args.workload.startswith("examples:") and "source" not in kw:
-            kw["source"] = str(path)
-        wl = load_workload(args.workload, **kw)
-        for cfg in wl.configs:
-            try:
-                info[cfg.name] = {"flops": wl.flops(cfg), "bytes": wl.bytes(cfg), "unit": list(wl.compute_unit(cfg))}
-            except Exception:
-                pass
-    with tempfile.TemporaryDirectory(prefix="cutile-diag-plan-") as tmp:
-        cap = None
-        if not args.no_capture:
-            import hashlib
-            cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
-                                  archs=args.arch or ["sm_90"], args=args.capture_arg)
-        ctx = DiagnoseContext(path=path, kernel=name, source=source, capture=cap.path if cap and cap.ok else None,
-                              arch=(args.arch or ["sm_90"])[0], workload_info=info)
-        diag = EngineDiagnoser().diagnose(ctx)
+    from ..loop import api
+    p = api.plan(request(args))
     if args.json:
-        print_json({"location": loc.to_json(), "capture": cap.to_json() if cap else None,
-                    "diagnosis": diag.to_json()})
+        print_json(p)
         return 0
-    console.print(f"[bold]{loc.function}[/] in {path} (line {loc.line}); wrappers: {', '.join(loc.wrappers) or '-'}")
-    if cap is not None and not cap.ok:
-        console.print(f"[yellow]capture failed:[/] {cap.error}")
+    loc, cap, diag = p.location, p.capture, p.diagnosis
+    console.print(f"[bold]{loc['function']}[/] in {loc['path']} (line {loc['line']}); "
+                  f"wrappers: {', '.join(loc['wrappers']) or '-'}")
+    if cap is not None and not cap["ok"]:
+        console.print(f"[yellow]capture failed:[/] {cap['error']}")
     console.print(f"bottleneck: {diag.bottleneck} ({diag.confidence}); " + "; ".join(diag.reasons[:2]))
     for n in diag.notes[:3]:
         console.print(f"[dim]note: {n}[/]")

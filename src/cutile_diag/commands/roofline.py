@@ -199,7 +199,7 @@ def _run_workload(args: argparse.Namespace, form: str) -> int:
     from ..roofline.analysis import roofline_workload
     from ..roofline.device import live_device, preset
     from ..roofline.peaks import get_ceilings, recorded_ceilings
-    from ..workload import load_workload
+    from ..workloads import load_workload
     timeout = number_arg("--timeout", args.timeout if args.timeout is not None else "300")
     warmup_ms = number_arg("--warmup-ms", args.warmup_ms, strict=False)
     rep_ms = number_arg("--rep-ms", args.rep_ms, strict=False)

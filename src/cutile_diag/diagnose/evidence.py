@@ -326,28 +326,6 @@ class Evidence:
                 "notes": list(self.notes)}
 
 
-# --- collectors (thin wrappers; the work lives in the collect_* modules) ---------------------
-
-def collect_tileir(module, ev: Evidence | None = None, *, entry: str | None = None,
-                   ir_file: str | None = None) -> Evidence:
-    """Static facts from a parsed TileIR ``Module`` (or TileIR text)."""
-    from .collect_ir import collect_tileir as _c
-    return _c(module, ev, entry=entry, ir_file=ir_file)
-
-
-def collect_capture(folder, ev: Evidence | None = None, *, arch: str | None = None,
-                    entry: str | None = None) -> Evidence:
-    """Static facts plus remarks, SASS, resources, ptxas spills, threads/CTA, cluster."""
-    from .collect_capture import collect_capture as _c
-    return _c(folder, ev, arch=arch, entry=entry)
-
-
-def collect_gpu(ev: Evidence, **measurements) -> Evidence:
-    """Facts from GPU measurements (roofline result, harness records, ncu metrics)."""
-    from .collect_gpu import collect_gpu as _c
-    return _c(ev, **measurements)
-
-
 def facts_markdown() -> str:
     """``references/evidence-facts.md``: the vocabulary as a table (regenerate after edits)."""
     names = {"tileir": "TileIR (static)", "capture": "capture folder", "device": "device model",

@@ -8,6 +8,7 @@ Entry schema (see ``references/playbook/README.md``)::
     [[adjust]]        when, note, effect_high, effect_low
     [priority]        <class> = rank (lower = earlier), default = rank
     [expected_effect] low, high   # speedup fraction: t_before / t_after - 1
+    [recipe]          steps, when_autotuned   # `loop next` lines, with kernel placeholders (RECIPE_FIELDS)
 
 Every predicate is parsed at load time and every fact key checked against the vocabulary,
 so a typo in a TOML fails loudly (``PlaybookError`` naming file and field) instead of
@@ -28,6 +29,10 @@ from .evidence import FACTS
 from .predicates import Predicate, PredicateError
 
 REFERENCES_ENV = "CUTILE_DIAG_REFERENCES"
+
+# placeholders a [recipe] line may use (filled from the kernel's location by loop.manual); a line
+# that is exactly "{ops}" or "{ops:KIND,KIND}" expands to the kernel's memory ops of those kinds
+RECIPE_FIELDS = frozenset({"kernel", "wrappers", "path", "constants", "tuned_kind", "tuned_function", "tuned_line"})
 
 # Names of the loop's automatic transforms (cutile_diag.loop.transforms).
 KNOWN_TRANSFORMS = frozenset({
@@ -81,6 +86,8 @@ class Entry:
     already_applied: Predicate | None = None
     adjust: list[Adjust] = field(default_factory=list)
     last_resort: bool = False      # offered only when nothing else is left
+    recipe: list[str] = field(default_factory=list)            # `loop next` steps (RECIPE_FIELDS placeholders)
+    recipe_autotuned: list[str] = field(default_factory=list)  # instead, when the kernel is already autotuned
 
     @property
     def automatic(self) -> bool:
@@ -227,6 +234,10 @@ def load_entry(path: Path) -> Entry:
                              float(a["effect_high"]) if "effect_high" in a else None,
                              float(a["effect_low"]) if "effect_low" in a else None))
     applied = d.get("already_applied")
+    recipe = d.get("recipe", {})
+    if not isinstance(recipe, dict) or set(recipe) - {"steps", "when_autotuned"}:
+        raise PlaybookError(f"{where}: [recipe] holds 'steps' and 'when_autotuned' (lists of lines)")
+    steps, tuned = (_recipe_lines(recipe, k, f"{where}: recipe.{k}") for k in ("steps", "when_autotuned"))
     return Entry(
         id=id_, slug=slug, name=str(d["name"]), summary=str(d["summary"]), path=path,
         clauses=clauses, priority={k: float(v) for k, v in prio.items()}, effect_low=lo, effect_high=hi,
@@ -234,7 +245,25 @@ def load_entry(path: Path) -> Entry:
         risk=risk, risks=_str_list(d, "risks", where), verify=_str_list(d, "verify", where),
         references=_str_list(d, "references", where), bounded_by_roof=bool(d.get("bounded_by_roof", True)),
         already_applied=_pred(applied, f"{where}: already_applied") if applied else None,
-        adjust=adjust, last_resort=bool(d.get("last_resort", False)))
+        adjust=adjust, last_resort=bool(d.get("last_resort", False)), recipe=steps, recipe_autotuned=tuned)
+
+
+def _recipe_lines(d: dict, key: str, where: str) -> list[str]:
+    import re
+    import string
+    lines = _str_list(d, key, where)
+    for ln in lines:
+        if re.fullmatch(r"\{ops(:[a-z_]+(,[a-z_]+)*)?\}", ln.strip()):
+            continue
+        try:
+            names = {f for _, f, _, _ in string.Formatter().parse(ln) if f is not None}
+        except ValueError as e:
+            raise PlaybookError(f"{where}: {e} in {ln!r} (write literal braces as {{{{ }}}})") from None
+        bad = sorted(names - RECIPE_FIELDS)
+        if bad:
+            raise PlaybookError(f"{where}: unknown placeholder {', '.join(bad)}",
+                                hint="placeholders: " + ", ".join(sorted(RECIPE_FIELDS)) + ", and a line {ops[:KINDS]}")
+    return lines
 
 
 def load_playbook(root: str | Path | None = None) -> Playbook:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 
 @dataclass
@@ -110,7 +110,7 @@ class EngineDiagnoser:
                               "(give the kernel CAPTURE_SPECS, or --capture-arg, for an IR-based diagnosis)")
             return d
         from ..diagnose.engine import diagnose
-        from ..diagnose.evidence import Evidence, collect_capture, collect_gpu
+        from ..diagnose import Evidence, collect_capture, collect_gpu
         ev = Evidence(kernel=ctx.kernel)
         collect_capture(ctx.capture, ev, arch=ctx.arch)
         notes = []
@@ -219,7 +219,3 @@ class ScriptedDiagnoser:
             return s
         i = min(len(self.calls) - 1, len(s) - 1)
         return s[i]
-
-
-def rec_from_json(d: Mapping[str, Any]) -> Rec:
-    return Rec(**{k: v for k, v in d.items() if k in Rec.__dataclass_fields__})

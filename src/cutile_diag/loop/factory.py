@@ -135,7 +135,7 @@ def backend_spec(*, workload: str | None, workload_args: Sequence[str] = (), tes
             kwargs["source"] = str(kernel_file)
         if configs:
             # a wrong configuration name is a usage error now, not a failed baseline later
-            from ..workload import load_workload
+            from ..workloads import load_workload
             load_workload(workload, **kwargs).select(list(configs))
         return {"backend": "workload", "workload": workload, "kwargs": kwargs,
                 "configs": list(configs) if configs else None, "bench_options": dict(bench_options or {}),

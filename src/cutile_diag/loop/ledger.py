@@ -25,7 +25,8 @@ otherwise.  ``status`` keep/revert/crash.  One row per iteration; iteration 0 is
   candidate's verification finished (what an interrupted iteration's row reports);
 * ``{"type": "backend", ...}`` — measurement commands given again on ``--resume``;
 * ``{"type": "next", ...}`` — what ``loop next`` proposed for a manual edit;
-* ``{"type": "stop", ...}`` — why the loop stopped (a later ``--resume`` may go on).
+* ``{"type": "stop", ...}`` — why the loop stopped (a later ``--resume`` may go on);
+* ``{"type": "abandoned", "iteration": 0, ...}`` — an interrupted baseline, measured again.
 
 A ``begin`` without its ``iteration`` means the process died mid-iteration; ``--resume``
 (or any loop command) turns it into a ``crash`` row after resetting the tree.  Both files
@@ -53,6 +54,12 @@ SCHEMA = "cutile-diag.loop/1"
 
 class LedgerError(LoopError):
     """The ledger is missing, unreadable or inconsistent."""
+
+
+def short_text(text: str, n: int = 110) -> str:
+    """One line of at most ``n`` characters (the table's optimization column, echo lines)."""
+    t = " ".join(str(text).split())
+    return t if len(t) <= n else t[: n - 1] + "…"
 
 
 def format_latency(ms: float | None) -> str:
@@ -192,6 +199,8 @@ class Ledger:
                 pend = r
             elif r.get("type") == "stop":
                 pend = None
+            elif r.get("type") == "abandoned" and pend is not None and pend["iteration"] == r.get("iteration"):
+                pend = None
         return pend
 
     def next_iteration(self) -> int:
@@ -273,14 +282,15 @@ class Ledger:
         self._flush()
         return record
 
+    def abandon(self, iteration: int, reason: str) -> dict:
+        """Close a pending ``begin`` that leaves no row (an interrupted baseline is measured again)."""
+        return self.append({"type": "abandoned", "iteration": iteration, "reason": reason})
+
     def create(self, setup: dict) -> None:
         if self.path.exists():
             raise LedgerError(f"{self.path} already exists", hint="continue it with --resume, or choose another --out")
         self.records = []
         self.append({"type": "setup", "schema": SCHEMA, **setup})
-
-    def rewrite_table(self) -> None:
-        write_atomic(self.table_path, render_table(self.rows()))
 
 
 def _finite(obj):

@@ -1,6 +1,8 @@
 """Find a kernel's parts in its source file: the recipe's "locate the kernel" step.
 
-From one Python file (static analysis with ``ast``; nothing is imported):
+From one Python file, on the same libcst model the transforms use (``transforms/base.py``:
+``parse_module``, ``CtNames`` for how the file spells cuda.tile, and the one alias rule
+``module_assignments`` — a module-level name bound once); nothing is imported:
 
 * the ``@ct.kernel`` functions (with their decorator hints) and which one is the target
   (a module-level alias such as ``matmul_f32 = matmul`` resolves to its def);
@@ -13,11 +15,13 @@ From one Python file (static analysis with ``ast``; nothing is imported):
 """
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+
 from ..errors import KernelLoadError, UsageError
+from .transforms.base import CtNames, TransformError, dotted, module_assignments, parsed
 
 _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "scatter",
            "load_advanced_indexing": "load", "store_advanced_indexing": "store",
@@ -115,122 +119,145 @@ class KernelLocation:
         return d
 
 
-def _src(source: str, node: ast.AST, limit: int = 240) -> str:
-    text = ast.get_source_segment(source, node) or ast.unparse(node)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+class _File:
+    """The parsed file with positions and parents, and how it spells cuda.tile: the transforms'
+    ``CtNames`` (one model of the names), plus the tune module's members imported anywhere.
+    (libcst's QualifiedNameProvider would answer the same question at about twice the cost of
+    the parse on TileGym's larger files, on every ``loop next``.)"""
 
+    def __init__(self, source: str, path: Path):
+        try:
+            p = parsed(source)            # the transforms' parse of the same text, once per process
+        except TransformError as e:
+            raise KernelLoadError(f"{path}: {e.one_line()}") from None
+        self.source = source
+        self.module = module = p.module
+        self.pos, self.parents = p.pos, p.parents
+        self.ct = CtNames.scan(module)
+        self.tune: dict[str, str] = {}
+        for n in _walk(module):
+            if isinstance(n, cst.ImportFrom) and n.module is not None and not isinstance(n.names, cst.ImportStar) \
+                    and dotted(n.module) in ("cuda.tile.tune", "cuda.tile_experimental"):
+                self.tune.update({dotted(a.asname.name) if a.asname else dotted(a.name): dotted(a.name)
+                                  for a in n.names})
+        self.bound = {n: v[0] for n, v in module_assignments(module).items() if len(v) == 1}
 
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
+    def line(self, node: cst.CSTNode) -> int:
+        return self.pos[node].start.line
 
+    def col(self, node: cst.CSTNode) -> int:
+        return self.pos[node].start.column
 
-class _CtNames:
-    """How the file spells cuda.tile (``ct``) and its imported members."""
+    def text(self, node: cst.CSTNode, limit: int = 240) -> str:
+        t = " ".join(self.module.code_for_node(node).split())
+        return t if len(t) <= limit else t[: limit - 1] + "…"
 
-    def __init__(self, tree: ast.Module):
-        self.aliases: set[str] = set()
-        self.members: dict[str, str] = {}
-        self.tune_members: dict[str, str] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name == "cuda.tile":
-                        self.aliases.add(a.asname or "cuda.tile")
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                for a in node.names:
-                    local = a.asname or a.name
-                    if node.module == "cuda" and a.name == "tile":
-                        self.aliases.add(local)
-                    elif node.module == "cuda.tile":
-                        self.members[local] = a.name
-                    elif node.module in ("cuda.tile.tune", "cuda.tile_experimental"):
-                        self.tune_members[local] = a.name
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node).strip()
 
-    def member(self, node: ast.AST) -> str | None:
-        if isinstance(node, ast.Name):
-            return self.members.get(node.id) or self.tune_members.get(node.id)
-        if isinstance(node, ast.Attribute):
-            base = _dotted(node.value)
-            if base in self.aliases:
-                return node.attr
-            if base and any(base == f"{a}.tune" for a in self.aliases):
-                return node.attr
-            if base in ("cuda.tile_experimental", "ct_experimental"):
-                return node.attr
+    def member(self, node: cst.CSTNode) -> str | None:
+        """``load`` for any spelling of ``cuda.tile.load``; ``exhaustive_search`` for the tune
+        module's (or ``cuda.tile_experimental``'s) members."""
+        m = self.ct.member(node)
+        if m is not None:
+            return m
+        if isinstance(node, cst.Name):
+            return self.tune.get(node.value)
+        if isinstance(node, cst.Attribute):
+            base = dotted(node.value)
+            if base and (base in ("cuda.tile_experimental", "ct_experimental")
+                         or any(base == f"{a}.tune" for a in self.ct.module_aliases)):
+                return node.attr.value
         return None
 
+    def imports_cuda_tile(self) -> bool:
+        return bool(self.ct.module_aliases or self.ct.members)
 
-def _kernel_decorator(ct: _CtNames, dec: ast.expr) -> tuple[bool, dict[str, str]]:
-    target = dec.func if isinstance(dec, ast.Call) else dec
-    if ct.member(target) != "kernel":
+    def in_loop(self, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
+        p = self.parents.get(node)
+        while p is not None and p is not stop:
+            if isinstance(p, (cst.For, cst.While)):
+                return True
+            p = self.parents.get(p)
+        return False
+
+
+def _walk(root: cst.CSTNode):
+    """Every node under ``root``, depth first in source order."""
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def _calls(root: cst.CSTNode) -> list[cst.Call]:
+    return [n for n in _walk(root) if isinstance(n, cst.Call)]
+
+
+def _positional(call: cst.Call) -> list[cst.BaseExpression]:
+    return [a.value for a in call.args if a.keyword is None and not a.star]
+
+
+def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def _names(root: cst.CSTNode) -> set[str]:
+    return {n.value for n in _walk(root) if isinstance(n, cst.Name)}
+
+
+def _kernel_decorator(f: _File, dec: cst.Decorator) -> tuple[bool, dict[str, str]]:
+    d = dec.decorator
+    target = d.func if isinstance(d, cst.Call) else d
+    if f.member(target) != "kernel":
         return False, {}
     hints = {}
-    if isinstance(dec, ast.Call):
-        for kw in dec.keywords:
-            if kw.arg:
-                hints[kw.arg] = ast.unparse(kw.value)
+    if isinstance(d, cst.Call):
+        for a in d.args:
+            if a.keyword is not None:
+                hints[a.keyword.value] = f.code(a.value)
     return True, hints
 
 
-def module_aliases(tree: ast.Module) -> dict[str, ast.expr]:
-    """Module-level names bound exactly once to an expression (``ConstInt = ct.Constant[int]``,
-    ``ConstInt: TypeAlias = ...``, ``type ConstInt = ...``)."""
-    seen: dict[str, list[ast.expr]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    seen.setdefault(t.id, []).append(node.value)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            seen.setdefault(node.target.id, []).append(node.value)
-        elif type(node).__name__ == "TypeAlias" and isinstance(getattr(node, "name", None), ast.Name):
-            seen.setdefault(node.name.id, []).append(node.value)
-    return {n: v[0] for n, v in seen.items() if len(v) == 1}
-
-
-def _resolve(node: ast.expr | None, aliases: dict[str, ast.expr]) -> ast.expr | None:
-    """Follow module-level aliases: ``ConstInt`` -> ``ct.Constant[int]``; ``C[int]`` with
-    ``C = ct.Constant`` -> a subscript of ``ct.Constant``."""
+def _resolve(f: _File, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """Follow module-level aliases (the transforms' rule): ``ConstInt`` -> ``ct.Constant[int]``;
+    ``C[int]`` with ``C = ct.Constant`` keeps its subscript."""
     for _ in range(8):                       # alias chains are short; a cycle must not hang
-        if isinstance(node, ast.Name) and node.id in aliases:
-            node = aliases[node.id]
-        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in aliases:
-            node = ast.Subscript(value=aliases[node.value.id], slice=node.slice, ctx=ast.Load())
+        if isinstance(node, cst.Name) and node.value in f.bound:
+            node = f.bound[node.value]
+        elif isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in f.bound:
+            node = node.with_changes(value=f.bound[node.value.value])
         else:
             break
     return node
 
 
-def _constant_params(ct: _CtNames, fn: ast.FunctionDef, aliases: dict[str, ast.expr] | None = None) -> list[str]:
+def _constant_params(f: _File, fn: cst.FunctionDef) -> list[str]:
     out = []
-    for a in fn.args.args:
-        ann = _resolve(a.annotation, aliases or {})
-        if isinstance(ann, ast.Subscript) and ct.member(ann.value) == "Constant":
-            out.append(a.arg)
-        elif ann is not None and ct.member(ann) == "Constant":
-            out.append(a.arg)
+    for p in fn.params.params:
+        ann = _resolve(f, p.annotation.annotation if p.annotation else None)
+        base = ann.value if isinstance(ann, cst.Subscript) else ann
+        if base is not None and f.member(base) == "Constant":
+            out.append(p.name.value)
     return out
 
 
-def _register_impl(fn: ast.FunctionDef) -> list[Registration]:
+def _register_impl(f: _File, fn: cst.FunctionDef) -> list[Registration]:
     out = []
-    for dec in fn.decorator_list:
-        if isinstance(dec, ast.Call) and (_dotted(dec.func) or "").split(".")[-1] == "register_impl":
-            op = dec.args[0].value if dec.args and isinstance(dec.args[0], ast.Constant) else None
+    for dec in fn.decorators:
+        d = dec.decorator
+        if isinstance(d, cst.Call) and (dotted(d.func) or "").split(".")[-1] == "register_impl":
+            pos = _positional(d)
+            op = pos[0].evaluated_value if pos and isinstance(pos[0], cst.SimpleString) else None
             backend = None
-            for kw in dec.keywords:
-                if kw.arg == "backend" and isinstance(kw.value, ast.Constant):
-                    backend = kw.value.value
-            if len(dec.args) > 1 and isinstance(dec.args[1], ast.Constant):
-                backend = dec.args[1].value
+            kw = _keyword(d, "backend")
+            if isinstance(kw, cst.SimpleString):
+                backend = kw.evaluated_value
+            if len(pos) > 1 and isinstance(pos[1], cst.SimpleString):
+                backend = pos[1].evaluated_value
             if isinstance(op, str):
-                out.append(Registration(op, backend, fn.name, fn.lineno))
+                out.append(Registration(op, backend, fn.name.value, f.line(fn.name)))
     return out
 
 
@@ -240,37 +267,28 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
         source = path.read_text()
-    try:
-        tree = ast.parse(source, filename=str(path))
-    except SyntaxError as e:
-        raise KernelLoadError(f"{path}:{e.lineno}: cannot parse: {e.msg}") from None
-    ct = _CtNames(tree)
-    if not ct.aliases and not ct.members:
+    f = _File(source, path)
+    if not f.imports_cuda_tile():
         raise KernelLoadError(f"{path} does not import cuda.tile", hint="is this a cuTile kernel file?")
 
-    type_aliases = module_aliases(tree)
     kernels: list[KernelFunction] = []
-    defs: dict[str, ast.FunctionDef] = {}
-    aliases: dict[str, str] = {}
+    defs: dict[str, cst.FunctionDef] = {}
     registrations: list[Registration] = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            defs[node.name] = node
-            registrations += _register_impl(node)
-            for dec in node.decorator_list:
-                ok, hints = _kernel_decorator(ct, dec)
+    for node in f.module.body:
+        if isinstance(node, cst.FunctionDef):
+            defs[node.name.value] = node
+            registrations += _register_impl(f, node)
+            for dec in node.decorators:
+                ok, hints = _kernel_decorator(f, dec)
                 if ok:
-                    kernels.append(KernelFunction(node.name, node.lineno, "@" + _src(source, dec), hints,
-                                                  [a.arg for a in node.args.args],
-                                                  _constant_params(ct, node, type_aliases)))
+                    kernels.append(KernelFunction(node.name.value, f.line(node.name), "@" + f.text(dec.decorator),
+                                                  hints, [p.name.value for p in node.params.params],
+                                                  _constant_params(f, node)))
                     break
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    aliases[t.id] = node.value.id
     kernel_names = {k.name for k in kernels}
-    target = kernel_name
-    seen = set()
+    # a kernel alias (``matmul_f32 = matmul``): the one alias rule, a name bound once to a name
+    aliases = {n: v.value for n, v in f.bound.items() if isinstance(v, cst.Name)}
+    target, seen = kernel_name, set()
     while target in aliases and target not in kernel_names and target not in seen:
         seen.add(target)
         target = aliases[target]
@@ -278,82 +296,80 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
         known = ", ".join(sorted(kernel_names)) or "none"
         raise KernelLoadError(f"{path}: no @ct.kernel named '{kernel_name}'", hint=f"kernels in this file: {known}")
     names_for_target = {target} | {a for a, t in aliases.items() if t == target}
+    other_kernels = (kernel_names | set(aliases)) - names_for_target
+
+    def refers(node: cst.CSTNode) -> bool:
+        d = dotted(node)
+        if d and d.split(".")[-1] in names_for_target:
+            return True
+        return bool(_names(node) & names_for_target)
+
+    def mentions_target(fn: cst.FunctionDef, kern: cst.CSTNode) -> bool:
+        # a launch of a variable (a hinted or cached copy) counts when the function names the target;
+        # a launch that names another kernel of the file never does
+        d = dotted(kern)
+        if d and d.split(".")[-1] in other_kernels:
+            return False
+        return bool(_names(fn) & names_for_target)
 
     launches: list[LaunchSite] = []
     autotune: list[AutotuneSpace] = []
-    top_level = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name not in kernel_names]
-
-    def refers(node: ast.AST) -> bool:
-        d = _dotted(node)
-        if d and d.split(".")[-1] in names_for_target:
-            return True
-        return any(isinstance(n, ast.Name) and n.id in names_for_target for n in ast.walk(node))
-
-    other_kernels = (kernel_names | set(aliases)) - names_for_target
-
-    def mentions_target(fn: ast.FunctionDef, kern: ast.AST) -> bool:
-        # a launch of a variable (a hinted or cached copy) counts when the function names the target;
-        # a launch that names another kernel of the file never does
-        d = _dotted(kern)
-        if d and d.split(".")[-1] in other_kernels:
-            return False
-        return any(isinstance(n, ast.Name) and n.id in names_for_target for n in ast.walk(fn))
-
-    for fn in top_level:
-        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-            m = ct.member(call.func) or (_dotted(call.func) or "").split(".")[-1]
-            if m == "launch" and ct.member(call.func) == "launch" and len(call.args) >= 3:
-                kern = call.args[2]
+    for fn in (n for n in f.module.body if isinstance(n, cst.FunctionDef) and n.name.value not in kernel_names):
+        for call in _calls(fn):
+            m = f.member(call.func) or (dotted(call.func) or "").split(".")[-1]
+            args = _positional(call)
+            if m == "launch" and f.member(call.func) == "launch" and len(args) >= 3:
+                kern = args[2]
                 # the kernel may be a hinted copy held in a variable; accept it when the function names the kernel
                 if refers(kern) or mentions_target(fn, kern):
-                    launches.append(LaunchSite(fn.name, call.lineno, "ct.launch", _src(source, call.args[1]),
-                                               _src(source, kern),
-                                               _src(source, call.args[3]) if len(call.args) > 3 else ""))
+                    launches.append(LaunchSite(fn.name.value, f.line(call), "ct.launch", f.text(args[1]),
+                                               f.text(kern), f.text(args[3]) if len(args) > 3 else ""))
             elif m in _AUTOTUNE:
                 idx = _AUTOTUNE[m]
-                kern = call.args[idx] if len(call.args) > idx else next(
-                    (k.value for k in call.keywords if k.arg == "kernel"), None)
+                kern = args[idx] if len(args) > idx else _keyword(call, "kernel")
                 if kern is None or not (refers(kern) or mentions_target(fn, kern)):
                     continue
                 grid_i = 2 if m == "exhaustive_search" else 1
-                launches.append(LaunchSite(fn.name, call.lineno, m,
-                                           _src(source, call.args[grid_i]) if len(call.args) > grid_i else "",
-                                           _src(source, kern), ""))
-                space_node = call.args[0] if (m == "exhaustive_search" and call.args) else next(
-                    (k.value for k in call.keywords if k.arg == "search_space"),
-                    call.args[5] if m == "autotune_launch" and len(call.args) > 5 else None)
-                if space_node is not None:
-                    autotune.append(_space(source, tree, fn, space_node, type_aliases))
+                launches.append(LaunchSite(fn.name.value, f.line(call), m,
+                                           f.text(args[grid_i]) if len(args) > grid_i else "", f.text(kern), ""))
+                space = args[0] if (m == "exhaustive_search" and args) else _keyword(call, "search_space")
+                if space is None and m == "autotune_launch" and len(args) > 5:
+                    space = args[5]
+                if space is not None:
+                    autotune.append(_space(f, fn, space))
 
     launches.sort(key=lambda s: s.line)
     autotune.sort(key=lambda a: a.line)
-    memory_ops = _memory_ops(source, ct, defs[target])
-    capture_specs = _has_capture_specs(tree, kernel_name) or _has_capture_specs(tree, target)
+    kfn = defs[target]
+    capture_specs = _has_capture_specs(f, kernel_name) or _has_capture_specs(f, target)
     notes = []
     if not launches:
         notes.append(f"no host function in {path.name} launches {target}: give the launch wrapper with --wrapper")
-    kfn = defs[target]
-    return KernelLocation(path=path, name=kernel_name, function=target, line=kfn.lineno, kernels=kernels,
+    return KernelLocation(path=path, name=kernel_name, function=target, line=f.line(kfn.name), kernels=kernels,
                           launches=launches, registrations=registrations, autotune=autotune,
-                          memory_ops=memory_ops, capture_specs=capture_specs, notes=notes)
+                          memory_ops=_memory_ops(f, kfn), capture_specs=capture_specs, notes=notes)
 
 
-def _space(source: str, tree: ast.Module, fn: ast.FunctionDef, node: ast.expr,
-           bound: dict[str, ast.expr]) -> AutotuneSpace:
-    text = _src(source, node)
+def _space(f: _File, fn: cst.FunctionDef, node: cst.BaseExpression) -> AutotuneSpace:
+    text = f.text(node)
     # a name: show where the list is built (in the function, else at module level)
-    if isinstance(node, ast.Name):
-        for scope in (fn, tree):
-            for n in ast.walk(scope):
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets):
-                    text = f"{node.id} = {_src(source, n.value)}"
+    if isinstance(node, cst.Name):
+        for scope in (fn, f.module):
+            for n in _walk(scope):
+                if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == node.value
+                                                     for t in n.targets):
+                    text = f"{node.value} = {f.text(n.value)}"
                     break
             else:
                 continue
             break
-    sizes = sorted(_SpaceSize(tree, fn, bound).sizes(node), key=lambda x: (x is None, x or 0))
+    sizes = sorted(_SpaceSize(f, fn).sizes(node), key=lambda x: (x is None, x or 0))
     size = sizes[0] if len(sizes) == 1 else None
-    return AutotuneSpace(fn.name, node.lineno, text, size, sizes if len(sizes) > 1 else [])
+    return AutotuneSpace(fn.name.value, f.line(node), text, size, sizes if len(sizes) > 1 else [])
+
+
+def _yields(node: cst.CSTNode) -> bool:
+    return any(isinstance(n, cst.Yield) for n in _walk(node))
 
 
 class _SpaceSize:
@@ -363,16 +379,16 @@ class _SpaceSize:
 
     MAX_PATHS = 64
 
-    def __init__(self, tree: ast.Module, fn: ast.FunctionDef, bound: dict[str, ast.expr]):
-        self.module = bound          # module_aliases(tree): names bound once at module level
-        self.local = {}
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-                self.local.setdefault(n.targets[0].id, n.value)       # the first binding: the full space
-        self.defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    def __init__(self, f: _File, fn: cst.FunctionDef):
+        self.module = f.bound        # names bound once at module level
+        self.local: dict[str, cst.BaseExpression] = {}
+        for n in _walk(fn):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                self.local.setdefault(n.targets[0].target.value, n.value)    # the first binding: the full space
+        self.defs = {n.name.value: n for n in f.module.body if isinstance(n, cst.FunctionDef)}
         self.depth = 0
 
-    def sizes(self, node: ast.expr | None) -> set[int | None]:
+    def sizes(self, node) -> set[int | None]:
         self.depth += 1
         try:
             return {None} if self.depth > 12 else self._sizes(node)
@@ -380,27 +396,32 @@ class _SpaceSize:
             self.depth -= 1
 
     def _sizes(self, node) -> set[int | None]:
-        if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
-            return {len(node.elts)}
-        if isinstance(node, ast.Name):
-            v = self.local.get(node.id, self.module.get(node.id))
+        if isinstance(node, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement)
+                                                               for e in node.elements):
+            return {len(node.elements)}
+        if isinstance(node, cst.Name):
+            v = self.local.get(node.value, self.module.get(node.value))
             return self.sizes(v) if v is not None else {None}
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id in ("list", "tuple") and len(node.args) == 1:
-                return self.sizes(node.args[0])
-            if node.func.id == "range" and node.args and all(isinstance(a, ast.Constant) and type(a.value) is int
-                                                             for a in node.args):
-                return {len(range(*[a.value for a in node.args]))}
-            fdef = self.defs.get(node.func.id)
-            if fdef is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fdef)):
-                return {c for c, _ in self._block(fdef.body)}
-        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            args = _positional(node)
+            name = node.func.value
+            if name in ("list", "tuple") and len(node.args) == 1 and args:
+                return self.sizes(args[0])
+            if name == "range" and args and len(args) == len(node.args) \
+                    and all(isinstance(a, cst.Integer) for a in args):
+                return {len(range(*[int(a.evaluated_value) for a in args]))}
+            fdef = self.defs.get(name)
+            if fdef is not None and _yields(fdef):
+                return {c for c, _ in self._block(_statements(fdef.body))}
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
             total: set[int | None] = {1}
-            for g in node.generators:
-                if g.ifs:
+            comp = node.for_in
+            while comp is not None:
+                if comp.ifs:
                     return {None}
-                n = self.sizes(g.iter)
+                n = self.sizes(comp.iter)
                 total = {None if (a is None or b is None) else a * b for a in total for b in n}
+                comp = comp.inner_for_in
             return total
         return {None}
 
@@ -419,46 +440,57 @@ class _SpaceSize:
         return paths
 
     def _stmt(self, st) -> set[tuple[int | None, bool]]:
-        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Yield):
-            return {(1, False)}
-        if isinstance(st, ast.Return):
+        if isinstance(st, cst.Expr) and isinstance(st.value, cst.Yield) and not isinstance(st.value.value, cst.From):
+            return {(1, False)}                     # `yield x`; a `yield from` adds an unknown number
+        if isinstance(st, cst.Return):
             return {(0, True)}
-        if isinstance(st, ast.If):
-            return self._block(st.body) | self._block(st.orelse)
-        yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(st))
-        if not yields:
+        if isinstance(st, cst.If):
+            orelse = st.orelse
+            other = [orelse] if isinstance(orelse, cst.If) else _statements(orelse.body) if orelse else []
+            return self._block(_statements(st.body)) | self._block(other)
+        if not _yields(st):
             return {(0, False)}
-        if isinstance(st, ast.For) and not st.orelse:
-            body = self._block(st.body)
+        if isinstance(st, cst.For) and st.orelse is None:
+            body = self._block(_statements(st.body))
             if len(body) == 1 and not next(iter(body))[1]:
                 per = next(iter(body))[0]
                 return {(None if n is None or per is None else n * per, False) for n in self.sizes(st.iter)}
         return {(None, False)}
 
 
-def _memory_ops(source: str, ct: _CtNames, fn: ast.FunctionDef) -> list[MemoryOp]:
-    loops: list[ast.AST] = [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))]
-    in_loop_ids = {id(c) for lp in loops for c in ast.walk(lp) if isinstance(c, ast.Call) and lp is not c}
+def _statements(block) -> list:
+    """A block's statements, simple statement lines split into their small statements."""
     out = []
-    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-        m = ct.member(call.func)
-        if m not in _MEMORY:
-            continue
-        kw = {k.arg: ast.unparse(k.value) for k in call.keywords if k.arg}
-        out.append(MemoryOp(_MEMORY[m], _dotted(call.func) or m, call.lineno,
-                            ast.unparse(call.args[0]) if call.args else "", _src(source, call),
-                            id(call) in in_loop_ids, kw.get("latency"), kw.get("allow_tma")))
-    out.sort(key=lambda o: o.line)
+    for s in getattr(block, "body", ()):
+        out += list(s.body) if isinstance(s, cst.SimpleStatementLine) else [s]
     return out
 
 
-def _has_capture_specs(tree: ast.Module, name: str) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CAPTURE_SPECS"
-                                                for t in node.targets):
-            if isinstance(node.value, ast.Dict):
-                return any(isinstance(k, ast.Constant) and k.value == name for k in node.value.keys)
-            return True       # built dynamically: let capture decide
+def _memory_ops(f: _File, fn: cst.FunctionDef) -> list[MemoryOp]:
+    out = []
+    for call in _calls(fn.body):
+        m = f.member(call.func)
+        if m not in _MEMORY:
+            continue
+        kw = {a.keyword.value: f.code(a.value) for a in call.args if a.keyword is not None}
+        args = _positional(call)
+        op = MemoryOp(_MEMORY[m], dotted(call.func) or m, f.line(call), f.code(args[0]) if args else "",
+                      f.text(call), f.in_loop(call, fn), kw.get("latency"), kw.get("allow_tma"))
+        out.append((f.line(call), f.col(call), op))
+    return [op for *_, op in sorted(out, key=lambda x: (x[0], x[1]))]
+
+
+def _has_capture_specs(f: _File, name: str) -> bool:
+    for stmt in f.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for node in stmt.body:
+            if isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == "CAPTURE_SPECS"
+                                                    for t in node.targets):
+                if isinstance(node.value, cst.Dict):
+                    return any(isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+                               and e.key.evaluated_value == name for e in node.value.elements)
+                return True       # built dynamically: let capture decide
     return False
 
 

@@ -1,4 +1,6 @@
-"""The diagnose-and-optimise loop.
+"""The diagnose-and-optimise loop: the baseline, then diagnose -> choose (``loop.choose``) ->
+evaluate (``loop.evaluate``) -> decide (``loop.decide``) until a stop rule fires; an
+interrupted iteration is closed by ``loop.recover``.
 
 One iteration (the recipe's phase 3), always against the last kept version ``A``:
 
@@ -13,29 +15,34 @@ One iteration (the recipe's phase 3), always against the last kept version ``A``
 7. decide (``decide``), commit ``B``, record the row and the ledger entry; a revert resets
    the tree to ``A``'s commit (``B`` stays reachable under ``refs/cutile-diag/...``).
 
+"The tree" is always the loop's own worktree (``session.worktree``): the user's checkout is
+never written.
+
 A parameter sweep (occupancy, tile sizes, latency values) is one iteration: every point is
 verified and screened against ``A`` in one interleaved round, and the fastest goes on to
 the full comparison.  Every iteration runs under a time budget (default 10 min); a hang is
 killed and recorded as a crash.  Any exception leaves the tree on ``A``'s commit with a
-``crash`` row; a process that dies outright leaves a ``begin`` record that ``--resume``
-turns into a crash row after resetting the tree.
+``crash`` row; a process that dies outright leaves a ``begin`` record (the candidates are
+saved before it is written) that ``--resume`` turns into a crash row (``loop.recover``).
 """
 from __future__ import annotations
 
-import json
 import statistics
-import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from . import decide as decide_mod
 from . import proc, stats
-from .backends import Backend, CorrectnessFailure, Version, Workspace
-from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
-from .errors import (BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError,
-                     MeasurementTimeout)
-from .integrations import CaptureResult, capture_version, ir_diff
+from .backends import Backend, Version, Workspace
+# Candidate, Choice, transform_key: re-exported for callers of runner.*
+from .choose import Candidate, Choice, choose, transform_key  # noqa: F401
+from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis
+from .errors import LoopError
+from .evaluate import Evaluation
+from .integrations import CaptureResult, capture_version
 from .ledger import Ledger
+from .ledger import short_text as _short
+from .recover import recover  # noqa: F401  (re-exported: runner.recover)
 from .session import Session
 
 HOOK_POINTS = ("before_apply", "after_apply", "after_verify", "after_measure", "after_commit", "after_record")
@@ -79,20 +86,6 @@ class LoopOptions:
 
 
 @dataclass
-class Candidate:
-    version: Version
-    result: Any                  # TransformResult
-    params: dict
-
-
-@dataclass
-class Choice:
-    rec: Rec
-    transform: Any
-    candidates: list[Candidate]
-
-
-@dataclass
 class LoopResult:
     state_dir: str
     table: str
@@ -107,6 +100,9 @@ class LoopResult:
     rows: list[dict] = field(default_factory=list)
     classification: dict = field(default_factory=dict)
     roofline_guard: dict = field(default_factory=dict)     # did the above-roof guard run (and why not)
+    branch: str = ""                                        # the loop's branch, in ...
+    worktree: str = ""                                      # ... the loop's own worktree
+    take: list[str] = field(default_factory=list)           # commands that bring the kept result over
 
     @property
     def speedup(self) -> float | None:
@@ -120,22 +116,13 @@ class LoopResult:
         return d
 
 
-def transform_key(name: str, params: Mapping[str, Any]) -> str:
-    return name + (json.dumps(dict(params), sort_keys=True, default=str) if params else "")
-
-
-def _short(text: str, n: int = 110) -> str:
-    t = " ".join(str(text).split())
-    return t if len(t) <= n else t[: n - 1] + "…"
-
-
 class _Stop(Exception):
     def __init__(self, rule: str, reason: str, manual: list[dict] | None = None):
         super().__init__(reason)
         self.rule, self.reason, self.manual = rule, reason, manual or []
 
 
-class Runner:
+class Runner(Evaluation):
     def __init__(self, session: Session, backend: Backend, ledger: Ledger, *, diagnoser: Diagnoser | None = None,
                  transforms: Mapping[str, Any] | None = None, options: LoopOptions | None = None,
                  hooks: Mapping[str, Callable[[dict], None]] | None = None, echo: Callable[[str], None] | None = None):
@@ -143,7 +130,8 @@ class Runner:
         self.backend = backend
         self.led = ledger
         self.git = session.git()
-        self.ws = Workspace(session.root, session.state_dir, session.allowed)
+        self.ws = Workspace(session.worktree, session.state_dir, session.allowed, origin=session.root,
+                            kernel_file=session.kernel_file)
         self.diagnoser = diagnoser or EngineDiagnoser()
         self._transforms = transforms
         self.opt = options or LoopOptions()
@@ -192,7 +180,7 @@ class Runner:
         with self.ws.materialize(v):
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
-                                  cwd=self.s.root, env=self.ws.env(v))
+                                  cwd=self.ws.root, env=self.ws.env(v))
         self.captures[v.digest] = res
         return res
 
@@ -245,55 +233,9 @@ class Runner:
     # choosing
 
     def choose(self, diag: LoopDiagnosis, a: Version) -> tuple[Choice | None, list[dict], list[str]]:
-        """The next automatic step, the manual entries ranked above it, and why entries were skipped."""
-        source = a.files[self.s.kernel_file]
-        attempted = self.led.attempted()
-        manual: list[dict] = []
-        skipped: list[str] = []
-        for rec in diag.recommendations:
-            if self.opt.only and rec.id.upper() not in self.opt.only:
-                continue
-            if rec.id.upper() in self.opt.skip:
-                continue
-            if not rec.automatic:
-                manual.append(rec.to_json())
-                continue
-            for tname in dict.fromkeys([rec.transform, *rec.alternatives]):
-                t = self.transforms.get(tname)
-                if t is None:
-                    skipped.append(f"{rec.id}: transform '{tname}' is not available")
-                    continue
-                if getattr(t, "kind", "source") != "source":
-                    continue        # hint-only transforms have a source twin the loop commits
-                try:
-                    params_list = t.candidates(source, self.s.kernel)
-                    if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
-                        skipped.append(f"{rec.id}/{tname}: {t.why_no_candidates(source, self.s.kernel) or 'nothing to change'}")
-                        continue
-                except Exception as e:
-                    skipped.append(f"{rec.id}/{tname}: {type(e).__name__}: {e}")
-                    continue
-                cands: list[Candidate] = []
-                for params in params_list:
-                    key = (a.digest, tname, json.dumps(params, sort_keys=True, default=str))
-                    if key in attempted:
-                        continue
-                    try:
-                        res = t.apply(source, self.s.kernel, **params)
-                    except Exception as e:
-                        skipped.append(f"{rec.id}/{tname}{params or ''}: {getattr(e, 'reason', None) or e}")
-                        continue
-                    files = {**a.files, self.s.kernel_file: res.new_source}
-                    v = Version("", files, None, a.applied + (transform_key(tname, res.params or params),))
-                    if any(c.version.digest == v.digest for c in cands) or v.digest == a.digest:
-                        continue
-                    cands.append(Candidate(v, res, dict(params)))
-                    if len(cands) >= self.opt.max_sweep:
-                        break
-                if cands:
-                    return Choice(rec, t, cands), manual, skipped
-                skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
-        return None, manual, skipped
+        """The next automatic step (``loop.choose``), against the ledger's tried candidates."""
+        return choose(diag, a, kernel_file=self.s.kernel_file, kernel=self.s.kernel, transforms=self.transforms,
+                      attempted=self.led.attempted(), only=self.opt.only, skip=self.opt.skip, max_sweep=self.opt.max_sweep)
 
     # ----------------------------------------------------------------------------------
     # the loop
@@ -381,8 +323,9 @@ class Runner:
                 n = self.led.next_iteration()
                 a = self.kept_version()
                 if self.git.dirty_files():
-                    raise LoopError("the work tree changed outside the loop: " + ", ".join(self.git.dirty_files()[:5]),
-                                    hint="record a manual edit with `cutile-diag loop record`, or undo it")
+                    raise LoopError(f"the loop's worktree {self.s.worktree} changed outside the loop: "
+                                    + ", ".join(self.git.dirty_files()[:5]),
+                                    hint="record a manual edit with `cutile-diag loop record`, or undo it there")
                 diag = self._diagnose(a, n)
                 if diag.escalate:
                     raise _Stop("escalate", f"the diagnosis says '{diag.bottleneck}': "
@@ -411,7 +354,9 @@ class Runner:
                           baseline_ms=base["latency_ms"] if base else None,
                           final_ms=kept["latency_ms"] if kept else None, manual=list(manual or []),
                           rows=self.led.rows(), classification=(base or {}).get("classification") or {},
-                          roofline_guard=(base or {}).get("roofline_guard") or {})
+                          roofline_guard=(base or {}).get("roofline_guard") or {}, branch=self.s.branch,
+                          worktree=str(self.s.worktree),
+                          take=self.s.take_commands(kept["commits"]["kept"] if kept else None))
 
     # ----------------------------------------------------------------------------------
     # one iteration
@@ -431,309 +376,3 @@ class Runner:
         self.echo(f"iteration {n}: {_short(label)}")
         return self.evaluate(n, a, choice.candidates, meta, label)
 
-    def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str) -> dict:
-        """Verify, measure, decide, commit or revert, record — for automatic and manual steps."""
-        idir = self.s.iteration_dir(n)
-        # the candidates go into the begin record: after a hard kill, recover() marks them tried so
-        # --resume does not run the same (possibly hanging) step again
-        self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest,
-                         "entry": meta.get("entry"), "saved": str(idir), "tried": meta.get("tried", [])})
-        deadline = proc.Deadline(self.opt.iteration_budget_s)
-        record: dict[str, Any] = {"type": "iteration", "iteration": n, "optimization": _short(label),
-                                  "latency_ms": None, "correctness": "FAIL", "status": "revert",
-                                  "entry": meta.get("entry"), "diagnosis": meta.get("diagnosis"),
-                                  "base_commit": a.commit, "base_digest": a.digest, "applied": list(a.applied),
-                                  "change": {"tried": meta.get("tried", [])},
-                                  "commits": {"base": a.commit, "candidate": None, "kept": a.commit}}
-        hctx = {"iteration": n, "runner": self, "record": record, "baseline": a}
-        try:
-            self._hook("before_apply", hctx)
-            b, sweep_info = self._select(n, a, cands, deadline, record, hctx)
-            if b is None:
-                self.echo(f"  {record['decision']['reason'][:200]} -> {record['status']}")
-                return self._finish(record, deadline, a, keep=None)
-            record["digest"] = b.version.digest
-            record["applied"] = list(b.version.applied)
-            record["optimization"] = _short(label if len(cands) == 1 else
-                                            f"{label.split(' sweep')[0]}: {b.result.description}")
-            record["change"].update(self._change_info(a, b, idir))
-            if sweep_info:
-                record["correctness"] = "PASS"          # the chosen point passed its verification in the sweep
-            self.ws.write(b.version.files)
-            self._guard()
-            self._hook("after_apply", hctx)
-            cap_a = self._capture(a, deadline)
-            cap_b = self._capture(b.version, deadline)
-            if cap_b is not None:
-                record["capture"] = cap_b.to_json()
-                if not cap_b.ok:
-                    record["decision"] = decide_mod.reject("compile", f"the candidate does not compile: {cap_b.error}"
-                                                           ).to_json()
-                    return self._finish(record, deadline, a, keep=None)
-                record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path)
-            else:
-                record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
-            ver = self.backend.verify(b.version, self.ws, deadline)
-            record["verification"] = ver.to_json()
-            record["correctness"] = "PASS" if ver.passed else "FAIL"
-            # what recover() reports as the correctness of an iteration killed after this point
-            self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
-            self._hook("after_verify", hctx)
-            if not ver.passed:
-                record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
-                self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
-                return self._finish(record, deadline, a, keep=None)
-            runs = self.backend.measure([a, b.version], self.ws, deadline, self.opt.rounds)
-            self._hook("after_measure", hctx)
-            cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
-                                noise_floor=self.opt.noise_floor)
-            record["comparison"] = cmp.to_json()
-            record["configs"] = {c.config: {"median_ms": c.candidate_ms, "baseline_ms": c.baseline_ms,
-                                            "ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in cmp.configs}
-            record["latency_ms"] = cmp.candidate_ms
-            record["baseline_latency_ms"] = cmp.baseline_ms
-            pts, invalid, why = self._roofline(b.version, runs[b.version.label])
-            record["roofline"], record["roofline_note"] = pts, why
-            record["roofline_guard"] = self._guard_info(pts, why, runs[b.version.label])
-            if invalid:
-                d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
-            else:
-                cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
-                                                   if r["iteration"] > 0)
-                d = decide_mod.decide(cmp, cumulative=cum)
-            record["decision"] = d.to_json()
-            record["status"] = d.status
-            self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
-                      f"{d.status} — {_short(d.reason, 90)}")
-            commit = self._commit(n, record, d)
-            record["commits"]["candidate"] = commit
-            self._hook("after_commit", hctx)
-            return self._finish(record, deadline, a, keep=b.version if d.status == "keep" else None, commit=commit)
-        except ForbiddenEditError as e:
-            record["decision"] = decide_mod.reject("forbidden-files", e.one_line()).to_json()
-            record["forbidden"] = e.files
-            self.echo(f"  refused: {e.one_line()}")
-            return self._finish(record, deadline, a, keep=None)
-        except CorrectnessFailure as e:
-            record["correctness"] = "FAIL"
-            record["decision"] = decide_mod.reject("correctness", e.one_line()).to_json()
-            self.echo(f"  correctness FAIL after timing: {_short(e.one_line())} -> revert")
-            return self._finish(record, deadline, a, keep=None)
-        except (MeasurementTimeout, CandidateCrash) as e:
-            record["status"] = "crash"
-            record["decision"] = decide_mod.reject("crash", e.one_line(), status="crash").to_json()
-            self._screened_latency(record)
-            self.echo(f"  crash: {_short(e.one_line())} -> revert")
-            return self._finish(record, deadline, a, keep=None)
-        except (BackendError, GitError):
-            self._restore(a)
-            raise
-        except Exception as e:
-            record["status"] = "crash"
-            record["decision"] = decide_mod.reject("crash", f"{type(e).__name__}: {e}", status="crash").to_json()
-            record["error"] = traceback.format_exc()[-4000:]
-            self._screened_latency(record)
-            self.echo(f"  crash: {type(e).__name__}: {_short(str(e))} -> revert")
-            return self._finish(record, deadline, a, keep=None)
-        except BaseException:
-            # killed (Ctrl-C, a test's simulated death): leave the tree on A; the begin record stays
-            # pending and --resume records the crash
-            self._restore(a)
-            raise
-
-    @staticmethod
-    def _share(deadline: proc.Deadline, parts: int) -> proc.Deadline:
-        """An equal share of what is left of the budget: one hung sweep point cannot eat the others'."""
-        left = deadline.remaining()
-        return proc.Deadline(None if left is None else left / max(1, parts))
-
-    def _screened_latency(self, record: dict) -> None:
-        """A row whose full comparison never finished shows the chosen point's screening latency."""
-        if record.get("latency_ms") is None:
-            chosen = next((r for r in record.get("sweep") or [] if r.get("chosen") and r.get("screen_ms")), None)
-            if chosen:
-                record["latency_ms"], record["latency_source"] = chosen["screen_ms"], "screening"
-
-    def _select(self, n: int, a: Version, cands: Sequence[Candidate], deadline: proc.Deadline, record: dict,
-                hctx: dict) -> tuple[Candidate | None, list[dict] | None]:
-        """One candidate: itself.  A sweep: verify each point, screen the passing ones against A,
-        keep the fastest.  Each point runs under its share of the budget; a point that hangs,
-        crashes or lands above the roof fails on its own and the others go on."""
-        if len(cands) == 1:
-            return cands[0], None
-        info, passing = [], []
-        for i, c in enumerate(cands):
-            row = {"label": c.version.label, "params": c.params, "description": c.result.description}
-            info.append(row)
-            self.ws.write(c.version.files)
-            self._guard()
-            share = self._share(deadline, len(cands) - i + 1)     # + 1: what the full comparison needs
-            cap = self._capture(c.version, share)
-            if cap is not None and not cap.ok:
-                row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
-                continue
-            try:
-                ver = self.backend.verify(c.version, self.ws, share)
-            except (MeasurementTimeout, CandidateCrash) as e:
-                row["result"], row["failure"] = f"crash: {e.one_line()}", "crash"
-                continue
-            row["verification"] = ver.summary
-            if not ver.passed:
-                row["result"], row["failure"] = "correctness FAIL", "correctness"
-                continue
-            passing.append(c)
-        self.ws.write(a.files)
-        if len(passing) > 1:
-            screened = []
-            for i, c in enumerate(passing):
-                row = next(r for r in info if r["label"] == c.version.label)
-                share = self._share(deadline, len(passing) - i + 1)
-                try:
-                    runs = self.backend.measure([a, c.version], self.ws, share, self.opt.screen_rounds)
-                except (MeasurementTimeout, CandidateCrash) as e:
-                    row["result"], row["failure"] = f"crash in screening: {e.one_line()}", "crash"
-                    continue
-                except CorrectnessFailure as e:
-                    row["result"], row["failure"] = f"correctness FAIL in screening: {e.one_line()}", "correctness"
-                    continue
-                # the guard applies to screening measurements too: an impossible point never wins
-                pts, invalid, _why = self._roofline(c.version, runs[c.version.label])
-                if invalid:
-                    row["result"], row["failure"] = "above the roof: " + "; ".join(invalid), "above-roof"
-                    continue
-                cmp = stats.compare({k: (runs[a.label][k], runs[c.version.label][k]) for k in runs[a.label]},
-                                    noise_floor=self.opt.noise_floor)
-                row["screen_ratio"], row["screen_ms"] = cmp.ratio, cmp.candidate_ms
-                screened.append((cmp.ratio, c))
-            passing = [c for _, c in sorted(screened, key=lambda x: x[0])]
-        record["sweep"] = info
-        if not passing:
-            kinds = {r.get("failure") for r in info}
-            rule = next(k for k in ("crash", "above-roof", "correctness", "compile") if k in kinds)
-            d = decide_mod.reject(rule, "no sweep point passed its checks: " + "; ".join(
-                f"{r['params']}: {r.get('result')}" for r in info), status="crash" if rule == "crash" else "revert")
-            record["decision"], record["status"] = d.to_json(), d.status
-            # the row's correctness: every point that ran passed its checks unless one really failed them
-            record["correctness"] = "FAIL" if "correctness" in kinds or "compile" in kinds else "PASS"
-            return None, info
-        best = passing[0]
-        for r in info:
-            r["chosen"] = r["label"] == best.version.label
-        self.backend.retain([a, best.version])
-        return best, info
-
-    def _guard(self) -> None:
-        changed = self.git.changed_since(self._base_commit())
-        forbidden = [f for f in changed if f not in self.s.allowed]
-        if forbidden:
-            raise ForbiddenEditError(forbidden, self.s.allowed)
-
-    def _base_commit(self) -> str:
-        rec = self.led.last_kept()
-        return rec["commits"]["kept"] if rec else self.s.start_commit
-
-    def _change_info(self, a: Version, b: Candidate, idir) -> dict:
-        import difflib
-        idir.mkdir(parents=True, exist_ok=True)
-        diff = []
-        for p in self.s.allowed:
-            old, new = a.files.get(p, ""), b.version.files.get(p, "")
-            if old != new:
-                (idir / p.replace("/", "__")).write_text(new)
-                diff += difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{p}", f"b/{p}")
-        text = "".join(diff)
-        (idir / "candidate.diff").write_text(text)
-        res = b.result
-        return {"transform": getattr(res, "transform", None), "description": getattr(res, "description", ""),
-                "params": getattr(res, "params", b.params), "changed_lines": list(getattr(res, "changed_lines", ())),
-                "notes": list(getattr(res, "notes", ())), "files": [p for p in self.s.allowed
-                                                                    if a.files.get(p) != b.version.files.get(p)],
-                "diff": text[:6000], "diff_path": str(idir / "candidate.diff")}
-
-    def _commit(self, n: int, record: dict, d: decide_mod.Decision) -> str:
-        files = [p for p in self.git.changed_since(self._base_commit()) if p in self.s.allowed]
-        if not files:
-            raise LoopError("internal: the candidate changes no file")
-        msg = (f"cutile-perf {self.s.kernel} iteration {n}: {record['optimization']}\n\n"
-               f"{d.status}: {d.reason}\nledger: {self.led.path}")
-        commit = self.git.commit(files, msg)
-        self.git.keep_ref(f"refs/cutile-diag/{self.s.branch}/iter-{n}", commit)
-        return commit
-
-    def _restore(self, a: Version) -> None:
-        try:
-            self._restore_tree(a)
-        except Exception:
-            pass
-
-    def _restore_tree(self, a: Version) -> None:
-        """Reset to the last kept commit *as the ledger records it* (``a``'s, unless the iteration
-        was already recorded as a keep) and delete files the candidate created: the tree was clean
-        when the iteration began, so every untracked file outside the loop's folder is the candidate's."""
-        self.git.reset_hard(self._base_commit())
-        for xy, path in self.git.status():
-            if xy == "??":
-                f = self.s.root / path
-                if f.is_file() or f.is_symlink():
-                    f.unlink()
-
-    def _finish(self, record: dict, deadline: proc.Deadline, a: Version, *, keep: Version | None,
-                commit: str | None = None) -> dict:
-        if keep is not None:
-            record["commits"]["kept"] = commit
-        else:
-            # back to the last kept commit: the candidate (committed or not) leaves the tree
-            self._restore_tree(a)
-            record["commits"]["kept"] = a.commit
-            if record["status"] == "keep":       # pragma: no cover - keep without a version is a bug
-                record["status"] = "revert"
-        if "decision" not in record:
-            record["decision"] = decide_mod.reject("crash", "internal: no decision", status="crash").to_json()
-        record["seconds"] = round(deadline.elapsed(), 3)
-        self.led.append(record)
-        self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
-        try:
-            self.backend.retain([keep] if keep is not None else [a])
-        except Exception:
-            pass
-        return record
-
-
-# ---------------------------------------------------------------------------------------
-# recovery
-
-def recover(session: Session, led: Ledger, *, echo: Callable[[str], None] | None = None) -> str | None:
-    """After a crash: put the tree on the last kept commit and close the pending iteration
-    with a ``crash`` row.  Returns what was done (None when nothing was pending)."""
-    echo = echo or (lambda _s: None)
-    git = session.git()
-    pend = led.pending()
-    kept = led.kept_commit() if led.last_kept() else session.start_commit
-    if pend is None:
-        return None
-    git.reset_hard(kept)
-    n = pend["iteration"]
-    if n == 0:
-        # the baseline never finished: drop the begin by recording nothing; the baseline is redone
-        led.records = [r for r in led.records if not (r.get("type") == "begin" and r.get("iteration") == 0)]
-        led._flush()
-        echo("the baseline was interrupted: it will be measured again")
-        return "baseline interrupted"
-    saved = pend.get("saved")
-    reason = f"the loop process died during iteration {n}; the tree was reset to {kept[:12]}"
-    if saved:
-        reason += f" (the candidate's files are saved in {saved})"
-    entry = pend.get("entry")
-    verified = [r for r in led.of_type("progress") if r.get("iteration") == n and r.get("step") == "verified"]
-    led.append({"type": "iteration", "iteration": n, "optimization": _short(
-                    f"{entry['id']} {entry.get('transform') or 'manual'} (interrupted)" if entry else "interrupted"),
-                "latency_ms": None, "status": "crash", "entry": entry,
-                # PASS only when the candidate's verification finished and passed before the process died
-                "correctness": "PASS" if verified and verified[-1].get("passed") else "FAIL",
-                "base_commit": pend.get("base_commit"), "base_digest": pend.get("base_digest"),
-                # the interrupted candidates count as tried: a step that killed the loop is not run again
-                "change": {"tried": pend.get("tried") or []},
-                "decision": decide_mod.reject("interrupted", reason, status="crash").to_json(),
-                "commits": {"base": pend.get("base_commit"), "candidate": None, "kept": kept}})
-    echo(f"recovered: {reason}")
-    return reason

@@ -178,7 +178,8 @@ def find_all(root: cst.CSTNode, pred: Callable[[cst.CSTNode], bool]) -> list[cst
 
 
 def module_assignments(module: cst.Module) -> dict[str, list[cst.BaseExpression]]:
-    """Every value bound to a plain name at module level (``x = ...`` / ``x: T = ...``)."""
+    """Every value bound to a plain name at module level (``x = ...`` / ``x: T = ...`` /
+    ``type x = ...``): the one alias rule of the transforms and ``loop.locate`` is "bound once"."""
     seen: dict[str, list[cst.BaseExpression]] = {}
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -190,6 +191,8 @@ def module_assignments(module: cst.Module) -> dict[str, list[cst.BaseExpression]
                 elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
                         and small.value is not None:
                     seen.setdefault(small.target.value, []).append(small.value)
+                elif isinstance(small, getattr(cst, "TypeAlias", ())):     # `type ConstInt = ct.Constant[int]`
+                    seen.setdefault(small.name.value, []).append(small.value)
     return seen
 
 
@@ -324,6 +327,22 @@ def parse_module(source: str) -> cst.Module:
                              f"{e.message}") from None
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """A kernel file parsed once per process: the libcst module with positions and parents
+    (shared by every transform and by ``loop.locate``; libcst trees are immutable)."""
+    module: cst.Module
+    pos: Any
+    parents: Any
+
+
+@functools.lru_cache(maxsize=16)
+def parsed(source: str) -> Parsed:
+    module = parse_module(source)
+    meta = MetadataWrapper(module, unsafe_skip_copy=True).resolve_many([PositionProvider, ParentNodeProvider])
+    return Parsed(module, meta[PositionProvider], meta[ParentNodeProvider])
+
+
 def load(source: str, kernel_name: str) -> Kernel:
     """Find ``kernel_name`` (a ``@ct.kernel`` def or a module-level alias of one).
 
@@ -334,7 +353,8 @@ def load(source: str, kernel_name: str) -> Kernel:
 
 @functools.lru_cache(maxsize=64)
 def _load(source: str, kernel_name: str) -> Kernel:
-    module = parse_module(source)
+    p = parsed(source)
+    module = p.module
     ct = CtNames.scan(module)
     if not ct.module_aliases and not ct.members:
         refuse("the file does not import cuda.tile")
@@ -367,11 +387,8 @@ def _load(source: str, kernel_name: str) -> Kernel:
     if not decs:
         refuse(f"'{target}' is not decorated with @{ct.module_aliases[0] if ct.module_aliases else 'ct'}.kernel")
     aliases = tuple(sorted({target, kernel_name} | {n for n in assigns if resolve(n) == target}))
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    pos = wrapper.resolve(PositionProvider)
-    parents = wrapper.resolve(ParentNodeProvider)
     return Kernel(source=source, module=module, ct=ct, name=kernel_name, func=func,
-                  decorator=decs[0], aliases=aliases, _pos=pos, _parents=parents)
+                  decorator=decs[0], aliases=aliases, _pos=p.pos, _parents=p.parents)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A long-lived measurement worker: ``python -m cutile_diag.loop.worker``.
+"""A long-lived measurement worker: ``python -m cutile_diag.loop.backends.worker``.
 
 One worker holds one version of the kernel: it imports the workload (and through it the
 kernel file) once, checks every configuration against the reference, keeps fresh inputs
@@ -21,7 +21,9 @@ corrupt the channel).  Requests::
     {"op": "roofline", "latencies": {NAME: ms}}
     {"op": "quit"}
 
-Replies carry ``"ok": true`` or ``"ok": false, "error": "..."``.
+Replies carry ``"ok": true`` or ``"ok": false, "error": "..."``; the reply to ``load`` also
+carries ``imports`` (``loop.imports.loaded_files``: modules loaded from the user's checkout
+instead of the loop's worktree, and the kernel file's path).
 """
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ class _State:
 
 def _load(req: dict, st: _State) -> dict:
     import torch
-    from ..bench.correctness import check_workload, reference_outputs
-    from ..workload import load_workload
+    from ...bench.correctness import check_workload, reference_outputs
+    from ...workloads import load_workload
     dev = req.get("device")
     if dev is not None and torch.cuda.is_available():
         torch.cuda.set_device(int(dev))
@@ -91,8 +93,8 @@ def _device(device: str) -> dict:
 
 def _measure(req: dict, st: _State) -> dict:
     import torch
-    from ..bench.correctness import check_outputs, poison_, run_outputs
-    from ..bench.timing import BenchOptions, measure
+    from ...bench.correctness import check_outputs, poison_, run_outputs
+    from ...bench.timing import BenchOptions, measure
     name = req["config"]
     if name not in st.inputs:
         return {"ok": False, "error": f"configuration {name} was not loaded (or failed its check)"}
@@ -120,9 +122,9 @@ def _measure(req: dict, st: _State) -> dict:
 
 
 def _roofline(req: dict, st: _State) -> dict:
-    from ..roofline.device import live_device
-    from ..roofline.model import analyze
-    from ..roofline.peaks import get_ceilings
+    from ...roofline.device import live_device
+    from ...roofline.model import analyze
+    from ...roofline.peaks import get_ceilings
     dev = live_device(torch_index(st.device))
     ceil = get_ceilings(dev, measure_if_missing=bool(req.get("measure_ceilings", False)))
     out = {}
@@ -144,7 +146,7 @@ def torch_index(device: str) -> int | None:
 def point_json(p) -> dict:
     """A roofline point as the ledger keeps it: the point's own fields (what the diagnosis
     collects) plus a few flat summaries."""
-    from ..output import to_jsonable
+    from ...output import to_jsonable
     d = to_jsonable(p)
     pct = p.pct_measured if p.pct_measured is not None else p.pct_datasheet
     d.update({"achieved_tbps": p.achieved_bw / 1e12, "achieved_tflops": p.achieved_flops / 1e12,
@@ -177,11 +179,15 @@ def main() -> int:
             try:
                 reply = fn(req, st)
             except Exception as e:
-                from ..errors import CutileDiagError
+                from ...errors import CutileDiagError
                 traceback.print_exc()
                 msg = e.one_line() if isinstance(e, CutileDiagError) else f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
                 reply = {"ok": False, "error": msg}
-        from ..output import to_jsonable
+        if op == "load":
+            # which files this worker runs: the loop refuses code imported from the user's checkout
+            from ..imports import loaded_files
+            reply["imports"] = loaded_files()
+        from ...output import to_jsonable
         proto.write(json.dumps(to_jsonable(reply)) + "\n")
     return 0
 

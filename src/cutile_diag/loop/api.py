@@ -1,0 +1,253 @@
+"""The loop's entry points for the CLI (and any other caller): one typed request in, typed
+results out.  ``commands/optimize.py`` and ``commands/loop.py`` only turn flags into these
+requests and render what comes back.
+
+    optimize(OptimizeRequest(...), echo=...) -> LoopResult     # a new loop, or --resume
+    plan(OptimizeRequest(...)) -> Plan                         # locate + diagnose, nothing changes
+    open_loop(LoopRef(kernel, out)) -> (Session, Ledger)       # an existing loop
+    next_step / record / status / recover / clean (LoopRef, ...)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import CutileDiagError, UsageError
+from . import worktree as worktree_mod
+from .errors import LoopError
+
+Echo = Callable[[str], None] | None
+
+
+@dataclass
+class Measurement:
+    """How the loop verifies and measures: one of a workload, user commands, or a simulation."""
+    workload: str | None = None
+    workload_args: list[str] = field(default_factory=list)    # KEY=VALUE
+    test_cmd: str | None = None
+    bench_cmd: str | None = None
+    framework: str = "cutile"
+    direction: str = "forward"
+    simulate: str | None = None                                # a SimSpec JSON file
+    configs: list[str] | None = None
+    rep_ms: float | None = None
+    warmup_ms: float | None = None
+    device: int | None = None
+    flops: list[str] = field(default_factory=list)            # CONFIG=N (command backend)
+    bytes: list[str] = field(default_factory=list)
+    unit: str | None = None
+    roof_device: str | None = None
+
+    def counts(self) -> dict:
+        from .factory import counts_spec
+        return counts_spec(self.flops, self.bytes, self.unit, self.roof_device)
+
+
+@dataclass
+class OptimizeRequest:
+    kernel: str | None                                         # FILE.py::KERNEL (optional with resume)
+    measurement: Measurement = field(default_factory=Measurement)
+    options: dict[str, Any] = field(default_factory=dict)     # LoopOptions fields to set (None: unset)
+    resume: bool = False
+    out: str | None = None
+    branch: str | None = None
+    wrappers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoopRef:
+    """Names an existing loop: a kernel reference (in the checkout or the loop's worktree), an
+    --out state folder, or neither (the loop of the current directory)."""
+    kernel: str | None = None
+    out: str | None = None
+
+
+@dataclass
+class Plan:
+    location: dict
+    capture: dict | None
+    diagnosis: Any                                             # LoopDiagnosis
+
+    def to_json(self) -> dict:
+        return {"location": self.location, "capture": self.capture, "diagnosis": self.diagnosis.to_json()}
+
+
+def _options(req: OptimizeRequest, base: dict | None = None):
+    from .runner import LoopOptions
+    return LoopOptions.from_json(base, **req.options)
+
+
+def optimize(req: OptimizeRequest, *, echo: Echo = None):
+    """Run the loop: a new one (branch + worktree + baseline), or ``resume`` an existing one."""
+    from .backends import closing
+    from .factory import backend_spec, check_commands, make_backend, resumed_backend
+    from .runner import Runner
+    from .session import find_state_dir, load_session
+    from .setup import check_resume, create_session, discard_session
+    say = echo or (lambda _s: None)
+    m = req.measurement
+    if req.resume:
+        state = find_state_dir(req.kernel, req.out)
+        s, led = load_session(state)
+        opts = _options(req, s.options)
+        # new --test-cmd/--bench-cmd (a fix after a failed baseline) replace the stored ones, on the record
+        new = resumed_backend(s.backend, workload=m.workload, simulate=m.simulate, test_cmd=m.test_cmd,
+                              bench_cmd=m.bench_cmd, counts=m.counts())
+        if new is not None:
+            check_commands(new, s.root)
+        done = check_resume(s, led)
+        if opts.to_json() != s.options:
+            led.append({"type": "options", "options": opts.to_json()})
+        if new is not None:
+            led.append({"type": "backend", "backend": new, "reason": "given again on --resume"})
+            s.backend = new
+            done.append("measurement commands replaced (recorded in the ledger)")
+        for d in done:
+            say(d)
+        backend = make_backend(s.backend, log_dir=state / "logs")
+        fresh = False
+    else:
+        if not req.kernel:
+            raise UsageError("give the kernel to optimise: FILE.py::KERNEL", hint="or --resume to continue a loop")
+        from .git import repo_root
+        from .locate import parse_ref
+        kpath, _ = parse_ref(req.kernel)
+        bench_opts = {k: v for k, v in (("rep_ms", m.rep_ms), ("warmup_ms", m.warmup_ms)) if v is not None}
+        spec = backend_spec(workload=m.workload, workload_args=m.workload_args, test_cmd=m.test_cmd,
+                            bench_cmd=m.bench_cmd, simulate=m.simulate, configs=m.configs, kernel_file=kpath,
+                            framework=m.framework, direction=m.direction, bench_options=bench_opts,
+                            device=m.device, counts=m.counts())
+        check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
+        opts = _options(req)
+        s, led = create_session(req.kernel, backend=spec, options=opts.to_json(), out=req.out, branch=req.branch,
+                                wrappers=req.wrappers, capture={"enabled": opts.capture, "archs": opts.archs,
+                                                                "args": opts.capture_args}, echo=echo)
+        backend = make_backend(spec, log_dir=s.state_dir / "logs")
+        fresh = True
+    try:
+        with closing(backend):
+            return Runner(s, backend, led, options=opts, echo=echo).start()
+    except BaseException as e:
+        if fresh and not led.iterations:
+            # the baseline never got measured: leave no branch, worktree or ledger that would block the next try
+            note = discard_session(s, led)
+            if isinstance(e, CutileDiagError):
+                e.hint = f"{e.hint}; {note}" if e.hint else note
+        raise
+
+
+def plan(req: OptimizeRequest) -> Plan:
+    """Locate, capture (in a temporary folder), diagnose: what the loop would try; nothing changes."""
+    import hashlib
+    import tempfile
+    from .diagnosis import DiagnoseContext, EngineDiagnoser
+    from .integrations import capture_version
+    from .locate import locate, parse_ref
+    if not req.kernel:
+        raise UsageError("--plan needs the kernel: FILE.py::KERNEL")
+    path, name = parse_ref(req.kernel)
+    loc = locate(path, name)
+    source = path.read_text()
+    opts = _options(req)
+    info = {}
+    m = req.measurement
+    if m.workload:
+        from ..workloads import load_workload
+        from .factory import parse_kv
+        kw = parse_kv(m.workload_args, "--workload-arg")
+        if m.workload.startswith("examples:") and "source" not in kw:
+            kw["source"] = str(path)
+        wl = load_workload(m.workload, **kw)
+        for cfg in wl.configs:
+            try:
+                info[cfg.name] = {"flops": wl.flops(cfg), "bytes": wl.bytes(cfg), "unit": list(wl.compute_unit(cfg))}
+            except Exception:
+                pass
+    with tempfile.TemporaryDirectory(prefix="cutile-diag-plan-") as tmp:
+        cap = None
+        if opts.capture:
+            cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
+                                  archs=opts.archs, args=opts.capture_args)
+        ctx = DiagnoseContext(path=path, kernel=name, source=source, capture=cap.path if cap and cap.ok else None,
+                              arch=opts.archs[0], workload_info=info)
+        diag = EngineDiagnoser().diagnose(ctx)
+    return Plan(loc.to_json(), cap.to_json() if cap else None, diag)
+
+
+# --- an existing loop -----------------------------------------------------------------------
+
+def open_loop(ref: LoopRef):
+    from .session import find_state_dir, load_session
+    return load_session(find_state_dir(ref.kernel, ref.out))
+
+
+def next_step(ref: LoopRef, *, entry: str | None = None):
+    from .manual import next_step as _next
+    s, led = open_loop(ref)
+    return _next(s, led, entry=entry)
+
+
+def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None, budget: float | None = None,
+           rounds: int | None = None, max_iterations: int | None = None, echo: Echo = None) -> dict:
+    """Verify, measure, decide and record the edit in the loop's worktree."""
+    from .backends import closing
+    from .factory import make_backend
+    from .manual import record_manual
+    from .runner import LoopOptions
+    s, led = open_loop(ref)
+    opts = LoopOptions.from_json(s.options, iteration_budget_s=budget, rounds=rounds, max_iterations=max_iterations)
+    backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
+    with closing(backend):
+        rec = record_manual(s, led, backend, entry=entry, note=note, options=opts, echo=echo)
+    return {**rec, "table": str(led.table_path)}
+
+
+def status(ref: LoopRef):
+    from .manual import status as _status
+    s, led = open_loop(ref)
+    return _status(s, led)
+
+
+@dataclass
+class Recovered:
+    what: str | None          # None: nothing was pending
+    worktree: str
+
+    def to_json(self) -> dict:
+        return {"recovered": self.what, "worktree": self.worktree}
+
+
+def recover(ref: LoopRef) -> Recovered:
+    from .recover import recover as _recover
+    s, led = open_loop(ref)
+    return Recovered(_recover(s, led), str(s.worktree))
+
+
+@dataclass
+class Cleaned:
+    done: list[str]
+    worktree: str
+    branch: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def clean(ref: LoopRef, *, delete_branch: bool = False) -> Cleaned:
+    """Remove a finished loop's worktree (and on request its branch); the ledger stays."""
+    s, led = open_loop(ref)
+    pend = led.pending()
+    if pend is not None:
+        raise LoopError(f"iteration {pend['iteration']} was interrupted and is still pending",
+                        hint="`cutile-diag loop recover` first: it saves what the worktree holds")
+    if s.worktree.is_dir() and (s.worktree / ".git").exists():
+        dirty = s.git().dirty_files()
+        if dirty:
+            raise LoopError(f"the loop's worktree {s.worktree} has uncommitted changes: " + ", ".join(dirty[:5]),
+                            hint="record them with `cutile-diag loop record`, or undo them there, then clean")
+    done = worktree_mod.remove(s, delete_branch=delete_branch)
+    if not delete_branch and s.user_git().branch_exists(s.branch):
+        done.append(f"the branch {s.branch} stays (take its result, or clean again with --delete-branch)")
+    done.append(f"the ledger stays in {s.state_dir}")
+    return Cleaned(done, str(s.worktree), s.branch)

@@ -1,0 +1,163 @@
+"""The backends' shared model: a ``Version`` of the loop-controlled files, the ``Workspace``
+(the loop's worktree) it is materialised in, a ``Verification``, the ``Runs`` of a measurement,
+and the ``Backend`` protocol every measurement mode implements (``verify``, ``measure``,
+``roofline``, ``retain``)."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
+
+from .. import imports, proc
+from ..errors import BackendError, LoopError, MeasurementTimeout
+from ..stats import RunStat
+
+
+class CorrectnessFailure(LoopError):
+    """The outputs of the timed runs no longer match the reference."""
+
+
+# ---------------------------------------------------------------------------------------
+# versions and the work tree
+
+@dataclass(frozen=True)
+class Version:
+    label: str                                  # "baseline", "iter-3", "iter-3/b" (sweep point)
+    files: Mapping[str, str]                    # repo-relative path -> text
+    commit: str | None = None
+    applied: tuple[str, ...] = ()               # transform keys applied since iteration 0
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for p in sorted(self.files):
+            h.update(p.encode() + b"\0" + self.files[p].encode() + b"\0")
+        return h.hexdigest()
+
+    def with_label(self, label: str) -> "Version":
+        return Version(label, self.files, self.commit, self.applied)
+
+
+class Workspace:
+    """The loop's work tree as the backends see it: ``root`` (the loop's worktree) holding the
+    loop-controlled ``files``; ``origin`` the user's checkout it was made from (read never,
+    but paths into it are moved to ``root`` and imports from it are refused)."""
+
+    def __init__(self, root: Path, state_dir: Path, files: Sequence[str], *, origin: Path | None = None,
+                 kernel_file: str | None = None):
+        self.root = Path(root)
+        self.state_dir = Path(state_dir)
+        self.files = list(files)
+        self.origin = Path(origin) if origin else None
+        self.kernel_file = kernel_file or (self.files[0] if self.files else "")
+
+    def remap(self, value: Any) -> Any:
+        """A path (or a JSON value holding paths) into the user's checkout, moved to the worktree."""
+        if self.origin is None:
+            return value
+        if isinstance(value, str):
+            ref, sep, attr = value.rpartition("::")
+            if sep and ref:
+                return imports.remap(ref, self.origin, self.root) + sep + attr
+            return imports.remap(value, self.origin, self.root)
+        if isinstance(value, Mapping):
+            return {k: self.remap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.remap(v) for v in value]
+        return value
+
+    def current(self) -> dict[str, str]:
+        return {p: (self.root / p).read_text() for p in self.files if (self.root / p).exists()}
+
+    def write(self, files: Mapping[str, str]) -> None:
+        for p, text in files.items():
+            dst = self.root / p
+            if not dst.exists() or dst.read_text() != text:
+                dst.write_text(text)
+
+    @contextlib.contextmanager
+    def materialize(self, v: Version):
+        saved = self.current()
+        changed = saved != dict(v.files)
+        if changed:
+            self.write(v.files)
+        try:
+            yield
+        finally:
+            if changed:
+                self.write(saved)
+
+    def env(self, v: Version, *, audit: Path | None = None) -> dict[str, str]:
+        """A child's environment additions: its own bytecode cache per version and, for a loop
+        worktree, the worktree's code first on PYTHONPATH (``audit``: where children report imports)."""
+        cache = self.state_dir / "pycache" / v.digest[:16]
+        env = {"PYTHONPYCACHEPREFIX": str(cache)}
+        if self.origin is not None:
+            env.update(imports.child_env(self.origin, self.root, self.kernel_file, audit=audit))
+        return env
+
+    def check_imports(self, seen: Sequence[Mapping], what: str) -> dict:
+        """Refuse a run that imported the user's checkout; returns what was seen (for the ledger)."""
+        foreign: dict[str, str] = {}
+        for rec in seen:
+            foreign.update(rec.get("foreign") or {})
+        if foreign:
+            msg, hint = imports.foreign_message(foreign, self.root, what)
+            raise BackendError(msg, hint=hint)
+        kernel = next((r["kernel"] for r in seen if r.get("kernel")), None)
+        return {"kernel_file_loaded": kernel, "processes": len(seen)}
+
+
+@dataclass
+class Verification:
+    passed: bool
+    summary: str
+    per_config: dict[str, Any] = field(default_factory=dict)
+    output: str = ""
+    seconds: float = 0.0
+    imports: dict = field(default_factory=dict)     # where the checked code was imported from
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "summary": self.summary, "per_config": self.per_config,
+                "output": self.output[-2000:], "seconds": round(self.seconds, 3), "imports": self.imports}
+
+
+Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one RunStat per round
+
+
+class Backend(Protocol):
+    name: str
+
+    def describe(self) -> dict: ...
+    def configs(self) -> list[str] | None: ...          # None: discovered by the first measurement
+    def workload_info(self) -> dict[str, dict]: ...    # config -> {flops, bytes, unit} where known
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification: ...
+    def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline,
+                rounds: int) -> Runs: ...
+    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str: ...
+    def retain(self, versions: Sequence[Version]) -> None: ...
+    def close(self) -> None: ...
+
+
+@contextlib.contextmanager
+def closing(backend: Backend):
+    """``close()`` after the block; on an error or an interrupt ``abort()`` where the backend has
+    one (a hung worker must not get a polite quit)."""
+    try:
+        yield backend
+    except BaseException:
+        getattr(backend, "abort", backend.close)()
+        raise
+    backend.close()
+
+
+def round_order(versions: Sequence[Version], r: int) -> list[Version]:
+    """A B, then B A, ...: alternating the order cancels a linear drift."""
+    return list(versions) if r % 2 == 0 else list(reversed(versions))
+
+
+def check_deadline(deadline: proc.Deadline, what: str) -> None:
+    if deadline.expired():
+        raise MeasurementTimeout(f"the iteration's time budget ({deadline.budget_s:g} s) ran out before {what}")

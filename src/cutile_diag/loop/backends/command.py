@@ -1,0 +1,175 @@
+"""Command backend, TileGym style: ``--test-cmd`` decides correctness by its exit status,
+``--bench-cmd`` prints ``--print-record`` records whose medians are the latencies (one
+configuration per test id); FLOP/byte counts per configuration (``--flops``/``--bytes``) give
+it the roofline guard, without them it says the guard could not run.  Every command runs in
+the loop's worktree and reports (``audit/sitecustomize.py``) which code it imported."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import imports, proc
+from ..errors import BackendError, CandidateCrash, MeasurementTimeout
+from ..records import require_records
+from ..stats import RunStat
+from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
+
+
+class CommandBackend:
+    name = "command"
+
+    def __init__(self, test_cmd: str, bench_cmd: str, *, framework: str = "cutile", direction: str = "forward",
+                 env: Mapping[str, str] | None = None, log_dir: Path | None = None, cwd: Path | None = None,
+                 counts: Mapping[str, Any] | None = None):
+        if not test_cmd:
+            raise BackendError("--bench-cmd needs a --test-cmd: correctness is checked before every measurement")
+        if not bench_cmd:
+            raise BackendError("--test-cmd needs a --bench-cmd that prints --print-record records")
+        self.test_cmd, self.bench_cmd = test_cmd, bench_cmd
+        self.framework, self.direction = framework, direction
+        self.env = dict(env or {})
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.cwd = cwd
+        # {"flops": {CONFIG: n}, "bytes": {CONFIG: n}, "unit": [dtype, unit], "device": preset}: CONFIG is a
+        # test id or a part of one (the longest match wins); without counts the roofline guard cannot run
+        self.counts = dict(counts or {})
+        self._configs: list[str] | None = None
+        self._dev: Any = None
+        self.imports: dict = {}          # what the last command's Python processes imported the kernel from
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "test_cmd": self.test_cmd, "bench_cmd": self.bench_cmd,
+                "framework": self.framework, "direction": self.direction, "env": self.env, "counts": self.counts}
+
+    def configs(self) -> list[str] | None:
+        return self._configs
+
+    def _count(self, kind: str, config: str) -> float | None:
+        table = self.counts.get(kind) or {}
+        if config in table:
+            return float(table[config])
+        hits = [k for k in table if k in config]
+        return float(table[max(hits, key=len)]) if hits else None
+
+    def _unit(self) -> tuple[str, str]:
+        return tuple(self.counts.get("unit") or ("f32", "cuda"))
+
+    def workload_info(self) -> dict[str, dict]:
+        out = {}
+        for c in self._configs or []:
+            f, b = self._count("flops", c), self._count("bytes", c)
+            if f is not None or b is not None:
+                out[c] = {"flops": f or 0.0, "bytes": b or 0.0, "unit": list(self._unit())}
+        return out
+
+    def _device(self):
+        """The device model the guard uses: --roof-device's preset, else the live GPU."""
+        if self._dev is None:
+            from ...roofline.device import live_device, preset
+            from ...roofline.peaks import get_ceilings
+            try:
+                dev = preset(self.counts["device"]) if self.counts.get("device") else live_device()
+                ceil = get_ceilings(dev, measure_if_missing=False) if dev.kind == "live" else None
+                self._dev = (dev, ceil)
+            except Exception as e:
+                self._dev = (f"no device model for the roofline ({type(e).__name__}: {e}); "
+                             "give --roof-device PRESET (h100, h200, ...)")
+        return self._dev
+
+    def _run(self, cmd: str, v: Version, ws: Workspace, deadline: proc.Deadline, what: str) -> proc.ProcResult:
+        import tempfile
+        check_deadline(deadline, what)
+        fd, audit_name = tempfile.mkstemp(prefix="cutile-diag-imports-", suffix=".jsonl")
+        os.close(fd)
+        audit = Path(audit_name)
+        try:
+            env = {**self.env, **ws.env(v, audit=audit)}
+            log = (self.log_dir / f"{v.label.replace('/', '_')}.log") if self.log_dir else None
+            with ws.materialize(v):
+                res = proc.run(cmd, cwd=self.cwd or ws.root, env=env, timeout=deadline.timeout(), shell=True, log=log)
+            if res.timed_out:
+                raise MeasurementTimeout(f"{v.label}: {what} ran past the time budget and was killed")
+            if ws.origin is not None:
+                self.imports = ws.check_imports(imports.read_audit(audit), f"{what} ({cmd})")
+        finally:
+            audit.unlink(missing_ok=True)
+        return res
+
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
+        res = self._run(self.test_cmd, v, ws, deadline, "the correctness tests")
+        summary = _pytest_summary(res.stdout + "\n" + res.stderr)
+        if res.returncode == 5:
+            raise BackendError(f"the test command selected no tests: {self.test_cmd}",
+                               hint="check the -k expression (e.g. -k 'test_ and cutile and not test_perf')")
+        if res.returncode == 0:
+            return Verification(True, f"PASS ({summary or 'exit 0'})", output=res.tail(), seconds=res.wall_s,
+                                imports=self.imports)
+        return Verification(False, f"FAIL ({summary or f'exit {res.returncode}'})", output=res.tail(),
+                            seconds=res.wall_s, imports=self.imports)
+
+    def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        out: Runs = {v.label: {} for v in versions}
+        for r in range(rounds):
+            for v in round_order(versions, r):
+                res = self._run(self.bench_cmd, v, ws, deadline, "the benchmark")
+                text = res.stdout + "\n" + res.stderr
+                try:
+                    recs = require_records(text, framework=self.framework, direction=self.direction,
+                                           what=f"the benchmark command ({v.label})")
+                except BackendError as e:
+                    if res.returncode not in (0, None):
+                        raise CandidateCrash(f"{v.label}: the benchmark command failed with exit "
+                                             f"{res.returncode}: {_last_line(text)}") from None
+                    raise CandidateCrash(e.one_line()) from None
+                if self._configs is None:
+                    self._configs = sorted(recs)
+                missing = [c for c in self._configs if c not in recs]
+                if missing:
+                    raise CandidateCrash(f"{v.label}: no benchmark record for {', '.join(missing[:3])}")
+                for c in self._configs:
+                    rec = recs[c]
+                    out[v.label].setdefault(c, []).append(
+                        RunStat(rec.median, rec.rel_std, rec.nrep, None, rec.to_json()))
+        return out
+
+    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        if not (self.counts.get("flops") or self.counts.get("bytes")):
+            return ("the above-roof guard could not run: the benchmark's configurations have no FLOP/byte counts "
+                    "(give --flops/--bytes CONFIG=N, CONFIG a test id or part of one, or use --workload)")
+        dev = self._device()
+        if isinstance(dev, str):
+            return "the above-roof guard could not run: " + dev
+        from ...roofline.model import analyze
+        from .worker import point_json
+        out = {}
+        for c, ms in latencies.items():
+            f, b = self._count("flops", c), self._count("bytes", c)
+            if (f is None and b is None) or not ms:
+                continue
+            p = analyze("bench-cmd", c, latency_ms=float(ms), flops=f or 0.0, bytes=b or 0.0, unit=self._unit(),
+                        device=dev[0], ceilings=dev[1], latency_source="recorded")
+            out[c] = point_json(p)
+        if not out:
+            return ("the above-roof guard could not run: no configuration matches a --flops/--bytes entry "
+                    f"(configurations: {', '.join(list(latencies)[:3])})")
+        return out
+
+    def retain(self, versions: Sequence[Version]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _pytest_summary(text: str) -> str:
+    for line in reversed(text.strip().splitlines()):
+        s = line.strip().strip("=").strip()
+        if any(w in s for w in (" passed", " failed", " error", " skipped", "no tests ran")):
+            return s
+    return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"

@@ -1,0 +1,174 @@
+"""Simulated backend for CI: deterministic fake latencies per version, from the transforms
+applied and markers in the source, with configurable noise and planted behaviours (a wrong
+transform, a regression on one configuration, a crash, a hang, an impossible speedup above
+the roof)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import proc
+from ..errors import BackendError, CandidateCrash, MeasurementTimeout
+from ..stats import RunStat
+from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
+
+
+@dataclass
+class SimSpec:
+    """What the simulated GPU does.  Keys of ``effects`` and the planted lists are transform
+    names (``latency_hints``), transform keys with parameters (``kernel_hints{"occupancy": 2}``),
+    or text markers that a manual edit may put in the source (``marker:PLANTED_FAST``)."""
+    configs: dict[str, float]                              # config -> baseline latency (ms)
+    effects: dict[str, Any] = field(default_factory=dict)  # key -> factor, or {config: factor}
+    incorrect: list[str] = field(default_factory=list)
+    crash: list[str] = field(default_factory=list)
+    hang: list[str] = field(default_factory=list)
+    hang_in: str = "measure"                               # measure | verify
+    noise: float = 0.004                                   # relative std of one sample
+    run_noise: float = 0.002                               # relative std of a run's offset
+    samples: int = 25
+    flops: dict[str, float] = field(default_factory=dict)  # config -> FLOPs (roofline guard)
+    bytes: dict[str, float] = field(default_factory=dict)
+    unit: tuple[str, str] = ("f32", "cuda")
+    device: str = "h200"
+    seed: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SimSpec":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise BackendError(f"simulation spec: unknown key(s) {', '.join(unknown)}")
+        if not isinstance(known.get("configs"), dict) or not known["configs"]:
+            raise BackendError("simulation spec needs 'configs': {name: baseline latency in ms}")
+        if "unit" in known:
+            known["unit"] = tuple(known["unit"])
+        return cls(**known)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SimSpec":
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            raise BackendError(f"{path}: cannot read the simulation spec: {e}") from None
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["unit"] = list(self.unit)
+        return d
+
+
+def _count(key: str, v: Version) -> int:
+    """How often a planted key applies to a version: a marker once if present; a transform key
+    once per application in the version's lineage (repeated applications compound)."""
+    if key.startswith("marker:"):
+        marker = key[len("marker:"):]
+        return int(any(marker in text for text in v.files.values()))
+    name = key.split("{", 1)[0]
+    return sum(1 for a in v.applied if a == key or ("{" not in key and a.split("{", 1)[0] == name))
+
+
+def _matches(key: str, v: Version) -> bool:
+    return _count(key, v) > 0
+
+
+class SimulatedBackend:
+    name = "simulated"
+
+    def __init__(self, spec: SimSpec | Mapping[str, Any]):
+        self.spec = spec if isinstance(spec, SimSpec) else SimSpec.from_json(spec)
+        self.calls: list[tuple[str, str]] = []           # (op, label): what ran, for tests
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "spec": self.spec.to_json()}
+
+    def configs(self) -> list[str] | None:
+        return list(self.spec.configs)
+
+    def workload_info(self) -> dict[str, dict]:
+        return {c: {"flops": self.spec.flops.get(c), "bytes": self.spec.bytes.get(c), "unit": list(self.spec.unit)}
+                for c in self.spec.configs if c in self.spec.flops or c in self.spec.bytes}
+
+    def _planted(self, kind: str, v: Version) -> str | None:
+        for key in getattr(self.spec, kind):
+            if _matches(key, v):
+                return key
+        return None
+
+    def latency(self, v: Version, config: str) -> float:
+        t = float(self.spec.configs[config])
+        for key, eff in self.spec.effects.items():
+            n = _count(key, v)
+            if n:
+                f = eff.get(config, 1.0) if isinstance(eff, Mapping) else eff
+                t *= float(f) ** n
+        return t
+
+    def _hang(self, v: Version, deadline: proc.Deadline, what: str) -> None:
+        # a real child that never finishes, killed at the budget like any hung kernel
+        res = proc.run([sys.executable, "-c", "import time; time.sleep(3600)"], timeout=deadline.timeout(3600))
+        if res.timed_out:
+            raise MeasurementTimeout(f"{v.label}: {what} hung and was killed at the time budget")
+        raise CandidateCrash(f"{v.label}: the simulated hang ended by itself")  # pragma: no cover
+
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
+        self.calls.append(("verify", v.label))
+        check_deadline(deadline, "verification")
+        if self.spec.hang_in == "verify" and self._planted("hang", v):
+            self._hang(v, deadline, "the correctness check")
+        bad = self._planted("incorrect", v)
+        if bad:
+            cfg = next(iter(self.spec.configs))
+            return Verification(False, f"FAIL on {cfg}: 1024 of 1048576 elements outside tolerance "
+                                       f"(simulated: {bad})", {cfg: {"passed": False}})
+        return Verification(True, f"PASS on {len(self.spec.configs)} configurations (simulated)",
+                            {c: {"passed": True} for c in self.spec.configs})
+
+    def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        out: Runs = {v.label: {} for v in versions}
+        for v in versions:
+            self.calls.append(("measure", v.label))
+            if self._planted("crash", v):
+                raise CandidateCrash(f"{v.label}: the measurement worker died (exit -11: simulated segfault)")
+            if self.spec.hang_in == "measure" and self._planted("hang", v):
+                self._hang(v, deadline, "the benchmark")
+        for r in range(rounds):
+            for v in round_order(versions, r):
+                check_deadline(deadline, f"measuring {v.label}")
+                for c in self.spec.configs:
+                    t = self.latency(v, c)
+                    seed = int(hashlib.sha256(f"{self.spec.seed}|{v.digest}|{c}|{r}".encode()).hexdigest()[:12], 16)
+                    rng = random.Random(seed)
+                    offset = 1.0 + self.spec.run_noise * rng.gauss(0, 1)
+                    xs = [max(1e-6, t * offset * (1.0 + self.spec.noise * rng.gauss(0, 1)))
+                          for _ in range(self.spec.samples)]
+                    out[v.label].setdefault(c, []).append(RunStat.from_samples(xs))
+        return out
+
+    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        if not self.spec.bytes and not self.spec.flops:
+            return "the simulation spec has no FLOP/byte counts"
+        from ...roofline.device import preset
+        from ...roofline.model import analyze
+        from .worker import point_json
+        dev = preset(self.spec.device)
+        out = {}
+        for c, ms in latencies.items():
+            if c not in self.spec.bytes and c not in self.spec.flops:
+                continue
+            p = analyze("simulated", c, latency_ms=float(ms), flops=float(self.spec.flops.get(c, 0.0)),
+                        bytes=float(self.spec.bytes.get(c, 0.0)), unit=tuple(self.spec.unit), device=dev,
+                        latency_source="recorded")
+            out[c] = point_json(p)
+        return out
+
+    def retain(self, versions: Sequence[Version]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

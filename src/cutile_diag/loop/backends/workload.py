@@ -1,0 +1,244 @@
+"""Workload backend: a ``cutile_diag.workload`` (configurations, inputs, reference) run by
+long-lived workers (``backends/worker.py``), one per version, so the last kept version and the
+candidate are measured in the same sitting, alternating request by request."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import proc
+from ..errors import BackendError, CandidateCrash, LoopError, MeasurementTimeout
+from ..stats import RunStat
+from .base import CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline, round_order
+
+
+class _Worker:
+    def __init__(self, v: Version, ws: Workspace, log: Path, device: int | None):
+        self.version = v
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log, "ab")
+        env = dict(os.environ)
+        env.update(ws.env(v))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if device is not None:
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        self.log_path = log
+        self.proc = subprocess.Popen([sys.executable, "-m", "cutile_diag.loop.backends.worker"], cwd=ws.root, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     start_new_session=True, preexec_fn=proc.die_with_parent)
+        self._buf = b""
+        self.loaded: dict | None = None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _last_stderr(self) -> str:
+        try:
+            lines = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        for ln in reversed(lines[-40:]):
+            if "Error" in ln or "error" in ln:
+                return ln[:300]
+        return lines[-1][:300] if lines else ""
+
+    def request(self, obj: dict, timeout: float | None, what: str) -> dict:
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise CandidateCrash(f"{self.version.label}: the measurement worker died ({self._exit()})") from None
+        end = None if timeout is None else time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                self.kill()
+                raise MeasurementTimeout(f"{self.version.label}: {what} did not finish within the time budget "
+                                         f"and was killed")
+            r, _, _ = select.select([fd], [], [], None if left is None else min(left, 5.0))
+            if not r:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise CandidateCrash(f"{self.version.label}: the measurement worker died during {what} "
+                                     f"({self._exit()})")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def _exit(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        tail = self._last_stderr()
+        return f"exit {rc}" + (f": {tail}" if tail else "")
+
+    def kill(self) -> None:
+        proc.kill_group(self.proc)
+        self._close_files()
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self.request({"op": "quit"}, 10.0, "quit")
+            except LoopError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.alive():
+            self.kill()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except Exception:
+                pass
+        try:
+            self._log.close()
+        except Exception:
+            pass
+
+
+class WorkloadBackend:
+    name = "workload"
+
+    def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
+                 configs: Sequence[str] | None = None, bench_options: Mapping[str, Any] | None = None,
+                 device: int | None = None, seed: int = 0, check_seed: int | None = None, log_dir: Path | None = None,
+                 measure_ceilings: bool = False, baseline_label: str = "baseline"):
+        self.workload = workload
+        self.kwargs = dict(kwargs or {})
+        self._configs = list(configs) if configs else None
+        self.bench_options = dict(bench_options or {})
+        self.device = device
+        self.seed, self.check_seed = seed, check_seed
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.measure_ceilings = measure_ceilings
+        self.workers: dict[str, _Worker] = {}
+        self.info: dict[str, dict] = {}
+        self.device_info: dict = {}
+        self.imports: dict = {}          # where the last loaded worker imported the kernel file from
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "workload": self.workload, "kwargs": self.kwargs, "configs": self._configs,
+                "bench_options": self.bench_options, "device": self.device}
+
+    def configs(self) -> list[str] | None:
+        return self._configs
+
+    def workload_info(self) -> dict[str, dict]:
+        return self.info
+
+    def _log(self, v: Version) -> Path:
+        base = self.log_dir or Path(os.environ.get("TMPDIR", "/tmp"))
+        return base / f"worker-{v.label.replace('/', '_')}-{v.digest[:10]}.log"
+
+    def _worker(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> _Worker:
+        w = self.workers.get(v.digest)
+        if w is not None and w.alive() and w.loaded is not None:
+            return w
+        if w is not None:
+            w.kill()
+        check_deadline(deadline, f"loading {v.label}")
+        with ws.materialize(v):
+            w = _Worker(v, ws, self._log(v), self.device)
+            self.workers[v.digest] = w
+            try:
+                reply = w.request({"op": "load", "workload": ws.remap(self.workload), "kwargs": ws.remap(self.kwargs),
+                                   "configs": self._configs, "seed": self.seed, "check_seed": self.check_seed,
+                                   "device": self.device}, deadline.timeout(), f"loading and checking {v.label}")
+                self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {v.label}")
+            except LoopError:
+                self.workers.pop(v.digest, None)
+                w.kill()
+                raise
+        w.loaded = reply
+        if reply.get("ok"):
+            if self._configs is None:
+                self._configs = list(reply["configs"])
+            self.info.update(reply.get("info") or {})
+            self.device_info = reply.get("device") or self.device_info
+        return w
+
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
+        t0 = time.monotonic()
+        w = self._worker(v, ws, deadline)
+        reply = w.loaded or {}
+        if not reply.get("ok"):
+            err = reply.get("error", "the worker could not load the workload")
+            if "cannot run here" in err or "no CUDA GPU" in err:
+                raise BackendError(err)
+            return Verification(False, f"error: {err}", seconds=time.monotonic() - t0)
+        checks = reply.get("checks", {})
+        bad = {c: d for c, d in checks.items() if not d.get("passed")}
+        if bad:
+            summ = "; ".join(f"{c}: {d.get('summary', 'FAIL')}" for c, d in list(bad.items())[:3])
+            return Verification(False, f"FAIL on {len(bad)} of {len(checks)} configurations: {summ}", checks,
+                                seconds=time.monotonic() - t0, imports=self.imports)
+        return Verification(True, f"PASS on {len(checks)} configurations", checks, seconds=time.monotonic() - t0,
+                            imports=self.imports)
+
+    def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        workers = {v.label: self._worker(v, ws, deadline) for v in versions}
+        for v in versions:
+            rep = workers[v.label].loaded or {}
+            if not rep.get("ok") or not rep.get("passed"):
+                raise CandidateCrash(f"{v.label} did not load cleanly: {rep.get('error', 'check failed')}")
+        out: Runs = {v.label: {} for v in versions}
+        for r in range(rounds):
+            for cfg in self._configs or []:
+                for v in round_order(versions, r):
+                    check_deadline(deadline, f"measuring {v.label} on {cfg}")
+                    rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options},
+                                                   deadline.timeout(), f"measuring {cfg}")
+                    if not rep.get("ok"):
+                        raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
+                    post = rep.get("post_check")
+                    if post is not None and not post.get("passed"):
+                        raise CorrectnessFailure(f"{v.label} on {cfg}: outputs of the timed runs are wrong: "
+                                                 f"{post.get('summary')}")
+                    stats = rep["stats"]
+                    out[v.label].setdefault(cfg, []).append(
+                        RunStat(float(stats["median"]), stats.get("rel_std"), stats.get("nrep"),
+                                rep.get("samples_ms"), {**stats, "observed": rep.get("observed")}))
+        return out
+
+    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        w = self.workers.get(v.digest)
+        if w is None or not w.alive():
+            return "the version's worker is gone"
+        try:
+            rep = w.request({"op": "roofline", "latencies": dict(latencies),
+                             "measure_ceilings": self.measure_ceilings}, 120.0, "the roofline")
+        except LoopError as e:
+            return e.one_line()
+        if not rep.get("ok"):
+            return rep.get("error", "roofline failed")
+        return rep.get("points") or {}
+
+    def retain(self, versions: Sequence[Version]) -> None:
+        keep = {v.digest for v in versions}
+        for d in list(self.workers):
+            if d not in keep:
+                self.workers.pop(d).close()
+
+    def close(self) -> None:
+        for d in list(self.workers):
+            self.workers.pop(d).close()
+
+    def abort(self) -> None:
+        """Kill every worker now (an interrupt: a hung worker must not get a polite 10 s to quit)."""
+        for d in list(self.workers):
+            self.workers.pop(d).kill()

@@ -1,0 +1,84 @@
+"""Choosing a step: of the diagnosis's ranked entries, the first automatic one whose transform
+applies to the last kept version with parameters not tried on it; its parameter settings
+(up to ``max_sweep``) become the candidates.  Manual entries ranked above it are returned for
+``loop next``, and every skipped entry says why."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .backends import Version
+from .diagnosis import LoopDiagnosis, Rec
+
+
+@dataclass
+class Candidate:
+    version: Version
+    result: Any                  # TransformResult
+    params: dict
+
+
+@dataclass
+class Choice:
+    rec: Rec
+    transform: Any
+    candidates: list[Candidate]
+
+
+def transform_key(name: str, params: Mapping[str, Any]) -> str:
+    return name + (json.dumps(dict(params), sort_keys=True, default=str) if params else "")
+
+
+def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, transforms: Mapping[str, Any],
+           attempted: set, only: Sequence[str] = (), skip: Sequence[str] = (), max_sweep: int = 4
+           ) -> tuple[Choice | None, list[dict], list[str]]:
+    """The next automatic step, the manual entries ranked above it, and why entries were skipped.
+    ``attempted``: (base digest, transform, params json) already tried (``Ledger.attempted``)."""
+    source = a.files[kernel_file]
+    manual: list[dict] = []
+    skipped: list[str] = []
+    for rec in diag.recommendations:
+        if only and rec.id.upper() not in only:
+            continue
+        if rec.id.upper() in skip:
+            continue
+        if not rec.automatic:
+            manual.append(rec.to_json())
+            continue
+        for tname in dict.fromkeys([rec.transform, *rec.alternatives]):
+            t = transforms.get(tname)
+            if t is None:
+                skipped.append(f"{rec.id}: transform '{tname}' is not available")
+                continue
+            if getattr(t, "kind", "source") != "source":
+                continue        # hint-only transforms have a source twin the loop commits
+            try:
+                params_list = t.candidates(source, kernel)
+                if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
+                    skipped.append(f"{rec.id}/{tname}: {t.why_no_candidates(source, kernel) or 'nothing to change'}")
+                    continue
+            except Exception as e:
+                skipped.append(f"{rec.id}/{tname}: {type(e).__name__}: {e}")
+                continue
+            cands: list[Candidate] = []
+            for params in params_list:
+                key = (a.digest, tname, json.dumps(params, sort_keys=True, default=str))
+                if key in attempted:
+                    continue
+                try:
+                    res = t.apply(source, kernel, **params)
+                except Exception as e:
+                    skipped.append(f"{rec.id}/{tname}{params or ''}: {getattr(e, 'reason', None) or e}")
+                    continue
+                files = {**a.files, kernel_file: res.new_source}
+                v = Version("", files, None, a.applied + (transform_key(tname, res.params or params),))
+                if any(c.version.digest == v.digest for c in cands) or v.digest == a.digest:
+                    continue
+                cands.append(Candidate(v, res, dict(params)))
+                if len(cands) >= max_sweep:
+                    break
+            if cands:
+                return Choice(rec, t, cands), manual, skipped
+            skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
+    return None, manual, skipped

@@ -1,0 +1,281 @@
+"""Evaluating candidates against the last kept version ``A``, in the loop's worktree: write the
+candidate, guard the allowed files, capture and diff its IR, verify, measure interleaved with
+``A`` (a sweep screens every point first), decide, commit, and keep or reset — then record.
+The same path serves automatic steps and ``loop record``.
+
+``Evaluation`` is the part of ``Runner`` that does it; it uses the runner's session ``s``,
+``backend``, ledger ``led``, worktree ``git`` and ``ws``, options ``opt``, ``echo``, ``_hook``,
+``_capture`` and ``_roofline``.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any, Sequence
+
+from . import decide as decide_mod
+from . import proc, stats
+from .backends import CorrectnessFailure, Version
+from .choose import Candidate
+from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
+from .integrations import ir_diff
+from .ledger import short_text as _short
+from .recover import save_candidates, save_files
+
+
+class Evaluation:
+    def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str) -> dict:
+        """Verify, measure, decide, commit or revert, record — for automatic and manual steps."""
+        idir = self.s.iteration_dir(n)
+        # saved before anything can fail, so that what recover() promises exists
+        saved = save_candidates(idir, a.files, [c.version.files for c in cands])
+        # the candidates go into the begin record: after a hard kill, recover() marks them tried so
+        # --resume does not run the same (possibly hanging) step again
+        self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest,
+                         "entry": meta.get("entry"), "saved": str(saved) if saved else None,
+                         "tried": meta.get("tried", [])})
+        deadline = proc.Deadline(self.opt.iteration_budget_s)
+        record: dict[str, Any] = {"type": "iteration", "iteration": n, "optimization": _short(label),
+                                  "latency_ms": None, "correctness": "FAIL", "status": "revert",
+                                  "entry": meta.get("entry"), "diagnosis": meta.get("diagnosis"),
+                                  "base_commit": a.commit, "base_digest": a.digest, "applied": list(a.applied),
+                                  "change": {"tried": meta.get("tried", [])},
+                                  "commits": {"base": a.commit, "candidate": None, "kept": a.commit}}
+        hctx = {"iteration": n, "runner": self, "record": record, "baseline": a}
+        try:
+            self._hook("before_apply", hctx)
+            b, sweep_info = self._select(n, a, cands, deadline, record, hctx)
+            if b is None:
+                self.echo(f"  {record['decision']['reason'][:200]} -> {record['status']}")
+                return self._finish(record, deadline, a, keep=None)
+            record["digest"] = b.version.digest
+            record["applied"] = list(b.version.applied)
+            record["optimization"] = _short(label if len(cands) == 1 else
+                                            f"{label.split(' sweep')[0]}: {b.result.description}")
+            record["change"].update(self._change_info(a, b, idir))
+            if sweep_info:
+                record["correctness"] = "PASS"          # the chosen point passed its verification in the sweep
+            self.ws.write(b.version.files)
+            self._guard()
+            self._hook("after_apply", hctx)
+            cap_a = self._capture(a, deadline)
+            cap_b = self._capture(b.version, deadline)
+            if cap_b is not None:
+                record["capture"] = cap_b.to_json()
+                if not cap_b.ok:
+                    record["decision"] = decide_mod.reject("compile", f"the candidate does not compile: {cap_b.error}"
+                                                           ).to_json()
+                    return self._finish(record, deadline, a, keep=None)
+                record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path)
+            else:
+                record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
+            ver = self.backend.verify(b.version, self.ws, deadline)
+            record["verification"] = ver.to_json()
+            record["correctness"] = "PASS" if ver.passed else "FAIL"
+            # what recover() reports as the correctness of an iteration killed after this point
+            self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
+            self._hook("after_verify", hctx)
+            if not ver.passed:
+                record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
+                self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
+                return self._finish(record, deadline, a, keep=None)
+            runs = self.backend.measure([a, b.version], self.ws, deadline, self.opt.rounds)
+            self._hook("after_measure", hctx)
+            cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
+                                noise_floor=self.opt.noise_floor)
+            record["comparison"] = cmp.to_json()
+            record["configs"] = {c.config: {"median_ms": c.candidate_ms, "baseline_ms": c.baseline_ms,
+                                            "ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in cmp.configs}
+            record["latency_ms"] = cmp.candidate_ms
+            record["baseline_latency_ms"] = cmp.baseline_ms
+            pts, invalid, why = self._roofline(b.version, runs[b.version.label])
+            record["roofline"], record["roofline_note"] = pts, why
+            record["roofline_guard"] = self._guard_info(pts, why, runs[b.version.label])
+            if invalid:
+                d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
+            else:
+                cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
+                                                   if r["iteration"] > 0)
+                d = decide_mod.decide(cmp, cumulative=cum)
+            record["decision"] = d.to_json()
+            record["status"] = d.status
+            self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
+                      f"{d.status} — {_short(d.reason, 90)}")
+            commit = self._commit(n, record, d)
+            record["commits"]["candidate"] = commit
+            self._hook("after_commit", hctx)
+            return self._finish(record, deadline, a, keep=b.version if d.status == "keep" else None, commit=commit)
+        except ForbiddenEditError as e:
+            record["decision"] = decide_mod.reject("forbidden-files", e.one_line()).to_json()
+            record["forbidden"] = e.files
+            self.echo(f"  refused: {e.one_line()}")
+            return self._finish(record, deadline, a, keep=None)
+        except CorrectnessFailure as e:
+            record["correctness"] = "FAIL"
+            record["decision"] = decide_mod.reject("correctness", e.one_line()).to_json()
+            self.echo(f"  correctness FAIL after timing: {_short(e.one_line())} -> revert")
+            return self._finish(record, deadline, a, keep=None)
+        except (MeasurementTimeout, CandidateCrash) as e:
+            record["status"] = "crash"
+            record["decision"] = decide_mod.reject("crash", e.one_line(), status="crash").to_json()
+            self._screened_latency(record)
+            self.echo(f"  crash: {_short(e.one_line())} -> revert")
+            return self._finish(record, deadline, a, keep=None)
+        except (BackendError, GitError):
+            self._restore(a)
+            raise
+        except Exception as e:
+            record["status"] = "crash"
+            record["decision"] = decide_mod.reject("crash", f"{type(e).__name__}: {e}", status="crash").to_json()
+            record["error"] = traceback.format_exc()[-4000:]
+            self._screened_latency(record)
+            self.echo(f"  crash: {type(e).__name__}: {_short(str(e))} -> revert")
+            return self._finish(record, deadline, a, keep=None)
+        except BaseException:
+            # killed (Ctrl-C, a test's simulated death): leave the tree on A; the begin record stays
+            # pending and --resume records the crash
+            self._restore(a)
+            raise
+
+    @staticmethod
+    def _share(deadline: proc.Deadline, parts: int) -> proc.Deadline:
+        """An equal share of what is left of the budget: one hung sweep point cannot eat the others'."""
+        left = deadline.remaining()
+        return proc.Deadline(None if left is None else left / max(1, parts))
+
+    def _screened_latency(self, record: dict) -> None:
+        """A row whose full comparison never finished shows the chosen point's screening latency."""
+        if record.get("latency_ms") is None:
+            chosen = next((r for r in record.get("sweep") or [] if r.get("chosen") and r.get("screen_ms")), None)
+            if chosen:
+                record["latency_ms"], record["latency_source"] = chosen["screen_ms"], "screening"
+
+    def _select(self, n: int, a: Version, cands: Sequence[Candidate], deadline: proc.Deadline, record: dict,
+                hctx: dict) -> tuple[Candidate | None, list[dict] | None]:
+        """One candidate: itself.  A sweep: verify each point, screen the passing ones against A,
+        keep the fastest.  Each point runs under its share of the budget; a point that hangs,
+        crashes or lands above the roof fails on its own and the others go on."""
+        if len(cands) == 1:
+            return cands[0], None
+        info, passing = [], []
+        for i, c in enumerate(cands):
+            row = {"label": c.version.label, "params": c.params, "description": c.result.description}
+            info.append(row)
+            self.ws.write(c.version.files)
+            self._guard()
+            share = self._share(deadline, len(cands) - i + 1)     # + 1: what the full comparison needs
+            cap = self._capture(c.version, share)
+            if cap is not None and not cap.ok:
+                row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
+                continue
+            try:
+                ver = self.backend.verify(c.version, self.ws, share)
+            except (MeasurementTimeout, CandidateCrash) as e:
+                row["result"], row["failure"] = f"crash: {e.one_line()}", "crash"
+                continue
+            row["verification"] = ver.summary
+            if not ver.passed:
+                row["result"], row["failure"] = "correctness FAIL", "correctness"
+                continue
+            passing.append(c)
+        self.ws.write(a.files)
+        if len(passing) > 1:
+            screened = []
+            for i, c in enumerate(passing):
+                row = next(r for r in info if r["label"] == c.version.label)
+                share = self._share(deadline, len(passing) - i + 1)
+                try:
+                    runs = self.backend.measure([a, c.version], self.ws, share, self.opt.screen_rounds)
+                except (MeasurementTimeout, CandidateCrash) as e:
+                    row["result"], row["failure"] = f"crash in screening: {e.one_line()}", "crash"
+                    continue
+                except CorrectnessFailure as e:
+                    row["result"], row["failure"] = f"correctness FAIL in screening: {e.one_line()}", "correctness"
+                    continue
+                # the guard applies to screening measurements too: an impossible point never wins
+                pts, invalid, _why = self._roofline(c.version, runs[c.version.label])
+                if invalid:
+                    row["result"], row["failure"] = "above the roof: " + "; ".join(invalid), "above-roof"
+                    continue
+                cmp = stats.compare({k: (runs[a.label][k], runs[c.version.label][k]) for k in runs[a.label]},
+                                    noise_floor=self.opt.noise_floor)
+                row["screen_ratio"], row["screen_ms"] = cmp.ratio, cmp.candidate_ms
+                screened.append((cmp.ratio, c))
+            passing = [c for _, c in sorted(screened, key=lambda x: x[0])]
+        record["sweep"] = info
+        if not passing:
+            kinds = {r.get("failure") for r in info}
+            rule = next(k for k in ("crash", "above-roof", "correctness", "compile") if k in kinds)
+            d = decide_mod.reject(rule, "no sweep point passed its checks: " + "; ".join(
+                f"{r['params']}: {r.get('result')}" for r in info), status="crash" if rule == "crash" else "revert")
+            record["decision"], record["status"] = d.to_json(), d.status
+            # the row's correctness: every point that ran passed its checks unless one really failed them
+            record["correctness"] = "FAIL" if "correctness" in kinds or "compile" in kinds else "PASS"
+            return None, info
+        best = passing[0]
+        for r in info:
+            r["chosen"] = r["label"] == best.version.label
+        self.backend.retain([a, best.version])
+        return best, info
+
+    def _guard(self) -> None:
+        changed = self.git.changed_since(self._base_commit())
+        forbidden = [f for f in changed if f not in self.s.allowed]
+        if forbidden:
+            raise ForbiddenEditError(forbidden, self.s.allowed)
+
+    def _base_commit(self) -> str:
+        rec = self.led.last_kept()
+        return rec["commits"]["kept"] if rec else self.s.start_commit
+
+    def _change_info(self, a: Version, b: Candidate, idir) -> dict:
+        files = save_files(idir, a.files, {p: b.version.files.get(p, "") for p in self.s.allowed})
+        text = (idir / "candidate.diff").read_text() if files else ""
+        res = b.result
+        return {"transform": getattr(res, "transform", None), "description": getattr(res, "description", ""),
+                "params": getattr(res, "params", b.params), "changed_lines": list(getattr(res, "changed_lines", ())),
+                "notes": list(getattr(res, "notes", ())), "files": [p for p in self.s.allowed
+                                                                    if a.files.get(p) != b.version.files.get(p)],
+                "diff": text[:6000], "diff_path": str(idir / "candidate.diff")}
+
+    def _commit(self, n: int, record: dict, d: decide_mod.Decision) -> str:
+        files = [p for p in self.git.changed_since(self._base_commit()) if p in self.s.allowed]
+        if not files:
+            raise LoopError("internal: the candidate changes no file")
+        msg = (f"cutile-perf {self.s.kernel} iteration {n}: {record['optimization']}\n\n"
+               f"{d.status}: {d.reason}\nledger: {self.led.path}")
+        commit = self.git.commit(files, msg)
+        self.git.keep_ref(f"refs/cutile-diag/{self.s.branch}/iter-{n}", commit)
+        return commit
+
+    def _restore(self, a: Version) -> None:
+        try:
+            self._restore_tree(a)
+        except Exception:
+            pass
+
+    def _restore_tree(self, a: Version) -> None:
+        """Reset the loop's worktree to the last kept commit *as the ledger records it* (``a``'s,
+        unless the iteration was already recorded as a keep) and delete files the candidate
+        created: the worktree was clean when the iteration began, and nobody else writes there."""
+        self.git.reset_clean(self._base_commit())
+
+    def _finish(self, record: dict, deadline: proc.Deadline, a: Version, *, keep: Version | None,
+                commit: str | None = None) -> dict:
+        if keep is not None:
+            record["commits"]["kept"] = commit
+        else:
+            # back to the last kept commit: the candidate (committed or not) leaves the tree
+            self._restore_tree(a)
+            record["commits"]["kept"] = a.commit
+            if record["status"] == "keep":       # pragma: no cover - keep without a version is a bug
+                record["status"] = "revert"
+        if "decision" not in record:
+            record["decision"] = decide_mod.reject("crash", "internal: no decision", status="crash").to_json()
+        record["seconds"] = round(deadline.elapsed(), 3)
+        self.led.append(record)
+        self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
+        try:
+            self.backend.retain([keep] if keep is not None else [a])
+        except Exception:
+            pass
+        return record
