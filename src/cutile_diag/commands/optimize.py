@@ -66,6 +66,9 @@ def register(sub) -> None:
     lp.add_argument("--no-capture", action="store_true", help="no AOT capture (diagnosis from the source only)")
     lp.add_argument("--capture-arg", action="append", default=[], metavar="NAME=SPEC",
                     help="argument spec for the AOT capture when the module has no CAPTURE_SPECS")
+    lp.add_argument("--capture-workload", metavar="REF",
+                    help="take the capture's kernel arguments from this workload's launch (default: the --workload; "
+                         "useful with --test-cmd on a machine without a GPU, or --simulate)")
     lp.add_argument("--resume", action="store_true", help="continue an interrupted loop from its ledger")
     lp.add_argument("--plan", action="store_true", help="locate, classify and diagnose only; change nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -88,6 +91,8 @@ def _options(args, base: dict | None = None):
         over["archs"] = args.arch
     if args.capture_arg:
         over["capture_args"] = args.capture_arg
+    if getattr(args, "capture_workload", None):
+        over["capture_workload"] = args.capture_workload
     if args.only:
         over["only"] = _ids(args.only)
     if args.skip:
@@ -218,7 +223,7 @@ def _plan(args) -> int:
     path, name = parse_ref(args.kernel)
     loc = locate(path, name)
     source = path.read_text()
-    info = {}
+    info, kw = {}, {}
     if args.workload:
         from ..workload import load_workload
         from ..loop.factory import parse_kv
@@ -235,8 +240,12 @@ def _plan(args) -> int:
         cap = None
         if not args.no_capture:
             import hashlib
+            from ..loop.evidence import capture_sources
+            backend = {"backend": "workload", "workload": args.workload, "kwargs": kw} if args.workload else \
+                {"backend": "command", "test_cmd": args.test_cmd} if args.test_cmd else {}
             cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
-                                  archs=args.arch or ["sm_90"], args=args.capture_arg)
+                                  archs=args.arch or ["sm_90"], args=args.capture_arg,
+                                  sources=capture_sources(backend, args.capture_workload))
         ctx = DiagnoseContext(path=path, kernel=name, source=source, capture=cap.path if cap and cap.ok else None,
                               arch=(args.arch or ["sm_90"])[0], workload_info=info)
         diag = EngineDiagnoser().diagnose(ctx)

@@ -41,6 +41,18 @@ class Aff:
     const: int | None         # exact base value when known and lane-invariant
     pos: bool                 # base depends on the program position (block id / persistent iv)
     desc: str
+    # 2-D+ arrays: a lane-invariant index times the stride of an outer dimension (a broadcast row
+    # index) selects the row, it does not misalign the tile; ``outer`` marks such a term and
+    # ``odiv`` is the known divisor of the base without them (None: same as ``div``)
+    outer: bool = False
+    odiv: int | None = None
+
+    @property
+    def inner_div(self) -> int:
+        """Divisor of the in-row part of the base (0: exactly 0)."""
+        if self.outer:
+            return 0
+        return self.div if self.odiv is None else self.odiv
 
     @staticmethod
     def unknown(desc: str = "?") -> "Aff":
@@ -75,6 +87,18 @@ class _Analysis:
                 for ai, a in enumerate(reg.args):
                     self.block_args[a.name] = (op, ri, ai)
         self._aff: dict[str, Aff] = {}
+        # integer arguments that follow a pointer argument are that array's shape and strides
+        # (the calling convention flattens arrays to ptr, shape..., strides...)
+        self.dim_args: set[str] = set()
+        after_ptr = False
+        for a in entry.args:
+            t = getattr(a.type, "text", "") or str(a.type)
+            if "ptr<" in t:
+                after_ptr = True
+            elif after_ptr and re.search(r"tile<i(32|64)>", t):
+                self.dim_args.add(a.name)
+            else:
+                after_ptr = False
         self._persistent_fors = {id(op) for op in self.ops if op.name == "for" and self._is_grid_stride(op)}
 
     # --- sites
@@ -152,7 +176,7 @@ class _Analysis:
 
     def _aff_compute(self, name: str, depth: int) -> Aff:
         if name in self.args:
-            return Aff(0, 1, None, False, f"arg{self.arg_index[name]}")
+            return Aff(0, 1, None, False, f"arg{self.arg_index[name]}", outer=name in self.dim_args)
         if name in self.block_args:
             owner, ri, ai = self.block_args[name]
             if owner.name == "for" and ai == 0:
@@ -184,7 +208,7 @@ class _Analysis:
             if dv and dv.isdigit() and src.stride == 0:
                 n = int(dv)
                 new_div = src.div * n // _gcd(src.div, n) if src.div else 0
-                return Aff(src.stride, new_div, src.const, src.pos, src.desc)
+                return Aff(src.stride, new_div, src.const, src.pos, src.desc, src.outer)
             return src
         if nm in ("reshape", "broadcast", "exti", "trunci"):
             if not ops:
@@ -203,7 +227,8 @@ class _Analysis:
             sign = 1 if nm == "addi" else -1
             const = (a.const + sign * b.const) if a.const is not None and b.const is not None else None
             return Aff(a.stride + sign * b.stride, _gcd(a.div, b.div), const, a.pos or b.pos,
-                       f"{a.desc} {'+' if sign > 0 else '-'} {b.desc}")
+                       f"{a.desc} {'+' if sign > 0 else '-'} {b.desc}", a.outer and b.outer,
+                       _gcd(a.inner_div, b.inner_div))
         if nm in ("muli", "shli") and len(ops) >= 2:
             a, b = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
             if nm == "shli":
@@ -217,15 +242,16 @@ class _Analysis:
                     c = y.const
                     desc = x.desc if c == 1 else f"{c}*({x.desc})" if " " in x.desc else f"{c}*{x.desc}"
                     return Aff(x.stride * c, x.div * abs(c), x.const * c if x.const is not None else None,
-                               x.pos, desc)
+                               x.pos, desc, x.outer, None if x.odiv is None else x.odiv * abs(c))
             if a.stride == 0 and b.stride == 0:
                 const = a.const * b.const if a.const is not None and b.const is not None else None
-                return Aff(0, a.div * b.div, const, a.pos or b.pos, f"{a.desc}*{b.desc}")
+                # row * (an array's outer stride): a row offset, whatever the row
+                return Aff(0, a.div * b.div, const, a.pos or b.pos, f"{a.desc}*{b.desc}", a.outer or b.outer)
             return Aff.unknown()
         if nm == "offset" and len(ops) >= 2:
             p, i = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
             if p.stride == 0 and i.stride is not None:
-                return Aff(i.stride, i.div, i.const, i.pos or p.pos, i.desc)
+                return Aff(i.stride, i.div, i.const, i.pos or p.pos, i.desc, i.outer, i.odiv)
             return Aff.unknown()
         return Aff.unknown(nm)
 
@@ -402,7 +428,9 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
         shape = ptr_t.shape if ptr_t is not None else ()
         lanes = shape[-1] if shape else None
         aff = a.aff(o.operands[0]) if o.operands else Aff.unknown()
-        aligned = aff.div == 0 or (lanes is not None and aff.div % lanes == 0)
+        # 2-D gathers: the row term (lane-invariant index x outer stride) selects the row; the
+        # in-row offset must still be a whole number of tiles
+        aligned = aff.div == 0 or (lanes is not None and (aff.div % lanes == 0 or aff.inner_div % lanes == 0))
         if aff.stride == 1 and len(shape) == 1 and aligned and aff.pos:
             contiguous.append(o)
             details[id(o)] = (f"{o.name}: addresses {aff.desc} — stride 1, {lanes}-element aligned: "

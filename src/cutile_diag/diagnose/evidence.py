@@ -25,7 +25,7 @@ class EvidenceError(CutileDiagError):
 @dataclass(frozen=True)
 class FactSpec:
     type: str          # int | float | bool | str | list | dict
-    producer: str      # tileir | capture | device | gpu | ncu
+    producer: str      # tileir | capture | device | launch | gpu | ncu
     description: str
 
 
@@ -179,6 +179,13 @@ FACTS: dict[str, FactSpec] = {
     "gpu.pct_spread": _f("float", "gpu", "max / min percent of roof across configurations"),
     "gpu.sign_flips": _f("bool", "gpu", "against a baseline, some configurations got faster and others slower"),
     "gpu.rel_std": _f("float", "gpu", "run-to-run noise of the primary configuration (percent)"),
+    # --- the observed launch (ct.launch intercepted on CPU inputs, or seen in a run) -----------
+    "launch.grid": _f("list", "launch", "grid of the kernel's ct.launch"),
+    "launch.grid_blocks": _f("int", "launch", "programs launched (product of the launch grid)"),
+    "launch.sm_count": _f("int", "launch", "SMs the launch wrapper saw (the run's GPU, or the CPU stand-in)"),
+    "launch.args": _f("list", "launch", "argument specs of the launch (NAME=SPEC: dtype, shape, constants)"),
+    "launch.waves": _f("float", "launch", "launch grid blocks / (SMs x resident CTAs per SM)"),
+    "launch.tail_idle": _f("float", "launch", "fraction of SM slots idle in the launch's partial last wave"),
     # --- Nsight Compute -------------------------------------------------------------------------
     "ncu.sm_throughput_pct": _f("float", "ncu", "SM throughput, % of peak"),
     "ncu.dram_throughput_pct": _f("float", "ncu", "DRAM throughput, % of peak"),
@@ -189,7 +196,7 @@ FACTS: dict[str, FactSpec] = {
     "ncu.l2_hit_pct": _f("float", "ncu", "L2 hit rate, %"),
 }
 
-PRODUCERS = ("tileir", "capture", "device", "gpu", "ncu")
+PRODUCERS = ("tileir", "capture", "device", "launch", "gpu", "ncu")
 
 
 @dataclass(frozen=True)
@@ -320,7 +327,7 @@ def collect_gpu(ev: Evidence, **measurements) -> Evidence:
 def facts_markdown() -> str:
     """``references/evidence-facts.md``: the vocabulary as a table (regenerate after edits)."""
     names = {"tileir": "TileIR (static)", "capture": "capture folder", "device": "device model",
-             "gpu": "GPU measurement", "ncu": "Nsight Compute"}
+             "launch": "observed launch", "gpu": "GPU measurement", "ncu": "Nsight Compute"}
     out = ["# Evidence facts", "",
            "The vocabulary shared by the collectors (`cutile_diag/diagnose/collect_*.py`) and the playbook",
            "predicates (`playbook/*.toml`). A predicate may only use these keys; a collector may only",

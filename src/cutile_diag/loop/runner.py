@@ -34,6 +34,7 @@ from .backends import Backend, CorrectnessFailure, Version, Workspace
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import (BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError,
                      MeasurementTimeout)
+from .evidence import capture_sources, diff_line, uncredit
 from .integrations import CaptureResult, capture_version, ir_diff
 from .ledger import Ledger
 from .session import Session
@@ -53,6 +54,7 @@ class LoopOptions:
     capture: bool = True
     archs: list[str] = field(default_factory=lambda: ["sm_90"])
     capture_args: list[str] = field(default_factory=list)
+    capture_workload: str | None = None                 # arguments for captures from this workload (i15)
     only: list[str] = field(default_factory=list)       # playbook ids the loop may try (empty: all)
     skip: list[str] = field(default_factory=list)
     noise_floor: float = stats.DEFAULT_NOISE_FLOOR
@@ -192,7 +194,8 @@ class Runner:
         with self.ws.materialize(v):
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
-                                  cwd=self.s.root, env=self.ws.env(v))
+                                  cwd=self.s.root, env=self.ws.env(v),
+                                  sources=capture_sources(self.s.backend, self.opt.capture_workload))
         self.captures[v.digest] = res
         return res
 
@@ -314,7 +317,9 @@ class Runner:
             cap = self._capture(a, deadline)
             if cap is not None and not cap.ok:
                 self.capture_off_reason = f"the unchanged kernel does not capture: {cap.error}"
-                self.echo(f"  capture off: {cap.error}")
+                self.echo(f"  capture off: {cap.error} — diagnosing from the source only, no IR diffs")
+            elif cap is not None:
+                self.echo(f"  capture: {cap.source or 'ok'}" + (f" ({'; '.join(cap.tried)})" if cap.tried else ""))
             ver = self.backend.verify(a, self.ws, deadline)
             if not ver.passed:
                 raise LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",
@@ -501,10 +506,11 @@ class Runner:
                 cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
                                                    if r["iteration"] > 0)
                 d = decide_mod.decide(cmp, cumulative=cum)
+            d = uncredit(d, record.get("ir_diff"))        # an empty IR diff: the "gain" is noise
             record["decision"] = d.to_json()
             record["status"] = d.status
             self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
-                      f"{d.status} — {_short(d.reason, 90)}")
+                      f"{d.status} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
             commit = self._commit(n, record, d)
             record["commits"]["candidate"] = commit
             self._hook("after_commit", hctx)
