@@ -245,7 +245,7 @@ def _plan(args) -> int:
                 {"backend": "command", "test_cmd": args.test_cmd} if args.test_cmd else {}
             cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
                                   archs=args.arch or ["sm_90"], args=args.capture_arg,
-                                  sources=capture_sources(backend, args.capture_workload))
+                                  sources=capture_sources(backend, args.capture_workload, kernel_file=path))
         ctx = DiagnoseContext(path=path, kernel=name, source=source, capture=cap.path if cap and cap.ok else None,
                               arch=(args.arch or ["sm_90"])[0], workload_info=info)
         diag = EngineDiagnoser().diagnose(ctx)

@@ -18,13 +18,17 @@ from . import decide as decide_mod
 
 
 def capture_sources(backend: Mapping[str, Any] | None, capture_workload: str | None = None,
-                    capture_workload_args: Mapping[str, Any] | None = None) -> dict:
+                    capture_workload_args: Mapping[str, Any] | None = None, *,
+                    kernel_file: Path | None = None) -> dict:
     """Where the capture child takes the kernel's arguments from (``--workload``/``--from-command``)."""
     b = dict(backend or {})
     out: dict[str, Any] = {}
     if capture_workload:
         out["workload"] = capture_workload
         out["kwargs"] = dict(capture_workload_args or {})
+        # a shipped example's workload launches the file being optimised (its wrapper may change)
+        if capture_workload.startswith("examples:") and "source" not in out["kwargs"] and kernel_file:
+            out["kwargs"]["source"] = str(kernel_file)
     elif b.get("backend") == "workload":
         out["workload"] = b.get("workload")
         out["kwargs"] = dict(b.get("kwargs") or {})
@@ -85,3 +89,19 @@ def uncredit(decision: decide_mod.Decision, ir_diff: Mapping[str, Any] | None) -
         return decision
     return decide_mod.reject("no-op", f"no-op: {why}; the measured difference ({decision.reason}) is noise, "
                                       "not credited")
+
+
+def iteration_evidence(iterations) -> list[dict]:
+    """Per iteration: the latency change, the IR diff in one line, where the capture came from
+    (``loop status`` prints it beside the table; perf_results.md keeps only its 5 columns)."""
+    out = []
+    for r in iterations:
+        cmp = r.get("comparison") or {}
+        cap = r.get("capture") or {}
+        pct = cmp.get("improvement_pct")
+        out.append({"iteration": r.get("iteration"), "status": r.get("status"),
+                    "change_pct": pct, "rule": (r.get("decision") or {}).get("rule"),
+                    "ir_diff": "baseline" if r.get("iteration") == 0 else diff_line(r.get("ir_diff")),
+                    "capture": cap.get("source") or ("off: " + str(cap.get("error") or cap.get("skipped"))
+                                                     if (cap.get("ok") is False or "skipped" in cap) else "")})
+    return out

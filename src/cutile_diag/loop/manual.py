@@ -16,6 +16,7 @@ from . import decide as decide_mod
 from .backends import Backend, Version
 from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import ForbiddenEditError, LoopError
+from .evidence import iteration_evidence
 from .ledger import Ledger
 from .locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
@@ -300,6 +301,7 @@ class Status:
     baseline_ms: float | None
     best_ms: float | None
     hint: str
+    evidence: list[dict] = field(default_factory=list)   # per iteration: latency change + IR diff + capture
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -341,4 +343,4 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
     return Status(state_dir=str(s.state_dir), kernel=s.kernel, branch=s.branch, on_branch=cur == s.branch,
                   head=git.head(), kept_commit=kept, dirty=dirty, pending=pend, rows=led.rows(),
                   last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
-                  best_ms=lk["latency_ms"] if lk else None, hint=hint)
+                  best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations))

@@ -195,7 +195,8 @@ class Runner:
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
                                   cwd=self.s.root, env=self.ws.env(v),
-                                  sources=capture_sources(self.s.backend, self.opt.capture_workload))
+                                  sources=capture_sources(self.s.backend, self.opt.capture_workload,
+                                                          kernel_file=self.s.kernel_path))
         self.captures[v.digest] = res
         return res
 
