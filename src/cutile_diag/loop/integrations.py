@@ -28,6 +28,10 @@ class CaptureResult:
     source: str = ""                       # specs | workload-run | workload-cpu | command-run
     tried: list = field(default_factory=list)   # sources that did not work, one line each
 
+    # what the loop does without it (bad input: the loop goes on with less evidence, on the record)
+    FALLBACK = ("the loop goes on without IR evidence: the diagnosis ranks the transforms that apply to "
+                "the source, and iterations have no IR diff")
+
     def to_json(self) -> dict:
         d = {"ok": self.ok, "path": str(self.path) if self.path else None, "error": self.error,
              "seconds": round(self.seconds, 3), "cached": self.cached}
@@ -35,6 +39,8 @@ class CaptureResult:
             d["source"] = self.source
         if self.tried:
             d["tried"] = list(self.tried)
+        if not self.ok:
+            d["fallback"] = self.FALLBACK
         return d
 
 
