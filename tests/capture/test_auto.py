@@ -138,3 +138,32 @@ def test_capture_cli_workload_json(capsys, tmp_path):
     doc = json.loads(out.out)
     assert doc["source"] == "workload-cpu" and doc["launch"]["grid"] == [32768]
     assert doc["launch"]["configuration"] == "32768x1000-f32"
+
+
+def test_workload_run_keeps_the_named_kernel_and_its_launch(monkeypatch, tmp_path):
+    """GPU path, with the run faked: the child's code is valid Python, the kernel is picked by
+    name among the run's captures, and the observed launch lands in its manifest."""
+    import re
+
+    from cutile_diag.capture import auto, run_mode
+    from cutile_diag.capture.launches import LaunchRecord
+    wl = load_workload("examples:softmax")
+    ref = f"{EXAMPLES_DIR / 'softmax.py'}::softmax"
+
+    def fake_run(argv, *, out_dir, timeout=None, **kw):
+        code = argv[-1]
+        compile(code, "<observe>", "exec")
+        obs = re.search(r"open\('([^']+)'", code).group(1)
+        with cpu_cuda(), intercept_launches() as recs:
+            softmax.launch(torch.zeros(64, 1000, dtype=torch.float16), torch.zeros(64, 1000, dtype=torch.float16))
+        Path(obs).write_text(json.dumps({"sm_count": 132, "launches": [r.to_json() for r in recs]}))
+        other = aot.capture_aot(f"{EXAMPLES_DIR / 'vector_add.py'}::vector_add", out_dir=out_dir)
+        mine = aot.capture_aot(ref, out_dir=Path(out_dir).parent / "more")
+        return run_mode.RunCapture(argv, 0, 0.1, captures=[other, mine])
+
+    monkeypatch.setattr(run_mode, "capture_run", fake_run)
+    cap, rec = auto.capture_workload_run(wl, "softmax", config=wl.configs[0].name, out_dir=tmp_path / "out",
+                                         name="v1")
+    assert cap.path == tmp_path / "out" / "v1" and cap.manifest["kernel"]["function"] == "softmax"
+    assert isinstance(rec, LaunchRecord) and cap.manifest["launch"]["grid"] == [64]
+    assert cap.manifest["launch"]["source"] == "workload-run" and cap.manifest["launch"]["sm_count"] == 132

@@ -113,7 +113,7 @@ def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict
     changes = d.get("changes") or []
     return {"equivalent": d.get("equivalent"), "summary": d.get("summary"), "n_changes": len(changes),
             "changes": [_short_change(c) for c in changes[:MAX_DIFF_CHANGES]],
-            "warnings": (d.get("warnings") or [])[:10], "a": str(a), "b": str(b)}
+            "warnings": (d.get("warnings") or [])[:10], "cubin": d.get("cubin"), "a": str(a), "b": str(b)}
 
 
 def _short_change(c) -> dict:
