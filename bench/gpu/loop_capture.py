@@ -37,7 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optimize_suite as suite  # noqa: E402  (clone, run, summarise: one implementation)
 
-PYTEST = "python -m pytest -q -p no:cacheprovider"
+def _plugin_flag() -> str:
+    """``-p cutile_diag.pytest_plugin`` unless an installed cutile-diag registers it already."""
+    from importlib.metadata import entry_points
+    eps = entry_points(group="pytest11")
+    return "" if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else "-p cutile_diag.pytest_plugin "
+
+
+PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
 TARGETS = {
     "softmax-workload": {
         "file": "src/tilegym/ops/cutile/softmax.py", "kernel": "_softmax_kernel",
@@ -46,7 +53,7 @@ TARGETS = {
         "file": "src/tilegym/ops/cutile/rms_norm.py", "kernel": "_rms_norm_kernel_gather",
         "args": ["--test-cmd", f"{PYTEST} tests/ops/test_rms_norm.py -x -k 'test_op and cutile and multi_wave_reload'",
                  "--bench-cmd", f"WARMUP=20 REP=30 {PYTEST} tests/ops/test_rms_norm.py -s --print-record "
-                                "-p cutile_diag.pytest_plugin "
+                                + _plugin_flag() +
                                 "-k 'test_perf and cutile and multi_wave_reload and 262144 and 1024'"]},
 }
 DRY = {

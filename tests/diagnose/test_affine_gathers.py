@@ -54,3 +54,16 @@ def test_plan_of_specless_example_captures_and_diagnoses_from_ir(name, capsys, t
         assert ids[0] == "A"
     else:
         assert "P" in ids and "A" not in ids       # NEG_INF padding keeps the row load off TMA
+
+
+def test_sibling_loops_and_shared_weight_rows_are_tile_shaped(tmp_path):
+    d = _diag(tmp_path, "rows_two_pass_weighted", {"X": "bf16[16384,4096]", "W": "bf16[4096]",
+                                                    "Y": "bf16[16384,4096]", "Rstd": "f32[16384]", "N": 4096,
+                                                    "EPS": 1e-6, "TILE_N": 2048})
+    sites = {f.key: [s.detail for s in f.sites] for f in d.evidence}
+    facts = {f.key: f.value for f in d.evidence}
+    # both x reads (one per loop), the weight read and the y write; only the one-element Rstd store is not
+    assert facts["ir.block_contiguous_gathers"] == 4, sites
+    assert facts["ir.irregular_gathers"] == 1 and "lane stride 0" in sites["ir.irregular_gathers"][0]
+    assert any("the same in every program" in s for s in sites["ir.block_contiguous_gathers"])
+    assert "A" in [r.id for r in d.recommendations]

@@ -86,7 +86,18 @@ class _Analysis:
             for ri, reg in enumerate(op.regions):
                 for ai, a in enumerate(reg.args):
                     self.block_args[a.name] = (op, ri, ai)
-        self._aff: dict[str, Aff] = {}
+        self._aff: dict[tuple, Aff] = {}
+        # name -> [(scope of the definition, ("def", op, idx) | ("arg", owner, region, index))]
+        self._scoped: dict[str, list[tuple[tuple, tuple]]] = {}
+        for op in self.ops:
+            sc = self.scope(op)
+            for i, r in enumerate(op.results):
+                self._scoped.setdefault(r, []).append((sc, ("def", op, i)))
+            if op.result_group:
+                self._scoped.setdefault(op.result_group, []).append((sc, ("def", op, -1)))
+            for ri, reg in enumerate(op.regions):
+                for ai, a in enumerate(reg.args):
+                    self._scoped.setdefault(a.name, []).append((sc + ((id(op), ri),), ("arg", op, ri, ai)))
         # integer arguments that follow a pointer argument are that array's shape and strides
         # (the calling convention flattens arrays to ptr, shape..., strides...)
         self.dim_args: set[str] = set()
@@ -164,31 +175,58 @@ class _Analysis:
         return False
 
     # --- affine address analysis
-    def aff(self, name: str, depth: int = 0) -> Aff:
-        if name in self._aff:
-            return self._aff[name]
-        if depth > 60:
-            return Aff.unknown()
-        self._aff[name] = Aff.unknown()       # cycle guard
-        res = self._aff_compute(name, depth)
-        self._aff[name] = res
-        return res
+    @staticmethod
+    def scope(op: Op) -> tuple:
+        """Where ``op`` sits: (ancestor, region index) pairs, outermost first."""
+        out = []
+        child, p = op, op.parent
+        while p is not None:
+            out.append((id(p), child.region_index))
+            child, p = p, p.parent
+        return tuple(reversed(out))
 
-    def _aff_compute(self, name: str, depth: int) -> Aff:
+    def _resolve(self, name: str, scope: tuple | None):
+        """The definition of ``name`` visible from ``scope``: the disassembler reuses SSA names
+        in sibling regions (two loops both define %27), so a global name map is ambiguous."""
+        if scope is None:
+            if name in self.block_args:
+                return ("arg",) + self.block_args[name]
+            d = self.defs.get(name)
+            return ("def",) + d if d else None
+        best, best_len = None, -1
+        for sc, entry in self._scoped.get(name, ()):
+            if len(sc) > best_len and scope[:len(sc)] == sc:
+                best, best_len = entry, len(sc)
+        return best
+
+    def aff(self, name: str, depth: int = 0, scope: tuple | None = None) -> Aff:
         if name in self.args:
             return Aff(0, 1, None, False, f"arg{self.arg_index[name]}", outer=name in self.dim_args)
-        if name in self.block_args:
-            owner, ri, ai = self.block_args[name]
+        found = self._resolve(name, scope)
+        key = (name, id(found[1]) if found else None)
+        if key in self._aff:
+            return self._aff[key]
+        if depth > 60:
+            return Aff.unknown()
+        self._aff[key] = Aff.unknown()       # cycle guard
+        res = self._aff_compute(name, depth, found)
+        self._aff[key] = res
+        return res
+
+    def _aff_compute(self, name: str, depth: int, found) -> Aff:
+        if found is None:
+            return Aff.unknown(name)
+        if found[0] == "arg":
+            _, owner, ri, ai = found
             if owner.name == "for" and ai == 0:
                 roles = dict(zip(owner.operand_roles, owner.operands))
-                lo = self.aff(roles["lower"], depth + 1) if "lower" in roles else Aff.unknown()
-                st = self.aff(roles["step"], depth + 1) if "step" in roles else Aff.unknown()
+                sc = self.scope(owner)
+                lo = self.aff(roles["lower"], depth + 1, sc) if "lower" in roles else Aff.unknown()
+                st = self.aff(roles["step"], depth + 1, sc) if "step" in roles else Aff.unknown()
                 return Aff(0, _gcd(lo.div, st.div) or 1, None, id(owner) in self._persistent_fors, "t")
             return Aff.unknown(name)
-        d = self.defs.get(name)
-        if d is None:
-            return Aff.unknown(name)
-        op, idx = d
+        _, op, idx = found
+        sc = self.scope(op)
         nm = op.name
         ops = op.operands
         if nm == "iota":
@@ -203,7 +241,7 @@ class _Analysis:
         if nm == "get_num_tile_blocks":
             return Aff(0, 1, None, False, "nblocks")
         if nm == "assume":
-            src = self.aff(ops[0], depth + 1) if ops else Aff.unknown()
+            src = self.aff(ops[0], depth + 1, sc) if ops else Aff.unknown()
             dv = op.attrs.get("div_by")
             if dv and dv.isdigit() and src.stride == 0:
                 n = int(dv)
@@ -213,7 +251,7 @@ class _Analysis:
         if nm in ("reshape", "broadcast", "exti", "trunci"):
             if not ops:
                 return Aff.unknown()
-            src = self.aff(ops[0], depth + 1)
+            src = self.aff(ops[0], depth + 1, sc)
             if nm == "broadcast" and src.stride not in (0, None):
                 it = op.operand_types[0] if op.operand_types else None
                 rt = op.result_types[0] if op.result_types else None
@@ -221,7 +259,7 @@ class _Analysis:
                     return Aff.unknown(src.desc)
             return src
         if nm in ("addi", "subi") and len(ops) >= 2:
-            a, b = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
+            a, b = self.aff(ops[0], depth + 1, sc), self.aff(ops[1], depth + 1, sc)
             if a.stride is None or b.stride is None:
                 return Aff.unknown()
             sign = 1 if nm == "addi" else -1
@@ -230,7 +268,7 @@ class _Analysis:
                        f"{a.desc} {'+' if sign > 0 else '-'} {b.desc}", a.outer and b.outer,
                        _gcd(a.inner_div, b.inner_div))
         if nm in ("muli", "shli") and len(ops) >= 2:
-            a, b = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
+            a, b = self.aff(ops[0], depth + 1, sc), self.aff(ops[1], depth + 1, sc)
             if nm == "shli":
                 if b.const is None or b.stride != 0 or b.const < 0:
                     return Aff.unknown()
@@ -249,7 +287,7 @@ class _Analysis:
                 return Aff(0, a.div * b.div, const, a.pos or b.pos, f"{a.desc}*{b.desc}", a.outer or b.outer)
             return Aff.unknown()
         if nm == "offset" and len(ops) >= 2:
-            p, i = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
+            p, i = self.aff(ops[0], depth + 1, sc), self.aff(ops[1], depth + 1, sc)
             if p.stride == 0 and i.stride is not None:
                 return Aff(i.stride, i.div, i.const, i.pos or p.pos, i.desc, i.outer, i.odiv)
             return Aff.unknown()
@@ -427,20 +465,22 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
         ptr_t = o.operand_types[0] if o.operand_types else None
         shape = ptr_t.shape if ptr_t is not None else ()
         lanes = shape[-1] if shape else None
-        aff = a.aff(o.operands[0]) if o.operands else Aff.unknown()
+        aff = a.aff(o.operands[0], scope=a.scope(o)) if o.operands else Aff.unknown()
         # 2-D gathers: the row term (lane-invariant index x outer stride) selects the row; the
         # in-row offset must still be a whole number of tiles
         aligned = aff.div == 0 or (lanes is not None and (aff.div % lanes == 0 or aff.inner_div % lanes == 0))
-        if aff.stride == 1 and len(shape) == 1 and aligned and aff.pos:
+        if aff.stride == 1 and len(shape) == 1 and aligned:
+            # program-independent (a weight row read by every program) is a tile load all the same
             contiguous.append(o)
             details[id(o)] = (f"{o.name}: addresses {aff.desc} — stride 1, {lanes}-element aligned: "
-                              "one contiguous tile per program")
+                              + ("one contiguous tile per program" if aff.pos else
+                                 "one contiguous tile, the same in every program"))
         else:
             irregular.append(o)
             why = ("not affine in the lane" if aff.stride is None else
                    f"lane stride {aff.stride}" if aff.stride != 1 else
                    "multi-dimensional" if len(shape) != 1 else
-                   "not tile-aligned" if not aligned else "same addresses in every program")
+                   "not tile-aligned")
             details[id(o)] = f"{o.name}: {why}"
     count("ir.block_contiguous_gathers", contiguous, "block-contiguous pointer gathers/scatters",
           lambda o: details[id(o)])
