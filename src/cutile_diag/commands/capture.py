@@ -136,8 +136,11 @@ def run(args) -> int:
                                     name=args.name, timeout=timeout,
                                     on_step=lambda s: bar.advance(description=s))
             captures.append(auto.folder)
-            extra = {"source": auto.source, "tried": auto.tried,
-                     "launch": auto.folder.manifest.get("launch")}
+            launch = auto.folder.manifest.get("launch")
+            extra = {"source": auto.source, "tried": auto.tried, "launch": launch,
+                     "notes": [f"arguments from {auto.source}" + (
+                         f": grid {tuple(launch['grid'])} on {launch.get('sm_count')} SMs"
+                         f" ({launch.get('sm_source')})" if launch else "")] + auto.tried}
         else:
             with progress(2, f"capturing {args.ref}", enabled=show) as bar:
                 captures.append(capture_aot(args.ref, specs, archs=archs, out_dir=out, hints=hints or None,

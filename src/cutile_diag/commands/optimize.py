@@ -271,7 +271,9 @@ def _plan(args) -> int:
         return 0
     console.print(f"[bold]{loc.function}[/] in {path} (line {loc.line}); wrappers: {', '.join(loc.wrappers) or '-'}")
     if cap is not None and not cap.ok:
-        console.print(f"[yellow]capture failed:[/] {cap.error}")
+        console.print(f"[yellow]capture failed:[/] {cap.error}", highlight=False)
+    elif cap is not None:
+        console.print(f"capture: arguments from {cap.source or 'specs'}", highlight=False)
     console.print(f"bottleneck: {diag.bottleneck} ({diag.confidence}); " + "; ".join(diag.reasons[:2]))
     for n in diag.notes[:3]:
         console.print(f"[dim]note: {n}[/]")

@@ -346,6 +346,10 @@ class RowLse(_Example):
         import torch
         return {"out": torch.logsumexp(inputs["x"].double(), dim=1)}
 
+    def tolerance(self, cfg, dtype):
+        # an f32 exp-sum over thousands of lanes (tree order differs from torch's): ~1e-6 relative
+        return Tolerance(1e-4, 1e-4)
+
     def flops(self, cfg):
         return 4.0 * cfg["M"] * cfg["N"]      # max, subtract, exp, sum
 
