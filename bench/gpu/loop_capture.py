@@ -11,7 +11,9 @@ Two TileGym kernels that ship no CAPTURE_SPECS, few iterations, small timing bud
 
 Every iteration in the ledgers must have a capture and an IR diff; the script checks it and
 writes, under --out: ``report.md`` (table + exact commands + versions), ``summary.json``,
-``<target>/ledger.jsonl``, ``perf_results.md``, ``stderr.txt``.
+``<target>/ledger.jsonl``, ``perf_results.md``, ``stderr.txt``.  First (about 40 s) the two
+spec-less examples (row_norm, row_lse) are checked against their references on the GPU, and
+the JIT's TileIR from a run is compared with the AOT export of the launch intercepted on CPU.
 
     source .device/setup.sh && python bench/gpu/loop_capture.py --out $OUT/loop_capture --tilegym /tmp/TileGym
 
@@ -63,6 +65,64 @@ DRY = {
 EFFECTS = {"latency_hints": 0.92, "kernel_hints": 0.97, "gather_to_load": 0.8, "exp_to_exp2": 0.96}
 
 
+SIGNATURE_CHECK = r"""
+import json, sys, torch
+from cutile_diag.capture.auto import capture_auto
+from cutile_diag.examples import EXAMPLES_DIR
+from cutile_diag.workload import load_workload
+name, cfg_name, out, gpu = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+ref = f"{EXAMPLES_DIR / (name + '.py')}::{name}"
+row = {"kernel": name, "config": cfg_name}
+cpu = capture_auto(ref, workload=f"examples:{name}", config=cfg_name, out_dir=out + "/cpu", gpu=False)
+row["cpu"] = {"source": cpu.source, "symbol": cpu.folder.symbol, "grid": cpu.folder.manifest["launch"]["grid"]}
+if gpu:
+    wl = load_workload(f"examples:{name}")
+    cfg = wl.config(cfg_name)
+    inputs = wl.make_inputs(cfg, 0)
+    wl.run(inputs)
+    torch.cuda.synchronize()
+    ref_out = wl.reference(inputs)
+    errs = {}
+    for k, want in ref_out.items():
+        got = inputs[k].double()
+        tol = wl.tolerance(cfg, inputs[k].dtype)
+        errs[k] = {"max_abs": float((got - want).abs().max()),
+                   "ok": bool(torch.allclose(got, want, rtol=tol.rtol, atol=tol.atol))}
+    row["correct"] = all(e["ok"] for e in errs.values())
+    row["errors"] = errs
+    run = capture_auto(ref, workload=f"examples:{name}", config=cfg_name, out_dir=out + "/gpu", gpu=True)
+    launch = run.folder.manifest.get("launch") or {}
+    row["gpu"] = {"source": run.source, "symbol": run.folder.symbol, "grid": launch.get("grid"),
+                  "sm_count": launch.get("sm_count")}
+    # the JIT's own TileIR (run mode) against the AOT export from the CPU-intercepted launch
+    row["tileir_equal"] = run.folder.tileir_text() == cpu.folder.tileir_text()
+print(json.dumps(row))
+"""
+
+
+def signature_checks(out: Path, env: dict, gpu: bool, deadline: float) -> list[dict]:
+    """The spec-less examples: correct on the GPU, and the JIT's TileIR equals the AOT export
+    of the launch intercepted on CPU inputs (same configuration)."""
+    rows = []
+    for name, cfg in (("row_norm", "4096x4000-f16"), ("row_lse", "16384x3000-f32")):
+        left = deadline - time.monotonic()
+        if left < 30:
+            rows.append({"kernel": name, "note": "skipped: budget"})
+            continue
+        work = tempfile.mkdtemp(prefix=f"i15-{name}-")
+        try:
+            p = subprocess.run([sys.executable, "-c", SIGNATURE_CHECK, name, cfg, work, "1" if gpu else "0"],
+                               env=env, capture_output=True, text=True, timeout=min(left, 120))
+            rows.append(json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else
+                        {"kernel": name, "note": f"exit {p.returncode}: "
+                         + ((p.stderr.strip().splitlines() or ['?'])[-1])[:300]})
+        except subprocess.TimeoutExpired:
+            rows.append({"kernel": name, "note": "timed out"})
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
 def check_ledger(state: Path) -> dict:
     """Every iteration has a capture and an IR diff (the baseline: a capture)."""
     recs = [json.loads(ln) for ln in (state / "ledger.jsonl").read_text().splitlines() if ln.strip()]
@@ -95,7 +155,7 @@ def versions() -> dict:
     return out
 
 
-def render(rows: list[dict], args, started: float, cmds: list[str]) -> str:
+def render(rows: list[dict], args, started: float, cmds: list[str], sig: list[dict]) -> str:
     out = [f"# optimize captures every version (issue 15){' — DRY RUN (simulated, CPU)' if args.dry_run else ''}", "",
            f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; wall {time.monotonic() - started:.0f} s of "
            f"--budget-s {args.budget_s:g}",
@@ -115,6 +175,14 @@ def render(rows: list[dict], args, started: float, cmds: list[str]) -> str:
     for r in rows:
         out.append(f"| {r['target']} | {(r.get('check') or {}).get('every_iteration_captured_and_diffed', '-')} | "
                    f"{r.get('note', '')} |")
+    out += ["", "Spec-less examples: correctness on the GPU, and the JIT's TileIR (run mode) vs the AOT export "
+            "from the launch intercepted on CPU inputs:", "",
+            "| kernel | config | correct | JIT TileIR == CPU-intercept AOT | grid (CPU / GPU) | SMs seen | note |",
+            "|---|---|---|---|---|---|---|"]
+    for r in sig:
+        out.append(f"| {r['kernel']} | {r.get('config', '-')} | {r.get('correct', '-')} | {r.get('tileir_equal', '-')} | "
+                   f"{(r.get('cpu') or {}).get('grid', '-')} / {(r.get('gpu') or {}).get('grid', '-')} | "
+                   f"{(r.get('gpu') or {}).get('sm_count', '-')} | {r.get('note', '')} |")
     out += ["", "Commands (cwd = the throw-away clone / repo):", ""] + [f"    {c}" for c in cmds]
     return "\n".join(out) + "\n"
 
@@ -123,7 +191,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tilegym", help="TileGym checkout root (src/tilegym, tests/); required unless --dry-run")
-    ap.add_argument("--budget-s", type=float, default=290.0, help="whole run, seconds (default 290)")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="whole run, seconds (default 300)")
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--dry-run", action="store_true", help="CPU: spec-less examples, simulated backend")
     args = ap.parse_args()
@@ -136,9 +204,12 @@ def main() -> int:
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    common = ["--max-iterations", str(args.iterations), "--rounds", "2", "--max-sweep", "2", "--budget", "100",
+    common = ["--max-iterations", str(args.iterations), "--rounds", "2", "--max-sweep", "1", "--budget", "100",
               "--continue"]
     rows, cmds = [], []
+    sig = signature_checks(out, env, not args.dry_run, started + min(60.0, args.budget_s / 4))
+    for r in sig:
+        print(f"[loop_capture] signature {json.dumps(r)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="cutile-diag-i15-"))
     try:
         jobs = []
@@ -193,12 +264,14 @@ def main() -> int:
             if not args.dry_run:
                 suite.sh(suite.GIT + ["checkout", "-q", "-f", branch], repo)
     finally:
-        (out / "summary.json").write_text(json.dumps({"dry_run": args.dry_run, "rows": rows, "commands": cmds},
-                                                     indent=2, default=str))
-        (out / "report.md").write_text(render(rows, args, started, cmds))
+        (out / "summary.json").write_text(json.dumps({"dry_run": args.dry_run, "signature_checks": sig,
+                                                      "rows": rows, "commands": cmds}, indent=2, default=str))
+        (out / "report.md").write_text(render(rows, args, started, cmds, sig))
         shutil.rmtree(work, ignore_errors=True)
     print((out / "report.md").read_text())
-    return 0 if rows and all((r.get("check") or {}).get("every_iteration_captured_and_diffed") for r in rows) else 1
+    sig_ok = all(r.get("tileir_equal", True) and r.get("correct", True) and "note" not in r for r in sig)
+    return 0 if sig_ok and rows and all((r.get("check") or {}).get("every_iteration_captured_and_diffed")
+                                        for r in rows) else 1
 
 
 if __name__ == "__main__":
