@@ -70,21 +70,55 @@ def diff_line(ir_diff: Mapping[str, Any] | None) -> str:
     return text + (f" — {first}" if first else "")
 
 
-def no_op(ir_diff: Mapping[str, Any] | None) -> str | None:
-    """Why the candidate is a no-op (None when it changed something, or when we cannot tell)."""
+def _without_function(text: str, function: str) -> str:
+    """The module's source without ``function``'s definition (decorators included)."""
+    import ast
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    drop: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            drop.update(range(first - 1, node.end_lineno or node.lineno))
+    return "\n".join(ln for i, ln in enumerate(text.splitlines()) if i not in drop)
+
+
+def changed_outside_kernel(a_files: Mapping[str, str] | None, b_files: Mapping[str, str] | None,
+                           kernel_file: str | None, function: str | None) -> bool:
+    """Did the candidate change anything but the kernel function (its launch wrapper, say)?"""
+    if a_files is None or b_files is None:
+        return True
+    for path in set(a_files) | set(b_files):
+        old, new = a_files.get(path, ""), b_files.get(path, "")
+        if path == kernel_file and function:
+            old, new = _without_function(old, function), _without_function(new, function)
+        if old != new:
+            return True
+    return False
+
+
+def no_op(ir_diff: Mapping[str, Any] | None, *, outside_changed: bool = True) -> str | None:
+    """Why the candidate is a no-op (None when it changed something, or when we cannot tell).
+    ``outside_changed``: the candidate changed code outside the kernel (e.g. its launch wrapper)."""
     d = dict(ir_diff or {})
     if "skipped" in d or d.get("equivalent") is not True:
         return None
     la, lb = _launch(d.get("a")), _launch(d.get("b"))
-    if la is not None and lb is not None and la != lb:
-        return None               # same kernel, different launch (grid, tile constants): a real change
-    return ("the candidate's TileIR and cubin equal the kept version's"
-            + ("" if la is not None and lb is not None else " (launches not compared: not recorded)"))
+    if la is not None and lb is not None:
+        if la != lb:
+            return None           # same kernel, different launch (grid, tile constants): a real change
+        return "the candidate's TileIR, cubin and launch equal the kept version's"
+    if outside_changed:
+        return None               # a wrapper change we cannot see without the launches: give it the benefit
+    return "the candidate's TileIR and cubin equal the kept version's, and nothing outside the kernel changed"
 
 
-def uncredit(decision: decide_mod.Decision, ir_diff: Mapping[str, Any] | None) -> decide_mod.Decision:
+def uncredit(decision: decide_mod.Decision, ir_diff: Mapping[str, Any] | None, *,
+             outside_changed: bool = True) -> decide_mod.Decision:
     """A keep whose IR diff is empty becomes a revert: the measured gain is not the change's."""
-    why = no_op(ir_diff)
+    why = no_op(ir_diff, outside_changed=outside_changed)
     if why is None or decision.status != "keep":
         return decision
     return decide_mod.reject("no-op", f"no-op: {why}; the measured difference ({decision.reason}) is noise, "

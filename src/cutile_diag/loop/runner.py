@@ -37,7 +37,7 @@ from .backends import Backend, CorrectnessFailure, Version, Workspace
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import (BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError,
                      MeasurementTimeout)
-from .evidence import capture_sources, diff_line, uncredit
+from .evidence import capture_sources, changed_outside_kernel, diff_line, uncredit
 from .integrations import CaptureResult, capture_version, ir_diff
 from .ledger import Ledger
 from .recover import recover, save_candidates, save_files  # noqa: F401  (recover: re-exported for callers of runner.recover)
@@ -521,7 +521,8 @@ class Runner:
                 cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
                                                    if r["iteration"] > 0)
                 d = decide_mod.decide(cmp, cumulative=cum)
-            d = uncredit(d, record.get("ir_diff"))        # an empty IR diff: the "gain" is noise
+            d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
+                a.files, b.version.files, self.s.kernel_file, self.s.function))
             record["decision"] = d.to_json()
             record["status"] = d.status
             self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
