@@ -67,3 +67,14 @@ def test_sibling_loops_and_shared_weight_rows_are_tile_shaped(tmp_path):
     assert facts["ir.irregular_gathers"] == 1 and "lane stride 0" in sites["ir.irregular_gathers"][0]
     assert any("the same in every program" in s for s in sites["ir.block_contiguous_gathers"])
     assert "A" in [r.id for r in d.recommendations]
+
+
+def test_diagnose_specless_workload_without_gpu_uses_its_intercepted_launch(capsys, monkeypatch, tmp_path):
+    from cutile_diag.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagnose", "examples:row_norm", "--static", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    facts = {f["key"]: f["value"] for f in doc["evidence"]}
+    assert facts["launch.grid_blocks"] == facts["launch.grid"][0] and facts["launch.sm_count"] == 132
+    assert facts["ir.block_contiguous_gathers"] == 3
+    assert doc["recommendations"][0]["id"] == "A"

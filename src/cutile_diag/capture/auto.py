@@ -184,6 +184,25 @@ def capture_command_run(command: str, kernel: str, *, out_dir: Path, name: str |
         return _move_into(cap, out_dir, name)
 
 
+def export_launch(rec: LaunchRecord, config: str, *, ref: str | None = None, archs: Sequence[str] = ("sm_90",),
+                  out_dir: Path, name: str | None = None,
+                  on_step: Callable[[str], None] | None = None) -> CaptureFolder:
+    """AOT capture for the signature of an intercepted launch, the launch in its manifest
+    (``ref`` defaults to the launched kernel's own file)."""
+    from .aot import capture_aot
+    try:
+        derived = rec.specs()
+    except ValueError as e:
+        raise LaunchNotSeen(str(e)) from None
+    if ref is None:
+        if not rec.file:
+            raise LaunchNotSeen(f"the launch of {rec.kernel} names no source file")
+        ref = f"{rec.file}::{rec.kernel}"
+    cap = capture_aot(ref, derived, archs=archs, out_dir=out_dir, name=name, on_step=on_step)
+    return attach_launch(cap, {**launch_json(rec, sm_count=DEFAULT_SMS, sm_source=(
+        f"CPU stand-in ({DEFAULT_SMS} SMs, H200): no GPU here"), source="workload-cpu"), "configuration": config})
+
+
 def _shq(s: str) -> str:
     import shlex
     return shlex.quote(s)
@@ -229,17 +248,9 @@ def capture_auto(ref: str, specs: dict | None = None, *, workload: str | None = 
         try:
             if on_step:
                 on_step(f"intercept the launches of {wl.ref} on CPU inputs")
-            rec, cfg_name = launch_from_workload(wl, kernel, config=config)
-            seen = rec
-            try:
-                derived = rec.specs()
-            except ValueError as e:
-                raise LaunchNotSeen(f"workload {wl.ref}: {e}") from None
-            cap = capture_aot(ref, derived, archs=archs, out_dir=out_dir, name=name, on_step=on_step)
-            cap = attach_launch(cap, {**launch_json(rec, sm_count=DEFAULT_SMS, sm_source=(
-                f"CPU stand-in ({DEFAULT_SMS} SMs, H200): no GPU here"), source="workload-cpu"),
-                "configuration": cfg_name})
-            return AutoCapture(cap, "workload-cpu", rec, tried)
+            seen, cfg_name = launch_from_workload(wl, kernel, config=config)
+            cap = export_launch(seen, cfg_name, ref=ref, archs=archs, out_dir=out_dir, name=name, on_step=on_step)
+            return AutoCapture(cap, "workload-cpu", seen, tried)
         except LaunchNotSeen as e:
             tried.append(e.one_line())
     if command:

@@ -387,22 +387,16 @@ def _diagnose_workload(args, ref: str, tried):
 def _capture_by_intercepting(args, wl, cfg, arch: str, out: Path):
     """No AOT spec and no GPU: build the inputs on the CPU, intercept the launch of the workload's
     ``kernel_name`` and export the kernel for that signature (capture.auto)."""
-    from ..capture.aot import capture_aot
-    from ..capture.auto import LaunchNotSeen, attach_launch, launch_from_workload, launch_json
+    from ..capture.auto import export_launch, launch_from_workload
     if not wl.kernel_name:
         return None
     try:
         rec, cfg_name = launch_from_workload(wl, wl.kernel_name, config=cfg.name)
-        if not rec.file:
-            raise LaunchNotSeen(f"the launch of {wl.kernel_name} names no source file")
-        folder = capture_aot(f"{rec.file}::{wl.kernel_name}", rec.specs(), archs=[arch], out_dir=out)
-    except (CutileDiagError, ValueError) as e:
+        return export_launch(rec, cfg_name, archs=[arch], out_dir=out)
+    except CutileDiagError as e:
         if not args.json:
-            err_console.print(f"[yellow]capture from intercepted launches failed: "
-                              f"{e.one_line() if isinstance(e, CutileDiagError) else e}[/]")
+            err_console.print(f"[yellow]capture from intercepted launches failed: {e.one_line()}[/]")
         return None
-    return attach_launch(folder, {**launch_json(rec, sm_count=132, sm_source="CPU stand-in (132 SMs, H200): no GPU",
-                                                source="workload-cpu"), "configuration": cfg_name})
 
 
 def _capture_by_running(args, wl, cfg, out: Path):
