@@ -127,6 +127,11 @@ def test_every_playbook_fact_can_be_produced(evidences, tmp_path):
     hev = collect_capture(hinted)
     assert hev.value("ir.hint_occupancy") == 8 and hev.value("ir.kernel_hints_set") is True
     produced |= set(hev.facts)
+    # a capture taken from an intercepted launch carries the launch.* facts
+    from cutile_diag.capture.auto import capture_auto
+    launched = capture_auto(f"{EXAMPLES_DIR / 'row_lse.py'}::row_lse", workload="examples:row_lse",
+                            out_dir=tmp_path / "launched", gpu=False)
+    produced |= set(collect_capture(launched.folder).facts)
     ev = _ev(evidences, "matmul")
     now = [analyze("examples:matmul", "a", latency_ms=0.3, flops=1.4e11, bytes=1e8, unit=("f16", "tensor"),
                    device=DEV, grid=(32, 32)),

@@ -51,10 +51,9 @@ def specs_for(loaded, given: dict | None) -> dict[str, spec_mod.ParamSpec]:
     raw = dict(table.get(loaded.attr) or {})
     raw.update(given or {})
     if not raw:
-        params = ", ".join(f"{n}={'128' if n in loaded.constant_params() else 'f16[M,K]'}"
-                           for n in loaded.param_names)
         raise UsageError(f"no argument specs for {loaded.attr}",
-                         hint=f"give --arg for each parameter, e.g. {params}")
+                         hint="give --arg for each parameter (or --workload to take them from a run): "
+                              + spec_mod.param_hint(loaded))
     out = {}
     for name, v in raw.items():
         out[name] = v if isinstance(v, (spec_mod.ArraySpec, spec_mod.ScalarSpec, spec_mod.ConstSpec)) \

@@ -213,8 +213,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     if missing:
         raise UsageError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} of {loaded.attr}",
-                         hint="give --arg NAME=SPEC for each, e.g. " + ", ".join(
-                             f"{n}={'128' if n in consts else 'f16[M,K]'}" for n in missing[:3]))
+                         hint="give --arg NAME=SPEC for each: " + param_hint(loaded, missing))
     specs = []
     for n in names:
         s = given[n]
@@ -226,6 +225,76 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
                              f"(e.g. {n}=f16[M,K] or {n}=f32), not '{s.text()}'")
         specs.append(s)
     return BoundSpec(names, specs)
+
+
+_MEMORY_FNS = {"load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
+               "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "load_advanced_indexing",
+               "store_advanced_indexing"}
+
+
+def param_kinds(loaded) -> dict[str, str]:
+    """What each parameter is, read from the kernel's annotations and how its body uses it:
+    ``"constant float"``, ``"2-D array"``, ``"array"``, ``"scalar"`` (never a made-up shape)."""
+    import ast
+    import inspect
+    import textwrap
+    import typing
+    names = loaded.param_names
+    consts = loaded.constant_params()
+    sig = loaded.kernel._annotated_function.pysig
+    out: dict[str, str] = {}
+    for n in names:
+        if n in consts:
+            args = typing.get_args(sig.parameters[n].annotation)
+            t = getattr(args[0], "__name__", None) if args else None
+            out[n] = f"ct.Constant[{t}]" if t else "ct.Constant"
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(loaded.pyfunc)))
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    rank: dict[str, int] = {}
+    arrays: set[str] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in ("shape", "dtype"):
+            arrays.add(node.value.id)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MEMORY_FNS \
+                and node.args and isinstance(node.args[0], ast.Name):
+            arr = node.args[0].id
+            arrays.add(arr)
+            idx = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg in ("index", "indices")), None)
+            if isinstance(idx, ast.Tuple):
+                rank[arr] = len(idx.elts)
+            elif idx is not None and node.func.attr in ("gather", "scatter") and arr not in rank:
+                rank[arr] = 1
+    for n in names:
+        if n in out:
+            continue
+        if n in arrays:
+            out[n] = f"{rank[n]}-D array" if n in rank else "array"
+        else:
+            out[n] = "scalar"
+    return out
+
+
+def param_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpec] | None = None) -> str:
+    """``X=DTYPE[d0,d1] (2-D array), N=DTYPE (scalar), EPS=<float> (ct.Constant[float])``: the real
+    parameters with their real kinds; the specs of a seen launch where there is one."""
+    kinds = param_kinds(loaded)
+    parts = []
+    for n in names or loaded.param_names:
+        k = kinds.get(n, "?")
+        if known and n in known:
+            parts.append(f"{n}={known[n].text()}")
+        elif k.startswith("ct.Constant"):
+            t = k[len("ct.Constant["):-1] if "[" in k else "value"
+            parts.append(f"{n}=<{t}> ({k})")
+        elif "array" in k:
+            dims = ",".join(f"d{i}" for i in range(int(k.split("-")[0]))) if k[0].isdigit() else "..."
+            parts.append(f"{n}=DTYPE[{dims}] ({k})")
+        else:
+            parts.append(f"{n}=DTYPE ({k}: i32, f32, ...)")
+    return ", ".join(parts)
 
 
 def _ct():

@@ -25,6 +25,13 @@ def register(sub) -> None:
     p.add_argument("ref", nargs="?", help="FILE.py::KERNEL (AOT mode)")
     p.add_argument("--arch", action="append", default=None, help="target arch (repeatable; default sm_90)")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=SPEC", help="argument spec (repeatable)")
+    p.add_argument("--workload", help="AOT without specs: take the arguments from this workload's launch "
+                                      "(its run on a GPU; on a CPU its inputs built there, ct.launch intercepted)")
+    p.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument for --workload (repeatable; JSON values)")
+    p.add_argument("--config", help="with --workload: the configuration to launch (default: the costliest)")
+    p.add_argument("--from-command", metavar="CMD",
+                   help="AOT without specs, GPU: run CMD (e.g. the kernel's tests) in run mode and keep this kernel")
     p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="kernel hint via replace_hints: num_ctas, occupancy, num_worker_warps, opt_level")
     p.add_argument("--name", help="capture folder name (default: the kernel name)")
@@ -57,7 +64,8 @@ def parse_hints(items: list[str]) -> dict:
 
 
 # options that only mean something in some modes: rejected elsewhere rather than ignored
-_OPTION_MODES = {"arg": ("aot",), "hint": ("aot",), "name": ("aot",), "kernel": ("cache",),
+_OPTION_MODES = {"arg": ("aot",), "hint": ("aot",), "name": ("aot",), "workload": ("aot",),
+                 "workload_arg": ("aot",), "config": ("aot",), "from_command": ("aot",), "kernel": ("cache",),
                  "limit": ("cache",), "arch": ("aot", "run"), "timeout": ("aot", "run")}
 _MODE_NAMES = {"aot": "FILE.py::KERNEL", "run": "-- COMMAND", "cache": "--from-cache"}
 
@@ -65,7 +73,7 @@ _MODE_NAMES = {"aot": "FILE.py::KERNEL", "run": "-- COMMAND", "cache": "--from-c
 def _check_mode_options(args, mode: str) -> None:
     for opt, modes in _OPTION_MODES.items():
         if mode not in modes and getattr(args, opt) not in (None, []):
-            raise UsageError(f"--{opt} applies only to {' or '.join(_MODE_NAMES[m] for m in modes)} captures")
+            raise UsageError(f"--{opt.replace('_', '-')} applies only to {' or '.join(_MODE_NAMES[m] for m in modes)} captures")
 
 
 @contextlib.contextmanager
@@ -116,10 +124,28 @@ def run(args) -> int:
         archs = args.arch or ["sm_90"]
         specs = parse_assignments(args.arg) if args.arg else None
         hints = parse_hints(args.hint)
-        with progress(2, f"capturing {args.ref}", enabled=show) as bar:
-            captures.append(capture_aot(args.ref, specs, archs=archs, out_dir=out, hints=hints or None,
-                                        name=args.name, on_step=lambda s: bar.advance(description=s),
-                                        timeout=timeout or DEFAULT_TIMEOUT))
+        if args.workload or args.from_command:
+            if hints:
+                raise UsageError("--hint needs argument specs (--arg), not --workload/--from-command")
+            from ..capture.auto import capture_auto
+            from ..loop.factory import parse_kv
+            with progress(3, f"capturing {args.ref}", enabled=show) as bar:
+                auto = capture_auto(args.ref, specs, workload=args.workload,
+                                    workload_kwargs=parse_kv(args.workload_arg, "--workload-arg"),
+                                    config=args.config, command=args.from_command, archs=archs, out_dir=out,
+                                    name=args.name, timeout=timeout,
+                                    on_step=lambda s: bar.advance(description=s))
+            captures.append(auto.folder)
+            launch = auto.folder.manifest.get("launch")
+            extra = {"source": auto.source, "tried": auto.tried, "launch": launch,
+                     "notes": [f"arguments from {auto.source}" + (
+                         f": grid {tuple(launch['grid'])} on {launch.get('sm_count')} SMs"
+                         f" ({launch.get('sm_source')})" if launch else "")] + auto.tried}
+        else:
+            with progress(2, f"capturing {args.ref}", enabled=show) as bar:
+                captures.append(capture_aot(args.ref, specs, archs=archs, out_dir=out, hints=hints or None,
+                                            name=args.name, on_step=lambda s: bar.advance(description=s),
+                                            timeout=timeout or DEFAULT_TIMEOUT))
     elif mode == "run":
         from ..capture.run_mode import capture_run
         # Text, not markup: the child's output is printed verbatim

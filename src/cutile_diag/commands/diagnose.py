@@ -402,11 +402,15 @@ def _diagnose_workload(args, ref: str, tried):
         folder = None
         if spec is None and device is not None and device.kind == "live":
             folder = _capture_by_running(args, wl, primary, out)
+        elif spec is None:
+            folder = _capture_by_intercepting(args, wl, primary, arch, out)
         if folder is not None:
-            ev = collect_capture(folder, arch=None, entry=args.entry)
+            ev = collect_capture(folder, arch=None if device is not None and device.kind == "live" else arch,
+                                 entry=args.entry)
         elif spec is None:
             ev.missing("TileIR structure (hints, gathers, loops, mma dtypes)",
-                       f"workload {wl.name} declares no capture spec", "implement Workload.capture(cfg, num_sms)")
+                       f"workload {wl.name} declares no capture spec and its launch could not be observed",
+                       "implement Workload.capture(cfg, num_sms), or set kernel_name")
         else:
             if not args.json:
                 err_console.print(f"[dim]capturing {spec.kernel} ({primary.name}) for {arch} …[/]")
@@ -467,14 +471,36 @@ def _collect_ncu(args, wl, cfg, out: Path, ev):
         return None
     ev.context["ncu_report"] = r.report if args.out else None
     return r.export
+def _capture_by_intercepting(args, wl, cfg, arch: str, out: Path):
+    """No AOT spec and no GPU: build the inputs on the CPU, intercept the launch of the workload's
+    ``kernel_name`` and export the kernel for that signature (capture.auto)."""
+    from ..capture.auto import export_launch, launch_from_workload
+    if not wl.kernel_name:
+        return None
+    try:
+        rec, cfg_name = launch_from_workload(wl, wl.kernel_name, config=cfg.name)
+        return export_launch(rec, cfg_name, archs=[arch], out_dir=out)
+    except CutileDiagError as e:
+        if not args.json:
+            err_console.print(f"[yellow]capture from intercepted launches failed: {e.one_line()}[/]")
+        return None
 
 
 def _capture_by_running(args, wl, cfg, out: Path):
     """No AOT spec (e.g. a TileGym op): run the workload once with the dump variables set and keep
-    the capture of its main kernel (``kernel_name``, else the kernel compiled last)."""
+    the capture of its main kernel (``kernel_name``, else the kernel compiled last); with a
+    ``kernel_name``, its launches are observed too (launch facts in the manifest)."""
     import sys
 
     from ..capture.run_mode import capture_run
+    if wl.kernel_name:
+        from ..capture.auto import capture_workload_run
+        try:
+            return capture_workload_run(wl, wl.kernel_name, config=cfg.name, out_dir=out, name=None,
+                                        timeout=args.timeout)[0]
+        except CutileDiagError as e:     # e.g. kernel_name names no launched kernel: take the last one
+            if not args.json:
+                err_console.print(f"[dim]capture with launches failed ({e.one_line()}); capturing without[/]")
     code = ("from cutile_diag.workloads import load_workload as L; import torch; "
             f"w = L({wl.ref!r}, **{dict(wl.ref_kwargs or {})!r}); c = w.config({cfg.name!r}); "
             "w.run(w.make_inputs(c, 0)); torch.cuda.synchronize()")

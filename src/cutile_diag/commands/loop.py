@@ -115,6 +115,11 @@ def run_status(args) -> int:
     console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
                   + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
     console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)
+    for e in st.evidence:          # the latency change beside what changed in the IR
+        pct = f"{e['change_pct']:+.2f}%" if isinstance(e.get("change_pct"), (int, float)) else "-"
+        cap = f"; capture {e['capture']}" if e.get("capture") else ""
+        console.print(f"  {e['iteration']:>3} {pct:>8}  {e['ir_diff']}{cap}", markup=False, highlight=False,
+                      soft_wrap=True)
     if st.baseline_ms and st.best_ms:
         console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
                       f"kept commit {str(st.kept_commit)[:12]}")

@@ -65,6 +65,9 @@ def register(sub) -> None:
     lp.add_argument("--no-capture", action="store_true", help="no AOT capture (diagnosis from the source only)")
     lp.add_argument("--capture-arg", action="append", default=[], metavar="NAME=SPEC",
                     help="argument spec for the AOT capture when the module has no CAPTURE_SPECS")
+    lp.add_argument("--capture-workload", metavar="REF",
+                    help="take the capture's kernel arguments from this workload's launch (default: the --workload; "
+                         "useful with --test-cmd on a machine without a GPU, or --simulate)")
     lp.add_argument("--resume", action="store_true", help="continue an interrupted loop from its ledger")
     lp.add_argument("--plan", action="store_true", help="locate, classify and diagnose only; change nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -88,6 +91,8 @@ def request(args):
         over["archs"] = args.arch
     if args.capture_arg:
         over["capture_args"] = args.capture_arg
+    if getattr(args, "capture_workload", None):
+        over["capture_workload"] = args.capture_workload
     if args.only:
         over["only"] = _ids(args.only)
     if args.skip:
@@ -181,7 +186,9 @@ def _plan(args) -> int:
     console.print(f"[bold]{loc['function']}[/] in {loc['path']} (line {loc['line']}); "
                   f"wrappers: {', '.join(loc['wrappers']) or '-'}")
     if cap is not None and not cap["ok"]:
-        console.print(f"[yellow]capture failed:[/] {cap['error']}")
+        console.print(f"[yellow]capture failed:[/] {cap['error']}", highlight=False)
+    elif cap is not None:
+        console.print(f"capture: arguments from {cap.get('source') or 'specs'}", highlight=False)
     console.print(f"bottleneck: {diag.bottleneck} ({diag.confidence}); " + "; ".join(diag.reasons[:2]))
     for n in diag.notes[:3]:
         console.print(f"[dim]note: {n}[/]")

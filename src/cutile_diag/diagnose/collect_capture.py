@@ -118,6 +118,8 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
                      "threads per CTA / cluster"):
             ev.missing(what, "the capture has no compiled target", "capture with --arch sm_90")
         _grid_facts(folder, ev, module, None)
+        from .collect_launch import collect_launch
+        collect_launch(folder, ev, None)
         return ev
     ev.add("capture.arch", arch, f"{folder.path.name}/{arch}", "targets: " + ", ".join(archs))
     ev.context["arch"] = arch
@@ -219,6 +221,8 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
         ev.missing("SASS instruction mix", f"{arch}/kernel.sass has no function for the kernel")
 
     _grid_facts(folder, ev, module, arch)
+    from .collect_launch import collect_launch
+    collect_launch(folder, ev, arch)
     return ev
 
 

@@ -41,6 +41,18 @@ class Aff:
     const: int | None         # exact base value when known and lane-invariant
     pos: bool                 # base depends on the program position (block id / persistent iv)
     desc: str
+    # 2-D+ arrays: a lane-invariant index times the stride of an outer dimension (a broadcast row
+    # index) selects the row, it does not misalign the tile; ``outer`` marks such a term and
+    # ``odiv`` is the known divisor of the base without them (None: same as ``div``)
+    outer: bool = False
+    odiv: int | None = None
+
+    @property
+    def inner_div(self) -> int:
+        """Divisor of the in-row part of the base (0: exactly 0)."""
+        if self.outer:
+            return 0
+        return self.div if self.odiv is None else self.odiv
 
     @staticmethod
     def unknown(desc: str = "?") -> "Aff":
@@ -74,7 +86,30 @@ class _Analysis:
             for ri, reg in enumerate(op.regions):
                 for ai, a in enumerate(reg.args):
                     self.block_args[a.name] = (op, ri, ai)
-        self._aff: dict[str, Aff] = {}
+        self._aff: dict[tuple, Aff] = {}
+        # name -> [(scope of the definition, ("def", op, idx) | ("arg", owner, region, index))]
+        self._scoped: dict[str, list[tuple[tuple, tuple]]] = {}
+        for op in self.ops:
+            sc = self.scope(op)
+            for i, r in enumerate(op.results):
+                self._scoped.setdefault(r, []).append((sc, ("def", op, i)))
+            if op.result_group:
+                self._scoped.setdefault(op.result_group, []).append((sc, ("def", op, -1)))
+            for ri, reg in enumerate(op.regions):
+                for ai, a in enumerate(reg.args):
+                    self._scoped.setdefault(a.name, []).append((sc + ((id(op), ri),), ("arg", op, ri, ai)))
+        # integer arguments that follow a pointer argument are that array's shape and strides
+        # (the calling convention flattens arrays to ptr, shape..., strides...)
+        self.dim_args: set[str] = set()
+        after_ptr = False
+        for a in entry.args:
+            t = getattr(a.type, "text", "") or str(a.type)
+            if "ptr<" in t:
+                after_ptr = True
+            elif after_ptr and re.search(r"tile<i(32|64)>", t):
+                self.dim_args.add(a.name)
+            else:
+                after_ptr = False
         self._persistent_fors = {id(op) for op in self.ops if op.name == "for" and self._is_grid_stride(op)}
 
     # --- sites
@@ -140,31 +175,58 @@ class _Analysis:
         return False
 
     # --- affine address analysis
-    def aff(self, name: str, depth: int = 0) -> Aff:
-        if name in self._aff:
-            return self._aff[name]
+    @staticmethod
+    def scope(op: Op) -> tuple:
+        """Where ``op`` sits: (ancestor, region index) pairs, outermost first."""
+        out = []
+        child, p = op, op.parent
+        while p is not None:
+            out.append((id(p), child.region_index))
+            child, p = p, p.parent
+        return tuple(reversed(out))
+
+    def _resolve(self, name: str, scope: tuple | None):
+        """The definition of ``name`` visible from ``scope``: the disassembler reuses SSA names
+        in sibling regions (two loops both define %27), so a global name map is ambiguous."""
+        if scope is None:
+            if name in self.block_args:
+                return ("arg",) + self.block_args[name]
+            d = self.defs.get(name)
+            return ("def",) + d if d else None
+        best, best_len = None, -1
+        for sc, entry in self._scoped.get(name, ()):
+            if len(sc) > best_len and scope[:len(sc)] == sc:
+                best, best_len = entry, len(sc)
+        return best
+
+    def aff(self, name: str, depth: int = 0, scope: tuple | None = None) -> Aff:
+        if name in self.args:
+            return Aff(0, 1, None, False, f"arg{self.arg_index[name]}", outer=name in self.dim_args)
+        found = self._resolve(name, scope)
+        key = (name, id(found[1]) if found else None)
+        if key in self._aff:
+            return self._aff[key]
         if depth > 60:
             return Aff.unknown()
-        self._aff[name] = Aff.unknown()       # cycle guard
-        res = self._aff_compute(name, depth)
-        self._aff[name] = res
+        self._aff[key] = Aff.unknown()       # cycle guard
+        res = self._aff_compute(name, depth, found)
+        self._aff[key] = res
         return res
 
-    def _aff_compute(self, name: str, depth: int) -> Aff:
-        if name in self.args:
-            return Aff(0, 1, None, False, f"arg{self.arg_index[name]}")
-        if name in self.block_args:
-            owner, ri, ai = self.block_args[name]
+    def _aff_compute(self, name: str, depth: int, found) -> Aff:
+        if found is None:
+            return Aff.unknown(name)
+        if found[0] == "arg":
+            _, owner, ri, ai = found
             if owner.name == "for" and ai == 0:
                 roles = dict(zip(owner.operand_roles, owner.operands))
-                lo = self.aff(roles["lower"], depth + 1) if "lower" in roles else Aff.unknown()
-                st = self.aff(roles["step"], depth + 1) if "step" in roles else Aff.unknown()
+                sc = self.scope(owner)
+                lo = self.aff(roles["lower"], depth + 1, sc) if "lower" in roles else Aff.unknown()
+                st = self.aff(roles["step"], depth + 1, sc) if "step" in roles else Aff.unknown()
                 return Aff(0, _gcd(lo.div, st.div) or 1, None, id(owner) in self._persistent_fors, "t")
             return Aff.unknown(name)
-        d = self.defs.get(name)
-        if d is None:
-            return Aff.unknown(name)
-        op, idx = d
+        _, op, idx = found
+        sc = self.scope(op)
         nm = op.name
         ops = op.operands
         if nm == "iota":
@@ -179,17 +241,17 @@ class _Analysis:
         if nm == "get_num_tile_blocks":
             return Aff(0, 1, None, False, "nblocks")
         if nm == "assume":
-            src = self.aff(ops[0], depth + 1) if ops else Aff.unknown()
+            src = self.aff(ops[0], depth + 1, sc) if ops else Aff.unknown()
             dv = op.attrs.get("div_by")
             if dv and dv.isdigit() and src.stride == 0:
                 n = int(dv)
                 new_div = src.div * n // _gcd(src.div, n) if src.div else 0
-                return Aff(src.stride, new_div, src.const, src.pos, src.desc)
+                return Aff(src.stride, new_div, src.const, src.pos, src.desc, src.outer)
             return src
         if nm in ("reshape", "broadcast", "exti", "trunci"):
             if not ops:
                 return Aff.unknown()
-            src = self.aff(ops[0], depth + 1)
+            src = self.aff(ops[0], depth + 1, sc)
             if nm == "broadcast" and src.stride not in (0, None):
                 it = op.operand_types[0] if op.operand_types else None
                 rt = op.result_types[0] if op.result_types else None
@@ -197,15 +259,16 @@ class _Analysis:
                     return Aff.unknown(src.desc)
             return src
         if nm in ("addi", "subi") and len(ops) >= 2:
-            a, b = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
+            a, b = self.aff(ops[0], depth + 1, sc), self.aff(ops[1], depth + 1, sc)
             if a.stride is None or b.stride is None:
                 return Aff.unknown()
             sign = 1 if nm == "addi" else -1
             const = (a.const + sign * b.const) if a.const is not None and b.const is not None else None
             return Aff(a.stride + sign * b.stride, _gcd(a.div, b.div), const, a.pos or b.pos,
-                       f"{a.desc} {'+' if sign > 0 else '-'} {b.desc}")
+                       f"{a.desc} {'+' if sign > 0 else '-'} {b.desc}", a.outer and b.outer,
+                       _gcd(a.inner_div, b.inner_div))
         if nm in ("muli", "shli") and len(ops) >= 2:
-            a, b = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
+            a, b = self.aff(ops[0], depth + 1, sc), self.aff(ops[1], depth + 1, sc)
             if nm == "shli":
                 if b.const is None or b.stride != 0 or b.const < 0:
                     return Aff.unknown()
@@ -217,15 +280,16 @@ class _Analysis:
                     c = y.const
                     desc = x.desc if c == 1 else f"{c}*({x.desc})" if " " in x.desc else f"{c}*{x.desc}"
                     return Aff(x.stride * c, x.div * abs(c), x.const * c if x.const is not None else None,
-                               x.pos, desc)
+                               x.pos, desc, x.outer, None if x.odiv is None else x.odiv * abs(c))
             if a.stride == 0 and b.stride == 0:
                 const = a.const * b.const if a.const is not None and b.const is not None else None
-                return Aff(0, a.div * b.div, const, a.pos or b.pos, f"{a.desc}*{b.desc}")
+                # row * (an array's outer stride): a row offset, whatever the row
+                return Aff(0, a.div * b.div, const, a.pos or b.pos, f"{a.desc}*{b.desc}", a.outer or b.outer)
             return Aff.unknown()
         if nm == "offset" and len(ops) >= 2:
-            p, i = self.aff(ops[0], depth + 1), self.aff(ops[1], depth + 1)
+            p, i = self.aff(ops[0], depth + 1, sc), self.aff(ops[1], depth + 1, sc)
             if p.stride == 0 and i.stride is not None:
-                return Aff(i.stride, i.div, i.const, i.pos or p.pos, i.desc)
+                return Aff(i.stride, i.div, i.const, i.pos or p.pos, i.desc, i.outer, i.odiv)
             return Aff.unknown()
         return Aff.unknown(nm)
 
@@ -401,18 +465,22 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
         ptr_t = o.operand_types[0] if o.operand_types else None
         shape = ptr_t.shape if ptr_t is not None else ()
         lanes = shape[-1] if shape else None
-        aff = a.aff(o.operands[0]) if o.operands else Aff.unknown()
-        aligned = aff.div == 0 or (lanes is not None and aff.div % lanes == 0)
-        if aff.stride == 1 and len(shape) == 1 and aligned and aff.pos:
+        aff = a.aff(o.operands[0], scope=a.scope(o)) if o.operands else Aff.unknown()
+        # 2-D gathers: the row term (lane-invariant index x outer stride) selects the row; the
+        # in-row offset must still be a whole number of tiles
+        aligned = aff.div == 0 or (lanes is not None and (aff.div % lanes == 0 or aff.inner_div % lanes == 0))
+        if aff.stride == 1 and len(shape) == 1 and aligned:
+            # program-independent (a weight row read by every program) is a tile load all the same
             contiguous.append(o)
             details[id(o)] = (f"{o.name}: addresses {aff.desc} — stride 1, {lanes}-element aligned: "
-                              "one contiguous tile per program")
+                              + ("one contiguous tile per program" if aff.pos else
+                                 "one contiguous tile, the same in every program"))
         else:
             irregular.append(o)
             why = ("not affine in the lane" if aff.stride is None else
                    f"lane stride {aff.stride}" if aff.stride != 1 else
                    "multi-dimensional" if len(shape) != 1 else
-                   "not tile-aligned" if not aligned else "same addresses in every program")
+                   "not tile-aligned")
             details[id(o)] = f"{o.name}: {why}"
     count("ir.block_contiguous_gathers", contiguous, "block-contiguous pointer gathers/scatters",
           lambda o: details[id(o)])

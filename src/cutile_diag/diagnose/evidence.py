@@ -25,7 +25,7 @@ class EvidenceError(CutileDiagError):
 @dataclass(frozen=True)
 class FactSpec:
     type: str          # int | float | bool | str | list | dict
-    producer: str      # tileir | capture | device | gpu | launch | ncu
+    producer: str      # tileir | capture | device | launch | gpu | ncu
     description: str
 
 
@@ -205,9 +205,13 @@ FACTS: dict[str, FactSpec] = {
     "gpu.variant_spread": _f("float", "gpu",
                              "kernel variants of the same op at one shape: slowest / fastest - 1 (largest group)"),
     "gpu.variants": _f("list", "gpu", "the variant comparisons behind gpu.variant_gain, one line each"),
-    # --- launch interception -------------------------------------------------------------------
-    "launch.grid_blocks": _f("int", "launch", "programs in the observed launch grid"),
-    "launch.grid": _f("list", "launch", "the observed launch grid [x, y, z]"),
+    # --- the observed launch (ct.launch intercepted on CPU inputs, or seen in a run) -----------
+    "launch.grid": _f("list", "launch", "grid of the kernel's ct.launch"),
+    "launch.grid_blocks": _f("int", "launch", "programs launched (product of the launch grid)"),
+    "launch.sm_count": _f("int", "launch", "SMs the launch wrapper saw (the run's GPU, or the CPU stand-in)"),
+    "launch.args": _f("list", "launch", "argument specs of the launch (NAME=SPEC: dtype, shape, constants)"),
+    "launch.waves": _f("float", "launch", "launch grid blocks / (SMs x resident CTAs per SM)"),
+    "launch.tail_idle": _f("float", "launch", "fraction of SM slots idle in the launch's partial last wave"),
     # --- Nsight Compute -------------------------------------------------------------------------
     "ncu.sm_throughput_pct": _f("float", "ncu", "SM throughput, % of peak"),
     "ncu.dram_throughput_pct": _f("float", "ncu", "DRAM throughput, % of peak"),
@@ -220,7 +224,7 @@ FACTS: dict[str, FactSpec] = {
     "ncu.rule_speedup_pct": _f("float", "ncu", "largest speedup (%) a rule estimated"),
 }
 
-PRODUCERS = ("tileir", "capture", "device", "gpu", "launch", "ncu")
+PRODUCERS = ("tileir", "capture", "device", "launch", "gpu", "ncu")
 
 
 @dataclass(frozen=True)
@@ -329,7 +333,7 @@ class Evidence:
 def facts_markdown() -> str:
     """``references/evidence-facts.md``: the vocabulary as a table (regenerate after edits)."""
     names = {"tileir": "TileIR (static)", "capture": "capture folder", "device": "device model",
-             "gpu": "GPU measurement", "launch": "observed launches", "ncu": "Nsight Compute"}
+             "launch": "observed launch", "gpu": "GPU measurement", "ncu": "Nsight Compute"}
     out = ["# Evidence facts", "",
            "The vocabulary shared by the collectors (`cutile_diag/diagnose/collect_*.py`) and the playbook",
            "predicates (`playbook/*.toml`). A predicate may only use these keys; a collector may only",

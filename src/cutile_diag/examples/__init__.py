@@ -18,6 +18,13 @@ EXAMPLE_KERNELS: dict[str, tuple[str, ...]] = {
     "gather_scale.py": ("gather_scale",),
 }
 
+# kernels without CAPTURE_SPECS, like most library kernels: their captures come from their
+# workloads (``capture FILE::KERNEL --workload examples:<kernel>``), never from hand-written specs
+SPECLESS_KERNELS: dict[str, tuple[str, ...]] = {
+    "row_norm.py": ("row_norm",),
+    "row_lse.py": ("row_lse",),
+}
+
 
 def example_refs() -> list[str]:
     """``path::kernel`` references of every example kernel."""

@@ -150,7 +150,7 @@ def plan(req: OptimizeRequest) -> Plan:
     loc = locate(path, name)
     source = path.read_text()
     opts = _options(req)
-    info = {}
+    info, kw = {}, {}
     m = req.measurement
     if m.workload:
         from ..workloads import load_workload
@@ -167,8 +167,12 @@ def plan(req: OptimizeRequest) -> Plan:
     with tempfile.TemporaryDirectory(prefix="cutile-diag-plan-") as tmp:
         cap = None
         if opts.capture:
+            from .evidence import capture_sources
+            backend = {"backend": "workload", "workload": m.workload, "kwargs": kw} if m.workload else \
+                {"backend": "command", "test_cmd": m.test_cmd} if m.test_cmd else {}
             cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
-                                  archs=opts.archs, args=opts.capture_args)
+                                  archs=opts.archs, args=opts.capture_args,
+                                  sources=capture_sources(backend, opts.capture_workload, kernel_file=path))
         ctx = DiagnoseContext(path=path, kernel=name, source=source, capture=cap.path if cap and cap.ok else None,
                               arch=opts.archs[0], workload_info=info)
         diag = EngineDiagnoser().diagnose(ctx)

@@ -67,6 +67,7 @@ RULES = {
     "compile": "the candidate does not compile: revert",
     "crash": "the candidate crashed or ran past the time budget: revert",
     "interrupted": "the loop process died during the iteration: reverted on resume",
+    "no-op": "the candidate's IR and cubin equal the kept version's: its measured gain is not credited, revert",
 }
 
 

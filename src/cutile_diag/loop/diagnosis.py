@@ -107,7 +107,8 @@ class EngineDiagnoser:
         if ctx.capture is None:
             d = self.fallback.diagnose(ctx)
             d.notes.insert(0, "no capture of this version: ranked the transforms that apply to the source "
-                              "(give the kernel CAPTURE_SPECS, or --capture-arg, for an IR-based diagnosis)")
+                              "(capture needs the kernel's arguments: a --workload that launches it, a "
+                              "--test-cmd run on a GPU, CAPTURE_SPECS or --capture-arg)")
             return d
         from ..diagnose.engine import diagnose
         from ..diagnose import Evidence, collect_capture, collect_gpu

@@ -17,6 +17,7 @@ from . import proc, stats
 from .backends import CorrectnessFailure, Version
 from .choose import Candidate
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
+from .evidence import changed_outside_kernel, diff_line, uncredit
 from .integrations import ir_diff
 from .ledger import short_text as _short
 from .recover import save_candidates, save_files
@@ -96,10 +97,12 @@ class Evaluation:
                 cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
                                                    if r["iteration"] > 0)
                 d = decide_mod.decide(cmp, cumulative=cum)
+            d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
+                a.files, b.version.files, self.s.kernel_file, self.s.function))
             record["decision"] = d.to_json()
             record["status"] = d.status
             self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
-                      f"{d.status} — {_short(d.reason, 90)}")
+                      f"{d.status} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
             commit = self._commit(n, record, d)
             record["commits"]["candidate"] = commit
             self._hook("after_commit", hctx)

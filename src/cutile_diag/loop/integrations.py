@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from . import proc
 
@@ -25,26 +25,58 @@ class CaptureResult:
     error: str = ""
     seconds: float = 0.0
     cached: bool = False
+    source: str = ""                       # specs | workload-run | workload-cpu | command-run
+    tried: list = field(default_factory=list)   # sources that did not work, one line each
+
+    # what the loop does without it (bad input: the loop goes on with less evidence, on the record)
+    FALLBACK = ("the loop goes on without IR evidence: the diagnosis ranks the transforms that apply to "
+                "the source, and iterations have no IR diff")
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "path": str(self.path) if self.path else None, "error": self.error,
-                "seconds": round(self.seconds, 3), "cached": self.cached}
+        d = {"ok": self.ok, "path": str(self.path) if self.path else None, "error": self.error,
+             "seconds": round(self.seconds, 3), "cached": self.cached}
+        if self.source:
+            d["source"] = self.source
+        if self.tried:
+            d["tried"] = list(self.tried)
+        if not self.ok:
+            d["fallback"] = self.FALLBACK
+        return d
+
+
+def _source_of(folder: Path) -> str:
+    try:
+        m = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    return (m.get("launch") or {}).get("source") or ("run" if (m.get("kernel") or {}).get("mode") == "run"
+                                                    else "specs")
 
 
 def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, *, archs: Sequence[str] = ("sm_90",),
                     args: Sequence[str] = (), deadline: proc.Deadline | None = None, cwd: Path | None = None,
-                    env: dict | None = None, cap_s: float = 300.0) -> CaptureResult:
-    """Capture ``kernel_file::kernel`` as it is on disk now, into ``out_dir/<digest[:16]>``."""
+                    env: dict | None = None, cap_s: float = 300.0, sources: Mapping | None = None) -> CaptureResult:
+    """Capture ``kernel_file::kernel`` as it is on disk now, into ``out_dir/<digest[:16]>``.
+    ``sources`` (``loop.evidence.capture_sources``) says where arguments come from without specs."""
     name = digest[:16]
     folder = out_dir / name
     if (folder / "manifest.json").exists():
-        return CaptureResult(True, folder, cached=True)
+        return CaptureResult(True, folder, cached=True, source=_source_of(folder))
     argv = [sys.executable, "-m", "cutile_diag", "capture", f"{kernel_file}::{kernel}", "--out", str(out_dir),
             "--name", name, "--json"]
     for a in archs:
         argv += ["--arch", a]
     for a in args:
         argv += ["--arg", a]
+    if not args and sources:
+        if sources.get("workload"):
+            argv += ["--workload", sources["workload"]]
+            for k, v in (sources.get("kwargs") or {}).items():
+                argv += ["--workload-arg", f"{k}={json.dumps(v)}"]
+            if sources.get("config"):
+                argv += ["--config", sources["config"]]
+        if sources.get("command"):
+            argv += ["--from-command", sources["command"]]
     timeout = deadline.timeout(cap_s) if deadline else cap_s
     child_env: dict = {"CUDA_HOME": None, "CUDA_PATH": None}   # removed, not emptied (see proc.run)
     child_env.update(env or {})
@@ -55,7 +87,12 @@ def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, 
         err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
         msg = err[-1] if err else f"exit {res.returncode}"
         return CaptureResult(False, error=msg.replace("cutile-diag: error: ", ""), seconds=res.wall_s)
-    return CaptureResult(True, folder, seconds=res.wall_s)
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError:
+        doc = {}
+    return CaptureResult(True, folder, seconds=res.wall_s, source=doc.get("source") or _source_of(folder),
+                         tried=list(doc.get("tried") or []))
 
 
 def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict:
@@ -76,7 +113,7 @@ def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict
     changes = d.get("changes") or []
     return {"equivalent": d.get("equivalent"), "summary": d.get("summary"), "n_changes": len(changes),
             "changes": [_short_change(c) for c in changes[:MAX_DIFF_CHANGES]],
-            "warnings": (d.get("warnings") or [])[:10], "a": str(a), "b": str(b)}
+            "warnings": (d.get("warnings") or [])[:10], "cubin": d.get("cubin"), "a": str(a), "b": str(b)}
 
 
 def _short_change(c) -> dict:

@@ -17,6 +17,7 @@ from . import worktree as worktree_mod
 from .backends import Backend, Version
 from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import ForbiddenEditError, LoopError
+from .evidence import iteration_evidence
 from .ledger import Ledger
 from .locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
@@ -285,6 +286,7 @@ class Status:
     hint: str
     worktree: str = ""
     take: list[str] = field(default_factory=list)     # how to bring the kept result into the user's branch
+    evidence: list[dict] = field(default_factory=list)   # per iteration: latency change + IR diff + capture
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -333,4 +335,4 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
                   head=git.head() if have_wt else None, kept_commit=kept, worktree=str(s.worktree),
                   take=s.take_commands(kept), dirty=dirty, pending=pend, rows=led.rows(),
                   last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
-                  best_ms=lk["latency_ms"] if lk else None, hint=hint)
+                  best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations))

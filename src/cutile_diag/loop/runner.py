@@ -39,6 +39,7 @@ from .choose import Candidate, Choice, choose, transform_key  # noqa: F401
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis
 from .errors import LoopError
 from .evaluate import Evaluation
+from .evidence import capture_sources
 from .integrations import CaptureResult, capture_version
 from .ledger import Ledger
 from .ledger import short_text as _short
@@ -60,6 +61,7 @@ class LoopOptions:
     capture: bool = True
     archs: list[str] = field(default_factory=lambda: ["sm_90"])
     capture_args: list[str] = field(default_factory=list)
+    capture_workload: str | None = None                 # arguments for captures from this workload (i15)
     only: list[str] = field(default_factory=list)       # playbook ids the loop may try (empty: all)
     skip: list[str] = field(default_factory=list)
     noise_floor: float = stats.DEFAULT_NOISE_FLOOR
@@ -180,7 +182,9 @@ class Runner(Evaluation):
         with self.ws.materialize(v):
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
-                                  cwd=self.ws.root, env=self.ws.env(v))
+                                  cwd=self.ws.root, env=self.ws.env(v),
+                                  sources=self.ws.remap(capture_sources(self.s.backend, self.opt.capture_workload,
+                                                                        kernel_file=self.s.kernel_path)))
         self.captures[v.digest] = res
         return res
 
@@ -256,7 +260,9 @@ class Runner(Evaluation):
             cap = self._capture(a, deadline)
             if cap is not None and not cap.ok:
                 self.capture_off_reason = f"the unchanged kernel does not capture: {cap.error}"
-                self.echo(f"  capture off: {cap.error}")
+                self.echo(f"  capture off: {cap.error} — diagnosing from the source only, no IR diffs")
+            elif cap is not None:
+                self.echo(f"  capture: {cap.source or 'ok'}" + (f" ({'; '.join(cap.tried)})" if cap.tried else ""))
             ver = self.backend.verify(a, self.ws, deadline)
             if not ver.passed:
                 raise LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",

@@ -1,0 +1,47 @@
+"""Launch facts from a capture's manifest: the grid, argument specs and SM count of the kernel's
+observed ``ct.launch`` (intercepted on CPU inputs, or seen in a run; ``capture.auto``).
+
+With them the grid-vs-SMs, tail-effect and persistence entries are judged on the real grid
+("grid 16384 blocks on 132 SMs") instead of a static estimate or "grid size unknown".
+"""
+from __future__ import annotations
+
+import math
+
+from .evidence import Evidence
+
+
+def collect_launch(folder, ev: Evidence, arch: str | None) -> None:
+    launch = (folder.manifest or {}).get("launch")
+    if not launch or not launch.get("grid"):
+        return
+    grid = [int(g) for g in launch["grid"]]
+    blocks = int(launch.get("grid_blocks") or math.prod(grid))
+    where = f"{folder.path.name}/manifest.json launch ({launch.get('source', '?')}"
+    where += f", configuration {launch['configuration']})" if launch.get("configuration") else ")"
+    ev.add("launch.grid", grid, where, f"ct.launch grid {tuple(grid)}")
+    ev.add("launch.grid_blocks", blocks, where, f"{blocks} programs")
+    args = [f"{a['name']}={a['spec']}" for a in launch.get("args") or [] if a.get("spec")]
+    if args:
+        ev.add("launch.args", args, where, ", ".join(args))
+    sms = launch.get("sm_count")
+    if sms:
+        ev.add("launch.sm_count", int(sms), where, launch.get("sm_source") or "")
+        if "device.sm_count" not in ev:
+            ev.add("device.sm_count", int(sms), where, launch.get("sm_source") or "")
+    ev.resolve("grid size vs SMs")
+    sms = ev.value("device.sm_count")
+    if not sms or arch is None:
+        return
+    from .collect_capture import _ctas_per_sm
+    per_sm, why = _ctas_per_sm(ev, arch)
+    if per_sm is None:
+        ev.missing("waves / tail effect", why)
+        return
+    slots = sms * per_sm
+    waves = blocks / slots
+    full = math.ceil(waves)
+    tail = (full - waves) / full if full else 0.0
+    src = f"launch: {blocks} blocks / ({sms} SMs x {per_sm} CTAs/SM)"
+    ev.add("launch.waves", round(waves, 3), src, f"resident CTAs per SM estimated from {why}")
+    ev.add("launch.tail_idle", round(tail, 3), src, f"last wave holds {blocks - (full - 1) * slots} of {slots} slots")

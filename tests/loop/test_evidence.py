@@ -1,0 +1,98 @@
+"""The loop's per-version evidence: capture sources, the IR diff line, no-op steps."""
+import json
+
+from cutile_diag.loop import decide
+from cutile_diag.loop.evidence import (capture_sources, changed_outside_kernel, diff_line, iteration_evidence, no_op,
+                                       uncredit)
+
+
+def _cap(tmp_path, name, grid):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"launch": {"grid": grid, "args": [{"name": "X", "spec": "f16[8]"}]}}))
+    return str(d)
+
+
+def test_capture_sources_follow_the_backend(tmp_path):
+    assert capture_sources({"backend": "workload", "workload": "examples:row_norm", "kwargs": {"source": "k.py"},
+                            "configs": ["a", "b"]}) == {"workload": "examples:row_norm",
+                                                        "kwargs": {"source": "k.py"}, "config": "a"}
+    assert capture_sources({"backend": "command", "test_cmd": "pytest t.py"}) == {"command": "pytest t.py"}
+    s = capture_sources({"backend": "simulated"}, "examples:row_lse", kernel_file=tmp_path / "row_lse.py")
+    assert s == {"workload": "examples:row_lse", "kwargs": {"source": str(tmp_path / "row_lse.py")}}
+
+
+def test_empty_diff_is_a_no_op_and_not_credited(tmp_path):
+    a, b = _cap(tmp_path, "a", [64]), _cap(tmp_path, "b", [64])
+    same = {"equivalent": True, "summary": {}, "a": a, "b": b}
+    keep = decide.Decision("keep", "keep-baseline", "6.0% faster", improved=True)
+    assert "launch equal the kept version's" in no_op(same)
+    d = uncredit(keep, same)
+    assert (d.status, d.rule) == ("revert", "no-op") and "not credited" in d.reason
+    assert diff_line(same).startswith("IR: no change")
+    # same IR, another grid (a wrapper change): a real change
+    other = {**same, "b": _cap(tmp_path, "c", [132])}
+    assert no_op(other) is None and uncredit(keep, other) is keep
+    changed = {"equivalent": False, "summary": {"semantic_changes": 1, "cubin_changes": 2},
+               "changes": [{"detail": "occupancy: unset → 2"}]}
+    assert no_op(changed) is None
+    assert diff_line(changed) == "IR: 1 semantic, 2 cubin change(s) — occupancy: unset → 2"
+    assert diff_line({"skipped": "no capture of the baseline"}) == "IR diff skipped: no capture of the baseline"
+
+
+def test_iteration_evidence_rows():
+    rows = iteration_evidence([
+        {"iteration": 0, "status": "keep", "capture": {"ok": True, "source": "workload-cpu"}},
+        {"iteration": 1, "status": "revert", "comparison": {"improvement_pct": 3.0},
+         "decision": {"rule": "no-op"}, "ir_diff": {"equivalent": True}, "capture": {"skipped": "off"}}])
+    assert rows[0]["capture"] == "workload-cpu" and rows[0]["ir_diff"] == "baseline"
+    assert rows[1]["rule"] == "no-op" and rows[1]["change_pct"] == 3.0 and rows[1]["capture"] == "off: off"
+
+
+def test_without_launches_a_wrapper_change_is_not_a_no_op():
+    src = "import cuda.tile as ct\n\n@ct.kernel\ndef k(x):\n    pass\n\ndef launch(x):\n    grid = (4,)\n"
+    hinted = src.replace("@ct.kernel", "@ct.kernel(occupancy=2)")
+    regrid = src.replace("(4,)", "(8,)")
+    assert not changed_outside_kernel({"k.py": src}, {"k.py": hinted}, "k.py", "k")
+    assert changed_outside_kernel({"k.py": src}, {"k.py": regrid}, "k.py", "k")
+    same = {"equivalent": True, "summary": {}}             # run captures: no launch recorded
+    keep = decide.Decision("keep", "keep-baseline", "6.0% faster", improved=True)
+    assert uncredit(keep, same, outside_changed=True) is keep
+    assert uncredit(keep, same, outside_changed=False).rule == "no-op"
+
+
+class _CommentInKernel:
+    """A 'transform' that changes nothing the GPU runs: a comment inside the kernel body."""
+    name, playbook_id, kind = "comment_only", "X", "source"
+
+    def candidates(self, source, kernel):
+        return [] if "# a comment only" in source else [{}]
+
+    def why_no_candidates(self, source, kernel):
+        return "done"
+
+    def apply(self, source, kernel, **params):
+        from looptools import FakeResult
+        i = source.index(f"def {kernel}(")
+        j = source.index("\n", i) + 1
+        return FakeResult(self.name, source[:j] + "    # a comment only\n" + source[j:], "comment only")
+
+
+def test_a_step_with_an_empty_ir_diff_is_a_no_op(repo):
+    """Captured for real (vector_add ships CAPTURE_SPECS); the simulated GPU says 6 % faster."""
+    from looptools import RankedDiagnoser, rec
+    from cutile_diag.loop.backends import SimulatedBackend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.setup import create_session
+    backend = SimulatedBackend({"configs": {"a": 0.1}, "effects": {"comment_only": 0.94}, "noise": 0.001})
+    opts = LoopOptions(rounds=2, max_iterations=1)
+    s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
+                            options=opts.to_json())
+    r = Runner(s, backend, led, diagnoser=RankedDiagnoser([rec("X", "comment_only")]),
+               transforms={"comment_only": _CommentInKernel()}, options=opts)
+    r.start()
+    it = led.iterations[1]
+    assert it["comparison"]["improvement_pct"] > 4            # measured "gain"...
+    assert it["ir_diff"]["equivalent"] is True
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op")   # ...not credited
+    assert "not credited" in it["decision"]["reason"]
