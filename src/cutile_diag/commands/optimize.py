@@ -126,6 +126,8 @@ def _run(args) -> int:
         state = find_state_dir(args.kernel, args.out)
         s, led = load_session(state)
         opts = _options(args, s.options)
+        if s.options.get("keep_going") and not opts.keep_going and echo:
+            echo("note: --continue applied to the earlier run only; give it again to go on past small steps")
         # new --test-cmd/--bench-cmd (a fix after a failed baseline) replace the stored ones, on the record
         new = resumed_backend(s.backend, workload=args.workload, simulate=args.simulate, test_cmd=args.test_cmd,
                               bench_cmd=args.bench_cmd, counts=_counts(args))
@@ -156,10 +158,16 @@ def _run(args) -> int:
                             bench_options=bench_opts, device=args.device, counts=_counts(args))
         check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
         opts = _options(args)
+        backend = make_backend(spec, log_dir=None)
+        # decide with this machine's calibrated noise floor (cutile-diag calibrate), when there is one
+        from ..loop.calibrate import noise_floor_for
+        opts.noise_floor, opts.noise_source = noise_floor_for(backend)
+        if echo:
+            echo(f"noise floor {opts.noise_floor * 100:.2f}% per measurement: {opts.noise_source}")
         s, led = create_session(args.kernel, backend=spec, options=opts.to_json(), out=args.out, branch=args.branch,
                                 wrappers=args.wrapper, capture={"enabled": opts.capture, "archs": opts.archs,
                                                                 "args": opts.capture_args}, echo=echo)
-        backend = make_backend(spec, log_dir=s.state_dir / "logs")
+        backend.log_dir = s.state_dir / "logs"
         fresh = True
     try:
         with closing(backend):
