@@ -22,6 +22,8 @@ def register(sub) -> None:
     r.add_argument("--budget", type=float, help="time budget in seconds (default: the loop's)")
     r.add_argument("--rounds", type=int, help="interleaved measurement rounds (default: the loop's)")
     r.add_argument("--max-iterations", type=int, help="the loop's iteration cap (1..25; default: the loop's)")
+    r.add_argument("--allow-noop", action="store_true",
+                   help="measure an edit that leaves the kernel's IR unchanged (refused by default)")
     common.append(r)
     st = ls.add_parser("status", help="the table, the kept commit, pending work and what to do next")
     common.append(st)
@@ -90,7 +92,8 @@ def _run_record(args) -> int:
     backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
     with closing(backend):
-        rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo)
+        rec = record_manual(s, led, backend, entry=args.entry, note=args.note, options=opts, echo=echo,
+                            allow_noop=args.allow_noop)
     if args.json:
         print_json(rec)
         return 0
