@@ -44,11 +44,11 @@ def register(sub) -> None:
 
 def _backend(args):
     from ..loop.factory import backend_spec, make_backend
+    if args.test_cmd and not args.bench_cmd:
+        raise UsageError("--test-cmd goes with --bench-cmd")
     if not (args.workload or args.bench_cmd or args.simulate):
         raise UsageError("give what to calibrate: a WORKLOAD (examples:softmax, tilegym:rms_norm), "
                          "--bench-cmd CMD, or --simulate SPEC.json")
-    if args.test_cmd and not args.bench_cmd:
-        raise UsageError("--test-cmd goes with --bench-cmd")
     opts = {k: positive_arg(f"--{k.replace('_', '-')}", v)
             for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
     # command mode: the A/A needs no correctness command ("true" stands in; --test-cmd runs once if given)

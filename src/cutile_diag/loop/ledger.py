@@ -22,7 +22,10 @@ simulated backend shows ``not checked (simulated)`` instead of PASS: nothing ran
 * ``{"type": "iteration", "iteration": n, ...}`` — the row and everything behind it:
   configurations and their records, the diagnosis and evidence that chose the step, the
   change, the IR diff summary against the last kept version, the roofline points, the
-  decision and its reason, commit ids;
+  decision and its reason, commit ids; ``costs`` (seconds a check / a run / a capture took:
+  the baseline's, then any slower run, what ``loop.budget`` plans with), ``plan`` (points
+  screened and ``skipped (budget)``, confirmation rounds), ``confirmations`` (when a sweep's
+  screened winner lost its confirmation and the next point was confirmed);
 * ``{"type": "progress", "iteration": n, "step": "verified", "passed": bool}`` — the
   candidate's verification finished (what an interrupted iteration's row reports);
 * ``{"type": "backend", ...}`` — measurement commands given again on ``--resume``;
