@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from looptools import FakeTransform, RankedDiagnoser, dirty, make_loop, rec, reload_runner, table_rows
+from looptools import FakeTransform, RankedDiagnoser, dirty, make_loop, rec, reload_runner, table_rows, untouched
 
 
 # --- the planner (pure arithmetic) ------------------------------------------------------
@@ -73,6 +73,8 @@ def test_a_sweep_with_slow_commands_fits_its_budget(repo):
     s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=cb.describe(), options=options.to_json())
     r = Runner(s, cb, led, diagnoser=RankedDiagnoser([rec("C", "kernel_hints")]), transforms={"kernel_hints": sweep},
                options=options)
+    from looptools import checkout_state
+    r.user_checkout = checkout_state(repo)
     r.start()
     base, it = r.led.iterations
     assert base["costs"]["run_s"] >= 0.4 and base["costs"]["verify_s"] >= 0.25
@@ -80,7 +82,7 @@ def test_a_sweep_with_slow_commands_fits_its_budget(repo):
     assert it["plan"]["skipped"] and it["plan"]["estimate_s"] <= 8
     skipped = [p for p in it["sweep"] if p.get("failure") == "budget"]
     assert skipped and all(p["result"] == "skipped (budget)" for p in skipped)
-    assert len(skipped) == len(it["plan"]["skipped"]) and dirty(repo) == []
+    assert len(skipped) == len(it["plan"]["skipped"]) and dirty(r.s.worktree) == [] and untouched(repo, r)
     # the row names the sweep by what it varied
     assert table_rows(r)[1]["optimization"].startswith("C kernel_hints")
 
@@ -120,7 +122,8 @@ def test_a_screened_winner_that_loses_its_confirmation_is_dropped(repo):
     assert it["confirmations"][0]["status"] == "revert"
     assert (it["status"], it["decision"]["rule"]) == ("keep", "keep-baseline")
     assert it["change"]["params"] == {"v": 2} and next(p for p in it["sweep"] if p["chosen"])["params"] == {"v": 2}
-    assert 'v": 2' in (repo / "vector_add.py").read_text() and dirty(repo) == []
+    assert 'v": 2' in (r.s.worktree / "vector_add.py").read_text() and dirty(r.s.worktree) == []
+    assert untouched(repo, r)
     assert "v=" not in it["optimization"] or "2" in it["optimization"]
 
 
@@ -134,7 +137,8 @@ def test_continue_reverts_a_step_whose_ci_includes_no_change(repo):
     r.start()
     noop, fast = r.led.iterations[1:]
     assert (noop["status"], noop["decision"]["rule"]) == ("revert", "insignificant")
-    assert "# fake:noop" not in (repo / "vector_add.py").read_text()
+    text = (r.s.worktree / "vector_add.py").read_text()
+    assert "# fake:noop" not in text and "# fake:fast" in text and untouched(repo, r)
     assert (fast["status"], fast["decision"]["rule"]) == ("keep", "keep-baseline")
 
 

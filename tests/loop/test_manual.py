@@ -167,7 +167,7 @@ def test_record_checks_the_edit_before_measuring(started_with_capture, repo):
     from cutile_diag.loop.errors import LoopError
     from cutile_diag.loop.manual import record_manual
     r = started_with_capture
-    f = repo / "vector_add.py"
+    f = r.s.worktree / "vector_add.py"
     good = f.read_text()
     broken = good.replace("tile=ta + tb)", "tile=ta + tb[None, :])", 1)
     f.write_text(broken)
@@ -178,6 +178,7 @@ def test_record_checks_the_edit_before_measuring(started_with_capture, repo):
     assert "still in the loop's worktree" in e.value.hint
     assert len(r.backend.calls) == calls                 # nothing verified or timed
     assert f.read_text() == broken and len(r.led.iterations) == 1 and r.led.pending() is None
+    assert untouched(repo, r)
     f.write_text(good + "# just a comment\n")
     with pytest.raises(LoopError, match="no-op edit"):
         record_manual(r.s, r.led, r.backend)
