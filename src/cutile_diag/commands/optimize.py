@@ -48,6 +48,9 @@ def register(sub) -> None:
     m.add_argument("--configs", help="comma-separated subset of the workload's configurations")
     m.add_argument("--rep-ms", type=float, help="timed budget per measurement (ms; workload backend)")
     m.add_argument("--warmup-ms", type=float, help="warm-up budget per measurement (ms; workload backend)")
+    m.add_argument("--no-batch", action="store_true",
+                   help="time every launch on its own (default: kernels under 0.5 ms are timed in CUDA-graph "
+                        "batches; workload backend)")
     m.add_argument("--device", type=int, help="CUDA device index for the workload backend")
     lp = p.add_argument_group("loop")
     lp.add_argument("--max-iterations", type=int, default=None, help="stop after N iterations (1..25, default 25)")
@@ -152,6 +155,8 @@ def _run(args) -> int:
         from ..loop.locate import parse_ref
         kpath, _ = parse_ref(args.kernel)
         bench_opts = {k: v for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
+        if args.no_batch:
+            bench_opts["batch"] = None
         spec = backend_spec(workload=args.workload, workload_args=args.workload_arg, test_cmd=args.test_cmd,
                             bench_cmd=args.bench_cmd, simulate=args.simulate,
                             configs=[c.strip() for c in args.configs.split(",")] if args.configs else None,
