@@ -3,6 +3,7 @@ mislead, no noise-level keeps under --continue, options that do not leak into --
 rows named after what ran, crash rows that do not claim PASS."""
 import json
 import sys
+import time
 
 import pytest
 
@@ -212,3 +213,21 @@ def test_a_row_names_the_transform_that_ran_not_the_entry_title(repo):
     from looptools import FakeResult
     cands = [Candidate(None, FakeResult("kernel_hints", "", f"occupancy={o}"), {"occupancy": o}) for o in (1, 2)]
     assert row_label("C", "kernel_hints", "kernel_hints", cands) == "C kernel_hints: occupancy sweep (2 settings)"
+
+
+def test_a_step_that_cannot_fit_the_budget_stops_the_loop_instead_of_crashing(repo):
+    """One run takes 0.4 s; a comparison needs two; the budget is 0.65 s: no iteration is started
+    (nothing is tried, nothing recorded as a crash) and the stop says what budget it needs."""
+    ts = {"fast": FakeTransform("fast", "A")}
+    r = make_loop(repo, {"effects": {"fast": 0.8}}, recs=[rec("A", "fast")], transforms=ts, rounds=1,
+                  iteration_budget_s=0.65)
+    real = r.backend.measure
+
+    def slow(versions, ws, deadline, rounds):
+        time.sleep(0.4 * len(versions) * rounds)
+        return real(versions, ws, deadline, rounds)
+    r.backend.measure = slow
+    res = r.start()
+    assert res.stop_rule == "budget" and "raise it with --budget" in res.stop_reason
+    assert len(r.led.iterations) == 1 and not [b for b in r.led.of_type("begin") if b["iteration"] == 1]
+    assert dirty(r.s.worktree) == [] and untouched(repo, r)
