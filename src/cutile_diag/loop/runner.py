@@ -18,8 +18,11 @@ never written.
 
 A parameter sweep (occupancy, tile sizes, latency values) is one iteration: every point is
 verified and screened against ``A`` in one interleaved round, and the fastest goes on to
-the full comparison.  Every iteration runs under a time budget (default 10 min); a hang is
-killed and recorded as a crash.  Any exception leaves the tree on ``A``'s commit with a
+the full comparison; if it loses there, the next point that screened faster than ``A`` is
+confirmed while time remains.  Every iteration runs under a time budget (default 10 min),
+planned ahead (``loop.budget``, from what the baseline's check and runs cost): points that do
+not fit are ``skipped (budget)``, and a step that cannot fit at all stops the loop (rule
+``budget``) instead of crashing; a hang is killed and recorded as a crash.  Any exception leaves the tree on ``A``'s commit with a
 ``crash`` row; a process that dies outright leaves a ``begin`` record (the candidates are
 saved before it is written) that ``--resume`` turns into a crash row (``loop.recover``).
 """
