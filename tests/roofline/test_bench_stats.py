@@ -157,8 +157,12 @@ def test_short_kernels_are_timed_in_batches_with_the_flush_accounted_for():
     assert plan_batch(1e-5, opts) == opts.max_batch
     be = Batching(est_ms=0.02, samples=[0.02])
     m = measure(lambda: None, opts, backend=be)
-    # 100 ms of kernel time at 100 launches of 0.02 ms per sample: 50 samples
-    assert ("batch", 100) in be.calls and ("time", 50) in be.calls
+    # 100 launches of 0.02 ms per sample; 100 ms of kernel time would be 50 samples, but the launch cap
+    # (max_rep 1000) holds: 10 samples
+    assert ("batch", 100) in be.calls and ("time", 10) in be.calls
+    m = measure(lambda: None, BenchOptions(warmup_ms=10, rep_ms=10, min_rep=3, max_rep=1000, batch_sample_ms=2.0),
+                backend=be)
+    assert ("time", 5) in be.calls                         # here the kernel-time budget is the smaller
     assert m.observed["timer"] == {"batch": 100, "overhead_ms": 0.004, "flush_ms_per_launch": 0.03}
 
     class NoGraph(Batching):

@@ -57,7 +57,7 @@ class BenchOptions:
     cuda_graph: bool = False          # replay a captured graph instead of eager launches
     batch: int | str | None = "auto"  # launches per sample: "auto" (short kernels), an int, or None (1)
     batch_below_ms: float = 0.5       # "auto" batches kernels faster than this
-    batch_sample_ms: float = 2.0      # "auto": launches per sample to reach this much kernel time
+    batch_sample_ms: float = 1.0      # "auto": launches per sample to reach this much kernel time
     max_batch: int = 256
     sleep: bool = True                # hide host enqueue latency behind a GPU spin
     sample_clocks: bool = True        # NVML SM-clock sampling during the timed phase
@@ -152,8 +152,10 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
                 timer["batch_fallback"] = why_not       # not graph-capturable: eager launches, said so
             else:
                 timer["batch"] = k
-                # the same kernel-time budget, now spent k launches per sample
-                n_rep = max(opts.min_rep, min(opts.max_rep, int(math.ceil(opts.rep_ms / (k * max(est, 1e-6))))))
+                # the same budgets, now spent k launches per sample: rep_ms of kernel time, at most
+                # max_rep launches (each launch also costs a flush, twice: in the batch and alone)
+                n_rep = max(opts.min_rep, min(int(math.ceil(opts.max_rep / k)),
+                                              int(math.ceil(opts.rep_ms / (k * max(est, 1e-6))))))
         if hasattr(backend, "timer_overhead_ms"):
             timer["overhead_ms"] = backend.timer_overhead_ms()
         if n_warmup:
