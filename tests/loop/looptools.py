@@ -119,7 +119,7 @@ def make_loop(repo: Path, spec: dict | None = None, *, recs=None, transforms=Non
     from cutile_diag.loop.runner import LoopOptions, Runner
     from cutile_diag.loop.setup import create_session
     backend = SimulatedBackend({**SPEC, **(spec or {})})
-    options = LoopOptions(capture=False, **{"rounds": 3, **opts})
+    options = LoopOptions(**{"capture": False, "rounds": 3, **opts})
     before = checkout_state(repo)
     s, led = create_session(ref or f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
                             options=options.to_json(), branch=branch)

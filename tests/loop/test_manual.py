@@ -150,3 +150,38 @@ def test_next_says_why_an_automatic_entry_is_manual_here(repo):
     text = "\n".join(ns.recipe)
     assert "already autotuned (exhaustive_search in tuned()" in text and "widen the search space" in text
     assert "loop record --entry C" in ns.command
+
+
+@pytest.fixture
+def started_with_capture(repo):
+    """A loop whose baseline was captured ahead of time (real cuTile AOT of the example kernel)."""
+    r = make_loop(repo, SPEC, capture=True)
+    r.baseline()
+    assert r.capture_off_reason is None
+    return r
+
+
+def test_record_checks_the_edit_before_measuring(started_with_capture, repo):
+    """A broken edit fails with the compiler's message, nothing timed, the edit left in the tree;
+    an edit that leaves the IR unchanged is reported as a no-op."""
+    from cutile_diag.loop.errors import LoopError
+    from cutile_diag.loop.manual import record_manual
+    r = started_with_capture
+    f = r.s.worktree / "vector_add.py"
+    good = f.read_text()
+    broken = good.replace("tile=ta + tb)", "tile=ta + tb[None, :])", 1)
+    f.write_text(broken)
+    calls = len(r.backend.calls)
+    with pytest.raises(LoopError, match="does not compile") as e:
+        record_manual(r.s, r.led, r.backend, note="broken")
+    assert "rank" in str(e.value)                       # the compiler's own message
+    assert "still in the loop's worktree" in e.value.hint
+    assert len(r.backend.calls) == calls                 # nothing verified or timed
+    assert f.read_text() == broken and len(r.led.iterations) == 1 and r.led.pending() is None
+    assert untouched(repo, r)
+    f.write_text(good + "# just a comment\n")
+    with pytest.raises(LoopError, match="no-op edit"):
+        record_manual(r.s, r.led, r.backend)
+    assert len(r.backend.calls) == calls and len(r.led.iterations) == 1
+    rec_ = record_manual(r.s, r.led, r.backend, allow_noop=True, note="comment")
+    assert rec_["ir_diff"]["equivalent"] is True and rec_["iteration"] == 1

@@ -100,7 +100,8 @@ def test_measure_follows_the_budget_and_summarises():
     assert be.calls[-1] == "teardown"
     assert m.stats.nrep == 20 and m.n_warmup == 5 and m.estimate_ms == 2.0
     assert m.stats.median == pytest.approx(2.0) and m.stats.peak_mem_mb == 42
-    assert m.observed == {"sm_clock_mhz": {"median": 1980}}
+    # a 2 ms kernel is not batched; the timer says so
+    assert m.observed == {"sm_clock_mhz": {"median": 1980}, "timer": {"batch": 1}}
     assert order == ["poison", "obs-start", "obs-stop"]
     assert ran == [1]                      # setup's single priming call
     assert m.to_json()["stats"] == m.stats.record()
@@ -134,3 +135,40 @@ def test_options_roundtrip():
     o = BenchOptions(warmup_ms=3, cuda_graph=True)
     assert BenchOptions.from_json(o.to_json()) == o
     assert BenchOptions.from_json({"rep_ms": 7, "bogus": 1}).rep_ms == 7
+
+
+def test_short_kernels_are_timed_in_batches_with_the_flush_accounted_for():
+    from cutile_diag.bench.timing import plan_batch
+
+    class Batching(FakeBackend):
+        def batch(self, k):
+            self.calls.append(("batch", k))
+            return None
+
+        def timer_overhead_ms(self):
+            return 0.004
+
+        def timer_info(self):
+            return {"flush_ms_per_launch": 0.03}
+
+    opts = BenchOptions(warmup_ms=10, rep_ms=100, min_rep=3, max_rep=1000, batch_sample_ms=2.0)
+    assert plan_batch(0.02, opts) == 100 and plan_batch(0.6, opts) == 1
+    assert plan_batch(0.02, BenchOptions(batch=None)) == 1 and plan_batch(1.0, BenchOptions(batch=8)) == 8
+    assert plan_batch(1e-5, opts) == opts.max_batch
+    be = Batching(est_ms=0.02, samples=[0.02])
+    m = measure(lambda: None, opts, backend=be)
+    # 100 launches of 0.02 ms per sample; 100 ms of kernel time would be 50 samples, but the launch cap
+    # (max_rep 1000) holds: 10 samples
+    assert ("batch", 100) in be.calls and ("time", 10) in be.calls
+    m = measure(lambda: None, BenchOptions(warmup_ms=10, rep_ms=10, min_rep=3, max_rep=1000, batch_sample_ms=2.0),
+                backend=be)
+    assert ("time", 5) in be.calls                         # here the kernel-time budget is the smaller
+    assert m.observed["timer"] == {"batch": 100, "overhead_ms": 0.004, "flush_ms_per_launch": 0.03}
+
+    class NoGraph(Batching):
+        def batch(self, k):
+            return "CUDA-graph capture failed: RuntimeError: sync in capture"
+    be = NoGraph(est_ms=0.02, samples=[0.02])
+    m = measure(lambda: None, opts, backend=be)
+    assert m.observed["timer"]["batch"] == 1 and "sync in capture" in m.observed["timer"]["batch_fallback"]
+    assert ("time", 1000) in be.calls                      # eager: the launch-count budget as before

@@ -22,6 +22,16 @@ Per repetition on the GPU: write a flush buffer of at least 2x L2 (default max(2
 kernel), record the start event, run ``fn``, record the end event.  Event time therefore
 covers the kernel(s) and nothing else on the stream; launch gaps inside ``fn`` (several
 kernels) are included, as in TileGym's CUDA-event method.
+
+Short kernels (``batch="auto"``: one call under ``batch_below_ms``) are timed in batches:
+one sample is the replay of a CUDA graph holding ``k`` x (L2 flush, ``fn``), so one event
+pair spans ``k`` launches (at least ``batch_sample_ms`` of GPU time) and the timer's own
+resolution and overhead (a few µs per event pair) no longer dominate a 20 µs kernel.  The
+flush stays honest: every launch in the batch starts from a cold L2, and a second graph of
+``k`` flushes alone is timed next to it, so a sample is ``(T(batch) - median T(flushes)) / k``
+— per-launch kernel time, flush accounted for.  A workload that cannot be captured in a graph
+falls back to eager launches, said so in ``observed["timer"]``; so is the batch size, the
+flush time per launch and the timer's overhead (an empty event pair, measured).
 """
 from __future__ import annotations
 
@@ -45,6 +55,10 @@ class BenchOptions:
     flush_l2: bool = True
     flush_bytes: int | None = None    # None -> max(2 x L2, 256 MiB)
     cuda_graph: bool = False          # replay a captured graph instead of eager launches
+    batch: int | str | None = "auto"  # launches per sample: "auto" (short kernels), an int, or None (1)
+    batch_below_ms: float = 0.5       # "auto" batches kernels faster than this
+    batch_sample_ms: float = 1.0      # "auto": launches per sample to reach this much kernel time
+    max_batch: int = 256
     sleep: bool = True                # hide host enqueue latency behind a GPU spin
     sample_clocks: bool = True        # NVML SM-clock sampling during the timed phase
 
@@ -56,6 +70,18 @@ class BenchOptions:
         d = dict(d or {})
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+
+def plan_batch(estimate_ms: float, opts: BenchOptions) -> int:
+    """Launches per sample: 1 unless batching is asked for or the kernel is short."""
+    if opts.batch in (None, 0, 1, False):
+        return 1
+    if opts.batch != "auto":
+        return max(1, min(int(opts.batch), opts.max_batch))
+    est = max(float(estimate_ms), 1e-6)
+    if est >= opts.batch_below_ms:
+        return 1
+    return max(1, min(opts.max_batch, int(math.ceil(opts.batch_sample_ms / est))))
 
 
 def plan_reps(estimate_ms: float, opts: BenchOptions) -> tuple[int, int]:
@@ -74,7 +100,7 @@ class TimerBackend(Protocol):
     def setup(self, fn: Callable[[], Any], opts: BenchOptions) -> None: ...
     def run(self, n: int) -> None: ...                    # n untimed calls, then synchronize
     def estimate(self, n: int) -> tuple[float, float]: ...  # (device ms per call, host enqueue ms per call)
-    def time_reps(self, n: int) -> list[float]: ...       # n cold-cache timed repetitions (ms)
+    def time_reps(self, n: int) -> list[float]: ...       # n cold-cache timed repetitions (ms per launch)
     def reset_peak_memory(self) -> None: ...
     def peak_memory_mb(self) -> int: ...
     def teardown(self) -> None: ...
@@ -118,6 +144,20 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
     try:
         est, host = backend.estimate(max(1, opts.initial_rep))
         n_warmup, n_rep = plan_reps(est, opts)
+        timer: dict[str, Any] = {"batch": 1}
+        k = plan_batch(est, opts)
+        if k > 1 and hasattr(backend, "batch"):
+            why_not = backend.batch(k)
+            if why_not:
+                timer["batch_fallback"] = why_not       # not graph-capturable: eager launches, said so
+            else:
+                timer["batch"] = k
+                # the same budgets, now spent k launches per sample: rep_ms of kernel time, at most
+                # max_rep launches (each launch also costs a flush, twice: in the batch and alone)
+                n_rep = max(opts.min_rep, min(int(math.ceil(opts.max_rep / k)),
+                                              int(math.ceil(opts.rep_ms / (k * max(est, 1e-6))))))
+        if hasattr(backend, "timer_overhead_ms"):
+            timer["overhead_ms"] = backend.timer_overhead_ms()
         if n_warmup:
             backend.run(n_warmup)
         if before_timed is not None:
@@ -128,9 +168,11 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
         try:
             samples = backend.time_reps(n_rep)
         finally:
-            observed = {}
+            observed: dict[str, Any] = {}
             for o in observers:
                 observed.update(o.stop())
+        timer.update(getattr(backend, "timer_info", lambda: {})())
+        observed["timer"] = timer
         stats = summarize(samples, backend.peak_memory_mb())
         return Measurement(stats=stats, samples_ms=list(samples), n_warmup=n_warmup, estimate_ms=est,
                            host_enqueue_ms=host, first_call_s=first_call_s, backend=backend.name,
@@ -213,8 +255,73 @@ class CudaEventBackend:
             self.sleep_cycles = int(sleep_ms * 1e-3 * self._clock_mhz * 1e6)
         return dev_ms, host_ms
 
+    def timer_overhead_ms(self, n: int = 50) -> float:
+        """Median elapsed time of an event pair around nothing: what the timer itself adds to a sample."""
+        import torch
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        torch.cuda.synchronize(self.device)
+        for s, e in pairs:
+            s.record()
+            e.record()
+        torch.cuda.synchronize(self.device)
+        xs = sorted(s.elapsed_time(e) for s, e in pairs)
+        return xs[len(xs) // 2]
+
+    def batch(self, k: int) -> str | None:
+        """Capture ``k`` x (flush, fn) and ``k`` x flush into two CUDA graphs; ``time_reps`` then
+        returns per-launch times.  The reason when ``fn`` cannot be captured (None on success)."""
+        import torch
+        try:
+            s = torch.cuda.Stream(self.device)
+            s.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(s):          # lazy state and the allocator, warmed off the graph
+                self.fn()
+            torch.cuda.current_stream(self.device).wait_stream(s)
+            work, flush = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(work):
+                for _ in range(k):
+                    if self.flush_buf is not None:
+                        self.flush_buf.zero_()
+                    self.fn()
+            with torch.cuda.graph(flush):
+                for _ in range(k):
+                    if self.flush_buf is not None:
+                        self.flush_buf.zero_()
+            work.replay()                        # the first replay uploads the graph: not a sample
+            flush.replay()
+            torch.cuda.synchronize(self.device)
+        except Exception as e:
+            torch.cuda.synchronize(self.device)
+            return f"CUDA-graph capture failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        self._batch = (k, work, flush)
+        return None
+
+    def timer_info(self) -> dict:
+        return dict(getattr(self, "_batch_info", {}))
+
+    def _time_batched(self, n):
+        import torch
+        k, work, flush = self._batch
+        ev = lambda: torch.cuda.Event(enable_timing=True)
+        pairs = [(ev(), ev(), ev(), ev()) for _ in range(n)]
+        torch.cuda.synchronize(self.device)
+        for s1, e1, s2, e2 in pairs:
+            s1.record()
+            work.replay()
+            e1.record()
+            s2.record()
+            flush.replay()
+            e2.record()
+        torch.cuda.synchronize(self.device)
+        flushes = sorted(s2.elapsed_time(e2) for _, _, s2, e2 in pairs)
+        f = flushes[len(flushes) // 2]
+        self._batch_info = {"flush_ms_per_launch": f / k}
+        return [max(0.0, s1.elapsed_time(e1) - f) / k for s1, e1, _, _ in pairs]
+
     def time_reps(self, n):
         import torch
+        if getattr(self, "_batch", None):
+            return self._time_batched(n)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         torch.cuda.synchronize(self.device)
@@ -242,6 +349,7 @@ class CudaEventBackend:
 
     def teardown(self):
         self.flush_buf = None
+        self._batch = None
 
 
 class CudaGraphBackend(CudaEventBackend):

@@ -24,6 +24,8 @@ def register(sub) -> None:
     r.add_argument("--budget", type=float, help="time budget in seconds (default: the loop's)")
     r.add_argument("--rounds", type=int, help="interleaved measurement rounds (default: the loop's)")
     r.add_argument("--max-iterations", type=int, help="the loop's iteration cap (1..25; default: the loop's)")
+    r.add_argument("--allow-noop", action="store_true",
+                   help="measure an edit that leaves the kernel's IR unchanged (refused by default)")
     common.append(r)
     st = ls.add_parser("status", help="the table, the kept commit, pending work and what to do next")
     common.append(st)
@@ -90,7 +92,7 @@ def _run_record(args) -> int:
     from ..loop import api
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
     rec = api.record(_ref(args), entry=args.entry, note=args.note, budget=args.budget, rounds=args.rounds,
-                     max_iterations=args.max_iterations, echo=echo)
+                     max_iterations=args.max_iterations, allow_noop=args.allow_noop, echo=echo)
     if args.json:
         print_json(rec)
         return 0

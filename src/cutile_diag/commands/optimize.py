@@ -46,6 +46,9 @@ def register(sub) -> None:
     m.add_argument("--configs", help="comma-separated subset of the workload's configurations")
     m.add_argument("--rep-ms", type=float, help="timed budget per measurement (ms; workload backend)")
     m.add_argument("--warmup-ms", type=float, help="warm-up budget per measurement (ms; workload backend)")
+    m.add_argument("--no-batch", action="store_true",
+                   help="time every launch on its own (default: kernels under 0.5 ms are timed in CUDA-graph "
+                        "batches; workload backend)")
     m.add_argument("--device", type=int, help="CUDA device index for the workload backend")
     lp = p.add_argument_group("loop")
     lp.add_argument("--max-iterations", type=int, default=None, help="stop after N iterations (1..25, default 25)")
@@ -100,7 +103,7 @@ def request(args):
     m = Measurement(workload=args.workload, workload_args=args.workload_arg, test_cmd=args.test_cmd,
                     bench_cmd=args.bench_cmd, framework=args.framework, direction=args.direction,
                     simulate=args.simulate, configs=[c.strip() for c in args.configs.split(",")] if args.configs
-                    else None, rep_ms=args.rep_ms, warmup_ms=args.warmup_ms, device=args.device, flops=args.flops,
+                    else None, rep_ms=args.rep_ms, warmup_ms=args.warmup_ms, batch=not args.no_batch, device=args.device, flops=args.flops,
                     bytes=args.bytes, unit=args.unit, roof_device=args.roof_device)
     return OptimizeRequest(kernel=args.kernel, measurement=m, options=over, resume=args.resume, out=args.out,
                            branch=args.branch, wrappers=args.wrapper)

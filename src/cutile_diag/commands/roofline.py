@@ -78,6 +78,9 @@ def register(subparsers) -> None:
     p.add_argument("--rep-ms", metavar="MS", help="timed budget per configuration (ms)")
     p.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (tiny kernels)")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions (warm cache)")
+    p.add_argument("--no-batch", action="store_true",
+                   help="one event pair per launch, also for short kernels (default: kernels under 0.5 ms are "
+                        "timed in CUDA-graph batches, flush subtracted)")
     p.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="argument for the workload's constructor, e.g. source=variant.py")
     p.set_defaults(func=run)
@@ -241,7 +244,8 @@ def _run_workload(args: argparse.Namespace, form: str) -> int:
             raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
         if dev.kind != "live":
             raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
-    opts = BenchOptions(flush_l2=not args.no_flush, cuda_graph=args.cuda_graph)
+    opts = BenchOptions(flush_l2=not args.no_flush, cuda_graph=args.cuda_graph,
+                        **({"batch": None} if args.no_batch else {}))
     if warmup_ms is not None:
         opts.warmup_ms = warmup_ms
     if rep_ms is not None:

@@ -33,6 +33,7 @@ class Measurement:
     configs: list[str] | None = None
     rep_ms: float | None = None
     warmup_ms: float | None = None
+    batch: bool = True                                         # CUDA-graph batches for short kernels
     device: int | None = None
     flops: list[str] = field(default_factory=list)            # CONFIG=N (command backend)
     bytes: list[str] = field(default_factory=list)
@@ -91,6 +92,8 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
         state = find_state_dir(req.kernel, req.out)
         s, led = load_session(state)
         opts = _options(req, s.options)
+        if s.options.get("keep_going") and not opts.keep_going:
+            say("note: --continue applied to the earlier run only; give it again to go on past small steps")
         # new --test-cmd/--bench-cmd (a fix after a failed baseline) replace the stored ones, on the record
         new = resumed_backend(s.backend, workload=m.workload, simulate=m.simulate, test_cmd=m.test_cmd,
                               bench_cmd=m.bench_cmd, counts=m.counts())
@@ -114,12 +117,19 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
         from .locate import parse_ref
         kpath, _ = parse_ref(req.kernel)
         bench_opts = {k: v for k, v in (("rep_ms", m.rep_ms), ("warmup_ms", m.warmup_ms)) if v is not None}
+        if not m.batch:
+            bench_opts["batch"] = None
         spec = backend_spec(workload=m.workload, workload_args=m.workload_args, test_cmd=m.test_cmd,
                             bench_cmd=m.bench_cmd, simulate=m.simulate, configs=m.configs, kernel_file=kpath,
                             framework=m.framework, direction=m.direction, bench_options=bench_opts,
                             device=m.device, counts=m.counts())
         check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
         opts = _options(req)
+        # decide with this machine's calibrated noise floor (cutile-diag calibrate), when there is one
+        # (the backend built here only names the machine and what it measures; it starts nothing)
+        from .calibrate import noise_floor_for
+        opts.noise_floor, opts.noise_source = noise_floor_for(make_backend(spec))
+        say(f"noise floor {opts.noise_floor * 100:.2f}% per measurement: {opts.noise_source}")
         s, led = create_session(req.kernel, backend=spec, options=opts.to_json(), out=req.out, branch=req.branch,
                                 wrappers=req.wrappers, capture={"enabled": opts.capture, "archs": opts.archs,
                                                                 "args": opts.capture_args}, echo=echo)
@@ -193,7 +203,8 @@ def next_step(ref: LoopRef, *, entry: str | None = None):
 
 
 def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None, budget: float | None = None,
-           rounds: int | None = None, max_iterations: int | None = None, echo: Echo = None) -> dict:
+           rounds: int | None = None, max_iterations: int | None = None, allow_noop: bool = False,
+           echo: Echo = None) -> dict:
     """Verify, measure, decide and record the edit in the loop's worktree."""
     from .backends import closing
     from .factory import make_backend
@@ -203,7 +214,8 @@ def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None, b
     opts = LoopOptions.from_json(s.options, iteration_budget_s=budget, rounds=rounds, max_iterations=max_iterations)
     backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
     with closing(backend):
-        rec = record_manual(s, led, backend, entry=entry, note=note, options=opts, echo=echo)
+        rec = record_manual(s, led, backend, entry=entry, note=note, options=opts, echo=echo,
+                            allow_noop=allow_noop)
     return {**rec, "table": str(led.table_path)}
 
 

@@ -82,3 +82,19 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                 return Choice(rec, t, cands), manual, skipped
             skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
     return None, manual, skipped
+
+
+def row_label(entry: str, planned: str, ran: str, cands: Sequence[Candidate]) -> str:
+    """What a row says it ran: the transform that really ran (an entry's alternative is named as
+    such, never under the entry's own title) and, for a sweep, the parameters it varies."""
+    who = f"{entry} {ran}" if ran == planned or not planned else f"{entry} {ran} (in place of {planned})"
+    if len(cands) == 1:
+        return f"{who}: {cands[0].result.description}"
+    varied = sorted({k for c in cands for k, v in c.params.items()
+                     if any(o.params.get(k) != v for o in cands)}) or ["settings"]
+    return f"{who}: {'/'.join(varied)} sweep ({len(cands)} settings)"
+
+
+def sweep_prefix(label: str) -> str:
+    """The part of a sweep's label before the swept parameters (the chosen point's row reuses it)."""
+    return label.rsplit(": ", 1)[0] if " sweep (" in label else label

@@ -9,6 +9,8 @@ cumulatively > 2 % slower than iteration 0 on a config  revert (no creeping loss
 improvement >= 5 % (significant)                        keep: the new baseline
 2 % <= improvement < 5 % (significant)                  keep, lower the entry's priority
 improvement < 2 %, or not significant                   keep, then stop unless asked to go on
+going on (--continue): the 95 % CI includes 1, or the  revert: noise-level edits do not pile up
+gain is below 0.5 %                                     (the CI alone keeps 1 in 40 no-change edits)
 correctness FAIL / forbidden files / above the roof     revert
 the candidate crashed or hung                           crash (reverted)
 =====================================================  ======================================
@@ -28,6 +30,7 @@ from .stats import Comparison
 KEEP_BASELINE_PCT = 5.0
 KEEP_DEMOTE_PCT = 2.0
 REGRESSION_PCT = 2.0
+MIN_KEEP_PCT = 0.5            # going on (--continue), a kept step must gain at least this much
 MAX_ITERATIONS = 25
 NON_IMPROVING_LIMIT = 2
 
@@ -59,6 +62,9 @@ RULES = {
     "keep-baseline": f"improvement >= {KEEP_BASELINE_PCT:g} %: keep as the new baseline",
     "keep-demote": f"{KEEP_DEMOTE_PCT:g}-{KEEP_BASELINE_PCT:g} % improvement: keep, lower the entry's priority",
     "keep-stop": f"improvement < {KEEP_DEMOTE_PCT:g} % (or not significant): keep, stop unless asked to go on",
+    "insignificant": f"going on past a small step (--continue): the 95 % CI includes no change, or the gain is "
+                     f"below {MIN_KEEP_PCT:g} %: revert",
+    "budget": "the iteration budget cannot fit one comparison",
     "regression": f"a configuration regressed by more than {REGRESSION_PCT:g} %: revert",
     "cumulative-regression": f"a configuration is more than {REGRESSION_PCT:g} % slower than iteration 0: revert",
     "correctness": "correctness failed: revert immediately",
@@ -72,11 +78,14 @@ RULES = {
 
 
 def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
-           thresholds: Thresholds | None = None) -> Decision:
+           thresholds: Thresholds | None = None, keep_going: bool = False) -> Decision:
     """Keep or revert a measured, correct candidate.
 
     ``cumulative``: per configuration, the kept versions' product of ratios against
     iteration 0 (1.0 at the start), to catch slow creep through neutral keeps.
+    ``keep_going``: the loop goes on past a small step (``--continue``); a step that is not
+    distinguishable from no change is then reverted instead of kept — otherwise edits that
+    gain nothing (``num_ctas=2`` on a memory-bound kernel at -0.0 %) accumulate in the kernel.
     """
     th = thresholds or Thresholds()
     regressions = []
@@ -111,6 +120,10 @@ def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
     if sig and imp >= th.keep_demote_pct:
         return Decision("keep", "keep-demote", f"{imp:.1f}% faster ({ci}): kept, entry demoted", improved=True,
                         demote=True, improvement_pct=imp)
+    if keep_going and (not sig or imp < MIN_KEEP_PCT):
+        why = "includes no change" if not sig else f"gains less than {MIN_KEEP_PCT:g}%"
+        return Decision("revert", "insignificant", f"{imp:+.2f}% ({ci}) {why}: reverted, so noise-level edits "
+                        "do not pile up while the loop goes on", improvement_pct=imp, demote=True)
     why = f"{imp:+.1f}% ({ci})" + ("" if sig or imp < th.keep_demote_pct else ", not significant")
     return Decision("keep", "keep-stop", f"{why}: below {th.keep_demote_pct:g}%, kept; the loop stops unless "
                     "asked to go on", stop=True, improvement_pct=imp, demote=True)

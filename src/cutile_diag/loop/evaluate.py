@@ -9,13 +9,15 @@ The same path serves automatic steps and ``loop record``.
 """
 from __future__ import annotations
 
+import time
 import traceback
 from typing import Any, Sequence
 
+from . import budget as budget_mod
 from . import decide as decide_mod
 from . import proc, stats
 from .backends import CorrectnessFailure, Version
-from .choose import Candidate
+from .choose import Candidate, sweep_prefix
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
 from .evidence import changed_outside_kernel, diff_line, uncredit
 from .integrations import ir_diff
@@ -24,9 +26,20 @@ from .recover import save_candidates, save_files
 
 
 class Evaluation:
-    def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str) -> dict:
-        """Verify, measure, decide, commit or revert, record — for automatic and manual steps."""
+    def costs(self) -> budget_mod.Costs:
+        return budget_mod.costs_from_ledger(self.led.iterations)
+
+    def plan(self, n_points: int) -> budget_mod.Plan:
+        return budget_mod.plan(n_points, self.costs(), self.opt.iteration_budget_s, rounds=self.opt.rounds,
+                               screen_rounds=self.opt.screen_rounds)
+
+    def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
+                 plan: budget_mod.Plan | None = None) -> dict:
+        """Verify, measure, decide, commit or revert, record — for automatic and manual steps.
+        A sweep's screened winner that loses its confirmation is dropped and the next-best
+        screened point is confirmed, while the budget lasts (a screening round can mislead)."""
         idir = self.s.iteration_dir(n)
+        plan = plan or self.plan(len(cands))
         # saved before anything can fail, so that what recover() promises exists
         saved = save_candidates(idir, a.files, [c.version.files for c in cands])
         # the candidates go into the begin record: after a hard kill, recover() marks them tried so
@@ -39,70 +52,44 @@ class Evaluation:
                                   "latency_ms": None, "correctness": "FAIL", "status": "revert",
                                   "entry": meta.get("entry"), "diagnosis": meta.get("diagnosis"),
                                   "base_commit": a.commit, "base_digest": a.digest, "applied": list(a.applied),
-                                  "change": {"tried": meta.get("tried", [])},
+                                  "change": {"tried": meta.get("tried", [])}, "plan": plan.to_json(),
                                   "commits": {"base": a.commit, "candidate": None, "kept": a.commit}}
+        for note in plan.notes:
+            self.echo(f"  budget: {note}")
         hctx = {"iteration": n, "runner": self, "record": record, "baseline": a}
+        self._verified: dict[str, Any] = {}
         try:
             self._hook("before_apply", hctx)
-            b, sweep_info = self._select(n, a, cands, deadline, record, hctx)
-            if b is None:
+            ranked, sweep_info = self._select(n, a, cands, deadline, record, hctx, plan)
+            if not ranked:
                 self.echo(f"  {record['decision']['reason'][:200]} -> {record['status']}")
                 return self._finish(record, deadline, a, keep=None)
-            record["digest"] = b.version.digest
-            record["applied"] = list(b.version.applied)
-            record["optimization"] = _short(label if len(cands) == 1 else
-                                            f"{label.split(' sweep')[0]}: {b.result.description}")
-            record["change"].update(self._change_info(a, b, idir))
-            if sweep_info:
-                record["correctness"] = "PASS"          # the chosen point passed its verification in the sweep
-            self.ws.write(b.version.files)
-            self._guard()
-            self._hook("after_apply", hctx)
-            cap_a = self._capture(a, deadline)
-            cap_b = self._capture(b.version, deadline)
-            if cap_b is not None:
-                record["capture"] = cap_b.to_json()
-                if not cap_b.ok:
-                    record["decision"] = decide_mod.reject("compile", f"the candidate does not compile: {cap_b.error}"
-                                                           ).to_json()
-                    return self._finish(record, deadline, a, keep=None)
-                record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path)
-            else:
-                record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
-            ver = self.backend.verify(b.version, self.ws, deadline)
-            record["verification"] = ver.to_json()
-            record["correctness"] = "PASS" if ver.passed else "FAIL"
-            # what recover() reports as the correctness of an iteration killed after this point
-            self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
-            self._hook("after_verify", hctx)
-            if not ver.passed:
-                record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
-                self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
+            tried: list[tuple[Candidate, decide_mod.Decision, dict]] = []
+            for i, b in enumerate(ranked):
+                if i and not self._confirm_fits(deadline, plan):
+                    self.echo(f"  no time left to confirm the next screened setting ({b.result.description})")
+                    break
+                if i:
+                    self.echo(f"  the screened winner lost its confirmation; confirming the next: "
+                              f"{_short(b.result.description, 60)}")
+                    self._restore_tree(a)
+                    record = self._next_record(record)
+                    hctx["record"] = record
+                d = self._confirm(n, a, b, deadline, record, hctx, plan, label, sweep_info, idir)
+                tried.append((b, d, record))
+                if d is None or d.improved or not sweep_info:
+                    break
+            b, d, record = _best_confirmation(tried)
+            if len(tried) > 1:
+                record["confirmations"] = [{"label": c.version.label, "params": c.params,
+                                            "status": dd.status if dd else r["status"],
+                                            "rule": dd.rule if dd else r["decision"]["rule"],
+                                            "ratio": (r.get("comparison") or {}).get("ratio")} for c, dd, r in tried]
+                for r in record.get("sweep") or []:
+                    r["chosen"] = r["label"] == b.version.label
+            if d is None:           # ended before a decision (compile or correctness failure): recorded as such
                 return self._finish(record, deadline, a, keep=None)
-            runs = self.backend.measure([a, b.version], self.ws, deadline, self.opt.rounds)
-            self._hook("after_measure", hctx)
-            cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
-                                noise_floor=self.opt.noise_floor)
-            record["comparison"] = cmp.to_json()
-            record["configs"] = {c.config: {"median_ms": c.candidate_ms, "baseline_ms": c.baseline_ms,
-                                            "ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in cmp.configs}
-            record["latency_ms"] = cmp.candidate_ms
-            record["baseline_latency_ms"] = cmp.baseline_ms
-            pts, invalid, why = self._roofline(b.version, runs[b.version.label])
-            record["roofline"], record["roofline_note"] = pts, why
-            record["roofline_guard"] = self._guard_info(pts, why, runs[b.version.label])
-            if invalid:
-                d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
-            else:
-                cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
-                                                   if r["iteration"] > 0)
-                d = decide_mod.decide(cmp, cumulative=cum)
-            d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
-                a.files, b.version.files, self.s.kernel_file, self.s.function))
-            record["decision"] = d.to_json()
-            record["status"] = d.status
-            self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
-                      f"{d.status} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
+            self.ws.write(b.version.files)       # the tree may hold a later confirmation's files
             commit = self._commit(n, record, d)
             record["commits"]["candidate"] = commit
             self._hook("after_commit", hctx)
@@ -139,6 +126,83 @@ class Evaluation:
             self._restore(a)
             raise
 
+    def _confirm_fits(self, deadline: proc.Deadline, plan: budget_mod.Plan) -> bool:
+        left = deadline.remaining()
+        return left is None or self.costs().confirm_s(plan.confirm_rounds) <= left * budget_mod.MARGIN
+
+    @staticmethod
+    def _next_record(prev: dict) -> dict:
+        """A fresh record for the next confirmation: the iteration's facts stay, the candidate's go."""
+        keep = ("type", "iteration", "entry", "diagnosis", "base_commit", "base_digest", "plan", "sweep")
+        rec = {k: prev[k] for k in keep if k in prev}
+        rec.update({"optimization": prev["optimization"], "latency_ms": None, "correctness": "FAIL",
+                    "status": "revert", "applied": list(prev.get("applied") or []),
+                    "change": {"tried": prev["change"].get("tried", [])},
+                    "commits": {"base": prev["commits"]["base"], "candidate": None, "kept": prev["commits"]["base"]}})
+        return rec
+
+    def _confirm(self, n: int, a: Version, b: Candidate, deadline: proc.Deadline, record: dict, hctx: dict,
+                 plan: budget_mod.Plan, label: str, sweep_info, idir) -> decide_mod.Decision | None:
+        """Check and measure one candidate against ``a``; fills ``record``; None when it ended
+        before a decision (its record then carries the rejection)."""
+        record["digest"] = b.version.digest
+        record["applied"] = list(b.version.applied)
+        record["optimization"] = _short(label if not sweep_info else f"{sweep_prefix(label)}: {b.result.description}")
+        record["change"].update(self._change_info(a, b, idir))
+        self.ws.write(b.version.files)
+        self._guard()
+        self._hook("after_apply", hctx)
+        cap_a = self._capture(a, deadline)
+        cap_b = self._capture(b.version, deadline)
+        if cap_b is not None:
+            record["capture"] = cap_b.to_json()
+            if not cap_b.ok:
+                record["decision"] = decide_mod.reject("compile", f"the candidate does not compile: {cap_b.error}"
+                                                       ).to_json()
+                return None
+            record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path)
+        else:
+            record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
+        # a sweep point was checked in the sweep: the same files need no second check
+        ver = self._verified.get(b.version.digest) or self.backend.verify(b.version, self.ws, deadline)
+        record["verification"] = ver.to_json()
+        record["correctness"] = "PASS" if ver.passed else "FAIL"
+        # what recover() reports as the correctness of an iteration killed after this point
+        self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
+        self._hook("after_verify", hctx)
+        if not ver.passed:
+            record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
+            self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
+            return None
+        t0 = time.monotonic()
+        runs = self.backend.measure([a, b.version], self.ws, deadline, plan.confirm_rounds)
+        # later iterations plan with the slower of the baseline's and this run time
+        record["costs"] = budget_mod.Costs(run_s=(time.monotonic() - t0) / (2 * plan.confirm_rounds)).to_json()
+        self._hook("after_measure", hctx)
+        cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
+                            noise_floor=self.opt.noise_floor)
+        record["comparison"] = cmp.to_json()
+        record["configs"] = {c.config: {"median_ms": c.candidate_ms, "baseline_ms": c.baseline_ms,
+                                        "ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in cmp.configs}
+        record["latency_ms"] = cmp.candidate_ms
+        record["baseline_latency_ms"] = cmp.baseline_ms
+        pts, invalid, why = self._roofline(b.version, runs[b.version.label])
+        record["roofline"], record["roofline_note"] = pts, why
+        record["roofline_guard"] = self._guard_info(pts, why, runs[b.version.label])
+        if invalid:
+            d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
+        else:
+            cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
+                                               if r["iteration"] > 0)
+            d = decide_mod.decide(cmp, cumulative=cum, keep_going=self.opt.keep_going)
+        d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
+            a.files, b.version.files, self.s.kernel_file, self.s.function))
+        record["decision"] = d.to_json()
+        record["status"] = d.status
+        self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
+                  f"{d.status} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
+        return d
+
     @staticmethod
     def _share(deadline: proc.Deadline, parts: int) -> proc.Deadline:
         """An equal share of what is left of the budget: one hung sweep point cannot eat the others'."""
@@ -153,19 +217,23 @@ class Evaluation:
                 record["latency_ms"], record["latency_source"] = chosen["screen_ms"], "screening"
 
     def _select(self, n: int, a: Version, cands: Sequence[Candidate], deadline: proc.Deadline, record: dict,
-                hctx: dict) -> tuple[Candidate | None, list[dict] | None]:
-        """One candidate: itself.  A sweep: verify each point, screen the passing ones against A,
-        keep the fastest.  Each point runs under its share of the budget; a point that hangs,
-        crashes or lands above the roof fails on its own and the others go on."""
+                hctx: dict, plan: budget_mod.Plan) -> tuple[list[Candidate], list[dict] | None]:
+        """The candidates to confirm, best first.  One candidate: itself.  A sweep: verify each
+        planned point, screen the passing ones against A; the fastest first, then the other
+        points that screened faster than A (the fallbacks if the winner loses its confirmation).
+        Each point runs under its share of the budget; a point that hangs, crashes or lands
+        above the roof fails on its own and the others go on.  Points the plan had no time for
+        are recorded as ``skipped (budget)``."""
         if len(cands) == 1:
-            return cands[0], None
+            return [cands[0]], None
         info, passing = [], []
-        for i, c in enumerate(cands):
+        todo = [cands[i] for i in plan.screen]
+        for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
             info.append(row)
             self.ws.write(c.version.files)
             self._guard()
-            share = self._share(deadline, len(cands) - i + 1)     # + 1: what the full comparison needs
+            share = self._share(deadline, len(todo) - i + 1)     # + 1: what the full comparison needs
             cap = self._capture(c.version, share)
             if cap is not None and not cap.ok:
                 row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
@@ -179,15 +247,23 @@ class Evaluation:
             if not ver.passed:
                 row["result"], row["failure"] = "correctness FAIL", "correctness"
                 continue
+            self._verified[c.version.digest] = ver
             passing.append(c)
+        for i in plan.skipped:
+            c = cands[i]
+            info.append({"label": c.version.label, "params": c.params, "description": c.result.description,
+                         "result": budget_mod.SKIPPED, "failure": "budget"})
+        if plan.skipped:
+            self.echo("  skipped (budget): " + ", ".join(cands[i].result.description for i in plan.skipped))
         self.ws.write(a.files)
+        ranked = list(passing)
         if len(passing) > 1:
             screened = []
             for i, c in enumerate(passing):
                 row = next(r for r in info if r["label"] == c.version.label)
                 share = self._share(deadline, len(passing) - i + 1)
                 try:
-                    runs = self.backend.measure([a, c.version], self.ws, share, self.opt.screen_rounds)
+                    runs = self.backend.measure([a, c.version], self.ws, share, plan.screen_rounds)
                 except (MeasurementTimeout, CandidateCrash) as e:
                     row["result"], row["failure"] = f"crash in screening: {e.one_line()}", "crash"
                     continue
@@ -203,22 +279,23 @@ class Evaluation:
                                     noise_floor=self.opt.noise_floor)
                 row["screen_ratio"], row["screen_ms"] = cmp.ratio, cmp.candidate_ms
                 screened.append((cmp.ratio, c))
-            passing = [c for _, c in sorted(screened, key=lambda x: x[0])]
+            screened.sort(key=lambda x: x[0])
+            # the winner, then only points that screened faster than A: a slower one is no fallback
+            ranked = [c for i, (ratio, c) in enumerate(screened) if i == 0 or ratio < 1.0]
         record["sweep"] = info
-        if not passing:
+        if not ranked:
             kinds = {r.get("failure") for r in info}
-            rule = next(k for k in ("crash", "above-roof", "correctness", "compile") if k in kinds)
+            rule = next(k for k in ("crash", "above-roof", "correctness", "compile", "budget") if k in kinds)
             d = decide_mod.reject(rule, "no sweep point passed its checks: " + "; ".join(
                 f"{r['params']}: {r.get('result')}" for r in info), status="crash" if rule == "crash" else "revert")
             record["decision"], record["status"] = d.to_json(), d.status
-            # the row's correctness: every point that ran passed its checks unless one really failed them
-            record["correctness"] = "FAIL" if "correctness" in kinds or "compile" in kinds else "PASS"
-            return None, info
-        best = passing[0]
+            # a check that failed says FAIL; otherwise nothing was established ('-' in the table)
+            record["correctness"] = "FAIL" if kinds & {"correctness", "compile"} else "-"
+            return [], info
         for r in info:
-            r["chosen"] = r["label"] == best.version.label
-        self.backend.retain([a, best.version])
-        return best, info
+            r["chosen"] = r["label"] == ranked[0].version.label
+        self.backend.retain([a, *ranked])
+        return ranked, info
 
     def _guard(self) -> None:
         changed = self.git.changed_since(self._base_commit())
@@ -274,6 +351,8 @@ class Evaluation:
                 record["status"] = "revert"
         if "decision" not in record:
             record["decision"] = decide_mod.reject("crash", "internal: no decision", status="crash").to_json()
+        if record["status"] == "crash" and record.get("correctness") != "FAIL":
+            record["correctness"] = "-"      # the candidate did not finish: its correctness is not established
         record["seconds"] = round(deadline.elapsed(), 3)
         self.led.append(record)
         self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
@@ -282,3 +361,16 @@ class Evaluation:
         except Exception:
             pass
         return record
+
+
+def _best_confirmation(tried: list) -> tuple:
+    """Of the confirmed candidates ``(candidate, decision, record)``: the first that improved,
+    else the fastest kept one, else the screened winner (its rejection is the row)."""
+    for t in tried:
+        if t[1] is not None and t[1].improved:
+            return t
+    kept = [t for t in tried if t[1] is not None and t[1].status == "keep"]
+    if kept:
+        return min(kept, key=lambda t: t[2]["comparison"]["ratio"])
+    return tried[0]
+

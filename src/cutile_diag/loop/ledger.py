@@ -8,9 +8,11 @@
 that never finished (a crash or hang after a sweep's screening) — the chosen point's screening
 latency (``latency_source: "screening"`` in the ledger); ``-`` when the candidate was never
 timed at all (a correctness failure stops before measuring; a crash or an interruption before
-the first timing).  ``correctness`` is the verification's verdict: PASS only when it ran and
-passed (an interrupted iteration is PASS only if its verification finished first), FAIL
-otherwise.  ``status`` keep/revert/crash.  One row per iteration; iteration 0 is the baseline.
+the first timing).  ``correctness`` is the verification's verdict: PASS when it ran and passed,
+FAIL when a check failed, ``-`` when no check decided it (a ``crash`` row never claims PASS: the
+candidate did not finish; the ledger keeps any verification that ran).  A table made by the
+simulated backend shows ``not checked (simulated)`` instead of PASS: nothing ran on a GPU.
+``status`` keep/revert/crash.  One row per iteration; iteration 0 is the baseline.
 
 ``ledger.jsonl`` is one JSON object per line:
 
@@ -20,7 +22,10 @@ otherwise.  ``status`` keep/revert/crash.  One row per iteration; iteration 0 is
 * ``{"type": "iteration", "iteration": n, ...}`` — the row and everything behind it:
   configurations and their records, the diagnosis and evidence that chose the step, the
   change, the IR diff summary against the last kept version, the roofline points, the
-  decision and its reason, commit ids;
+  decision and its reason, commit ids; ``costs`` (seconds a check / a run / a capture took:
+  the baseline's, then any slower run, what ``loop.budget`` plans with), ``plan`` (points
+  screened and ``skipped (budget)``, confirmation rounds), ``confirmations`` (when a sweep's
+  screened winner lost its confirmation and the next point was confirmed);
 * ``{"type": "progress", "iteration": n, "step": "verified", "passed": bool}`` — the
   candidate's verification finished (what an interrupted iteration's row reports);
 * ``{"type": "backend", ...}`` — measurement commands given again on ``--resume``;
@@ -49,6 +54,9 @@ TABLE_FILE = "perf_results.md"
 LEDGER_FILE = "ledger.jsonl"
 COLUMNS = ("iteration", "optimization", "latency_ms", "correctness", "status")
 STATUSES = ("keep", "revert", "crash")
+NOT_CHECKED = "-"
+SIMULATED = "not checked (simulated)"
+CORRECTNESS = ("PASS", "FAIL", NOT_CHECKED, SIMULATED)
 SCHEMA = "cutile-diag.loop/1"
 
 
@@ -73,12 +81,26 @@ def _cell(text: Any) -> str:
     return s.replace("|", "\\|")
 
 
+def _correctness_cell(value: Any) -> str:
+    return value if value in CORRECTNESS else "FAIL"
+
+
+def row_correctness(record: dict, *, simulated: bool = False) -> str:
+    """The correctness cell of an iteration record (see the module doc)."""
+    corr = record.get("correctness")
+    if record.get("status") == "crash" and corr != "FAIL":
+        return NOT_CHECKED
+    if corr == "PASS" and simulated:
+        return SIMULATED
+    return _correctness_cell(corr)
+
+
 def render_table(rows: Iterable[dict]) -> str:
     """The Markdown table; ``rows``: dicts with the five column keys."""
     body = []
     for r in rows:
         body.append([str(int(r["iteration"])), _cell(r["optimization"]) or "-", format_latency(r.get("latency_ms")),
-                     "PASS" if r.get("correctness") == "PASS" else "FAIL", str(r["status"])])
+                     _correctness_cell(r.get("correctness")), str(r["status"])])
     widths = [max(len(c), *(len(row[i]) for row in body)) if body else len(c) for i, c in enumerate(COLUMNS)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
     out = [line(COLUMNS), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
@@ -129,8 +151,8 @@ def parse_table(text: str) -> list[dict]:
             whole, dot, frac = lat.partition(".")
             if not (dot and len(frac) == 6 and frac.isdigit() and whole.lstrip("-").isdigit()):
                 raise LedgerError(f"perf_results.md: latency {lat!r} does not have six decimals")
-        if corr not in ("PASS", "FAIL"):
-            raise LedgerError(f"perf_results.md: correctness {corr!r} is not PASS/FAIL")
+        if corr not in CORRECTNESS:
+            raise LedgerError(f"perf_results.md: correctness {corr!r} is not one of {', '.join(CORRECTNESS)}")
         if status not in STATUSES:
             raise LedgerError(f"perf_results.md: status {status!r} is not keep/revert/crash")
         rows.append({"iteration": int(it), "optimization": opt, "latency_ms": None if lat == "-" else float(lat),
@@ -256,8 +278,15 @@ class Ledger:
             return None
         return last
 
+    @property
+    def simulated(self) -> bool:
+        """Made by the simulated backend (its correctness checks are planted, not run)."""
+        return bool(self.records) and (self.setup.get("backend") or {}).get("backend") == "simulated"
+
     def rows(self) -> list[dict]:
-        return [{k: r.get(k) for k in COLUMNS} for r in self.iterations]
+        sim = self.simulated
+        return [{**{k: r.get(k) for k in COLUMNS}, "correctness": row_correctness(r, simulated=sim)}
+                for r in self.iterations]
 
     # -- writing ---------------------------------------------------------------------------
     def _flush(self) -> None:

@@ -4,8 +4,12 @@
 recipe written for *this* kernel — its function, its wrapper, its loads and stores with
 line numbers, its grid and autotune space — for edits the transforms cannot make
 (structural rewrites, a custom plan).  ``record_manual`` takes the edit that is in the loop's
-worktree (``session.worktree``: the person edits there, never in their own checkout), refuses it if anything but the kernel file and its launch wrapper changed, and runs
-the same verify → measure → decide → commit/revert → record path as the automatic loop.
+worktree (``session.worktree``: the person edits there, never in their own checkout), refuses it
+if anything but the kernel file and its launch wrapper changed, checks it before timing anything
+(``check_edit``: an AOT compile and the IR diff against the kept version, so a broken edit fails
+in seconds with the compiler's message and stays in the worktree, and an edit that leaves the IR
+unchanged is reported as a no-op), and runs the same verify → measure → decide → commit/revert →
+record path as the automatic loop.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import decide as decide_mod
+from . import proc
 from . import worktree as worktree_mod
 from .backends import Backend, Version
 from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
@@ -206,9 +211,51 @@ class _LedgerBackend:
         return self._info
 
 
+def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = False,
+               echo: Callable[[str], None] | None = None) -> dict:
+    """Compile the edited kernel ahead of time and diff its IR against the kept version, before
+    any timing.  Raises ``LoopError`` (the edit stays in the tree) when it does not compile, or
+    when only the kernel file changed and its IR did not (a no-op; ``allow_noop`` measures it)."""
+    echo = echo or (lambda _s: None)
+    if runner.capture_off_reason:
+        echo(f"edit not compiled ahead of time: capture {runner.capture_off_reason}")
+        return {"skipped": runner.capture_off_reason}
+    from .integrations import ir_diff
+    deadline = proc.Deadline(runner.opt.iteration_budget_s)
+    cap_b = runner._capture(v, deadline)
+    if cap_b is not None and not cap_b.ok:
+        raise LoopError(f"the edited kernel does not compile: {cap_b.error}",
+                        hint="nothing was measured or recorded and your edit is still in the loop's worktree: fix it and run "
+                             "`cutile-diag loop record` again")
+    cap_a = runner._capture(a, deadline)
+    diff = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b else None,
+                   entry=runner.s.kernel)
+    changed = [p for p in runner.s.allowed if a.files.get(p) != v.files.get(p)]
+    if diff.get("equivalent"):
+        if changed == [runner.s.kernel_file] and not allow_noop:
+            raise LoopError("no-op edit: the kernel's TileIR and cubin are unchanged by it (IR diff against the "
+                            "kept version: equivalent)",
+                            hint="nothing was measured or recorded; `--allow-noop` measures it anyway")
+        echo("the kernel's IR is unchanged" + (" (the launch wrapper changed: measuring)" if changed !=
+                                               [runner.s.kernel_file] else " (--allow-noop: measuring)"))
+    elif "skipped" not in diff:
+        echo(f"compiles; IR diff against the kept version: {_diff_line(diff)}")
+        for c in diff.get("changes", [])[:5]:
+            echo(f"  {c.get('kind', '')} {c.get('detail', '')}".rstrip())
+    return diff
+
+
+def _diff_line(diff: dict) -> str:
+    sm = diff.get("summary") or {}
+    kinds = ", ".join(f"{k} x{n}" for k, n in (sm.get("by_kind") or {}).items())
+    return (f"{diff.get('n_changes', 0)} change(s)" + (f" ({kinds})" if kinds else "")
+            + (f"; ops {sm['ops_before']} -> {sm['ops_after']}" if "ops_before" in sm else ""))
+
+
 def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | None = None, note: str | None = None,
-                  options: LoopOptions | None = None, echo: Callable[[str], None] | None = None) -> dict:
-    """Verify, measure, decide, commit or revert, and record the edit in the work tree."""
+                  options: LoopOptions | None = None, echo: Callable[[str], None] | None = None,
+                  allow_noop: bool = False) -> dict:
+    """Check (``check_edit``), verify, measure, decide, commit or revert, and record the edit in the work tree."""
     opt = options or LoopOptions.from_json(s.options)
     pend = led.pending()
     if pend is not None:
@@ -260,6 +307,7 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     meta = {"entry": {"id": eid, "name": name or desc, "transform": None, "automatic": False, "note": note},
             "diagnosis": (nxt[-1].get("diagnosis") if nxt else None), "tried": []}
     label = f"{eid} manual: {desc}" if eid != "manual" else f"manual: {desc}"
+    check_edit(runner, a, v, allow_noop=allow_noop, echo=echo)
     rec = runner.evaluate(n, a, [Candidate(v, res, {})], meta, label)
     # the same stop rules as the automatic loop, recorded the same way (status and --resume read them)
     chk = runner.check_stop()

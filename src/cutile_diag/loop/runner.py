@@ -20,22 +20,27 @@ never written.
 
 A parameter sweep (occupancy, tile sizes, latency values) is one iteration: every point is
 verified and screened against ``A`` in one interleaved round, and the fastest goes on to
-the full comparison.  Every iteration runs under a time budget (default 10 min); a hang is
-killed and recorded as a crash.  Any exception leaves the tree on ``A``'s commit with a
+the full comparison; if it loses there, the next point that screened faster than ``A`` is
+confirmed while time remains.  Every iteration runs under a time budget (default 10 min),
+planned ahead (``loop.budget``, from what the baseline's check and runs cost): points that do
+not fit are ``skipped (budget)``, and a step that cannot fit at all stops the loop (rule
+``budget``) instead of crashing; a hang is killed and recorded as a crash.  Any exception leaves the tree on ``A``'s commit with a
 ``crash`` row; a process that dies outright leaves a ``begin`` record (the candidates are
 saved before it is written) that ``--resume`` turns into a crash row (``loop.recover``).
 """
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from . import budget as budget_mod
 from . import decide as decide_mod
 from . import proc, stats
 from .backends import Backend, Version, Workspace
 # Candidate, Choice, transform_key: re-exported for callers of runner.*
-from .choose import Candidate, Choice, choose, transform_key  # noqa: F401
+from .choose import Candidate, Choice, choose, row_label, transform_key  # noqa: F401
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis
 from .errors import LoopError
 from .evaluate import Evaluation
@@ -65,6 +70,10 @@ class LoopOptions:
     only: list[str] = field(default_factory=list)       # playbook ids the loop may try (empty: all)
     skip: list[str] = field(default_factory=list)
     noise_floor: float = stats.DEFAULT_NOISE_FLOOR
+    noise_source: str = "default"                      # where noise_floor came from (loop.calibrate)
+
+    # given for one invocation only: a later plain --resume does not inherit them silently
+    PER_RUN = ("keep_going",)
 
     def __post_init__(self):
         if not 1 <= int(self.max_iterations) <= MAX_ITERATIONS:
@@ -82,7 +91,7 @@ class LoopOptions:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None, **over) -> "LoopOptions":
-        known = {k: v for k, v in dict(d or {}).items() if k in cls.__dataclass_fields__}
+        known = {k: v for k, v in dict(d or {}).items() if k in cls.__dataclass_fields__ and k not in cls.PER_RUN}
         known.update({k: v for k, v in over.items() if v is not None})
         return cls(**known)
 
@@ -257,17 +266,23 @@ class Runner(Evaluation):
         deadline = proc.Deadline(self.opt.iteration_budget_s)
         self.echo("iteration 0: baseline (no code change)")
         try:
+            t0 = time.monotonic()
             cap = self._capture(a, deadline)
             if cap is not None and not cap.ok:
                 self.capture_off_reason = f"the unchanged kernel does not capture: {cap.error}"
                 self.echo(f"  capture off: {cap.error} — diagnosing from the source only, no IR diffs")
             elif cap is not None:
                 self.echo(f"  capture: {cap.source or 'ok'}" + (f" ({'; '.join(cap.tried)})" if cap.tried else ""))
+            t1 = time.monotonic()
             ver = self.backend.verify(a, self.ws, deadline)
             if not ver.passed:
                 raise LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",
                                 hint="the loop needs a correct baseline; fix the kernel or the reference first")
+            t2 = time.monotonic()
             runs = self.backend.measure([a], self.ws, deadline, self.opt.rounds)[a.label]
+            # what the budget planner plans every later iteration with (the user's commands, timed)
+            costs = budget_mod.Costs(verify_s=t2 - t1, run_s=(time.monotonic() - t2) / self.opt.rounds,
+                                     capture_s=(t1 - t0) if cap is not None else 0.0)
         except Exception as e:
             # a failure is recorded; an interrupt (Ctrl-C, SIGTERM) leaves the begin pending: --resume redoes it
             self.led.append({"type": "stop", "rule": "baseline-failed",
@@ -291,6 +306,7 @@ class Runner(Evaluation):
                "roofline_note": why, "roofline_guard": guard, "classification": self._classification(pts),
                "workload_info": self.backend.workload_info(),
                "capture": cap.to_json() if cap else {"skipped": self.capture_off_reason},
+               "costs": costs.to_json(),
                "decision": decide_mod.Decision("keep", "baseline", "iteration 0: the unchanged kernel").to_json(),
                "commits": {"base": a.commit, "candidate": None, "kept": a.commit},
                "seconds": round(deadline.elapsed(), 3)}
@@ -376,9 +392,14 @@ class Runner(Evaluation):
         meta = {"entry": {"id": rec.id, "name": rec.name, "transform": choice.transform.name, "automatic": True},
                 "diagnosis": {**diag.to_json(), "chosen": rec.to_json()},
                 "tried": tried}
-        first = choice.candidates[0]
-        label = f"{rec.id} {choice.transform.name}: {first.result.description}" if not sweep else \
-            f"{rec.id} {choice.transform.name} sweep ({len(choice.candidates)} settings)"
+        if choice.transform.name != rec.transform:
+            meta["entry"]["alternative_of"] = rec.transform
+        label = row_label(rec.id, rec.transform, choice.transform.name, choice.candidates)
+        plan = self.plan(len(choice.candidates))
+        if not plan.fits:
+            raise _Stop("budget", f"one check and one comparison of {label} need about "
+                        f"{self.costs().iteration_s(1, 1):.0f} s, more than the iteration budget "
+                        f"({self.opt.iteration_budget_s:g} s): raise it with --budget")
         self.echo(f"iteration {n}: {_short(label)}")
-        return self.evaluate(n, a, choice.candidates, meta, label)
+        return self.evaluate(n, a, choice.candidates, meta, label, plan=plan)
 

@@ -83,6 +83,7 @@ class SimulatedBackend:
     def __init__(self, spec: SimSpec | Mapping[str, Any]):
         self.spec = spec if isinstance(spec, SimSpec) else SimSpec.from_json(spec)
         self.calls: list[tuple[str, str]] = []           # (op, label): what ran, for tests
+        self._sittings: dict[tuple, int] = {}             # version set -> times measured (A/A calibration)
 
     def describe(self) -> dict:
         return {"backend": self.name, "spec": self.spec.to_json()}
@@ -131,6 +132,9 @@ class SimulatedBackend:
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
         out: Runs = {v.label: {} for v in versions}
+        # the same versions measured again get new noise (a repeated sitting is not a replay)
+        key = tuple(v.digest for v in versions)
+        sitting = self._sittings[key] = self._sittings.get(key, -1) + 1
         for v in versions:
             self.calls.append(("measure", v.label))
             if self._planted("crash", v):
@@ -142,7 +146,8 @@ class SimulatedBackend:
                 check_deadline(deadline, f"measuring {v.label}")
                 for c in self.spec.configs:
                     t = self.latency(v, c)
-                    seed = int(hashlib.sha256(f"{self.spec.seed}|{v.digest}|{c}|{r}".encode()).hexdigest()[:12], 16)
+                    tag = f"{self.spec.seed}|{v.digest}|{c}|{r}" + (f"|{sitting}" if sitting else "")
+                    seed = int(hashlib.sha256(tag.encode()).hexdigest()[:12], 16)
                     rng = random.Random(seed)
                     offset = 1.0 + self.spec.run_noise * rng.gauss(0, 1)
                     xs = [max(1e-6, t * offset * (1.0 + self.spec.noise * rng.gauss(0, 1)))

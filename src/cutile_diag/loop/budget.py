@@ -1,0 +1,109 @@
+"""The iteration budget planner: what one iteration can afford, from what the baseline cost.
+
+The baseline times the user's own commands (or the workload's worker): one correctness check,
+one measurement run of one version (all configurations), and the AOT capture.  A sweep
+iteration then costs, per screened point, a capture + a check + ``screen_rounds`` x 2 runs
+(the point and the kept version, interleaved), and the confirmation ``rounds`` x 2 runs.
+When that does not fit the iteration budget the plan screens fewer points (the transform's
+first ones: its preferred order) and, if need be, confirms with fewer rounds (never under
+``MIN_CONFIRM_ROUNDS`` while there is a choice); the points left out are named and recorded as
+``skipped (budget)`` — a budget the commands cannot meet is a plan, not a crash.
+
+``plan`` is pure arithmetic (seconds in, counts out): the runner feeds it ``Costs`` and the
+time left, and re-checks the remaining time before each confirmation it adds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+MARGIN = 0.85                 # plan to use at most this share of the budget (cost estimates are rough)
+MIN_CONFIRM_ROUNDS = 2        # a between-round spread needs two rounds
+SKIPPED = "skipped (budget)"
+
+
+@dataclass
+class Costs:
+    """Seconds measured at the baseline (0 where unknown: the plan then cannot cut anything)."""
+    verify_s: float = 0.0          # one correctness check of one version
+    run_s: float = 0.0             # one measurement run of one version over every configuration
+    capture_s: float = 0.0         # one AOT capture (0 with --no-capture)
+
+    @property
+    def known(self) -> bool:
+        return self.verify_s > 0 or self.run_s > 0
+
+    def confirm_s(self, rounds: int) -> float:
+        """The full interleaved comparison of one checked candidate with the kept version."""
+        return 2 * rounds * self.run_s
+
+    def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1) -> float:
+        """Check ``points`` candidates, screen them against the kept version when there is more
+        than one, then confirm the best."""
+        screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
+        return points * (self.capture_s + self.verify_s) + screen + self.confirm_s(rounds)
+
+    def to_json(self) -> dict:
+        return {"verify_s": round(self.verify_s, 3), "run_s": round(self.run_s, 3),
+                "capture_s": round(self.capture_s, 3)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "Costs":
+        d = dict(d or {})
+        return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0))
+
+    def merge(self, other: "Costs") -> "Costs":
+        """The larger of each cost (a later, slower version must not be planned with the baseline's speed)."""
+        return Costs(max(self.verify_s, other.verify_s), max(self.run_s, other.run_s),
+                     max(self.capture_s, other.capture_s))
+
+
+@dataclass
+class Plan:
+    screen: list[int]                       # indices of the candidates to screen (in order)
+    skipped: list[int]                      # left out for time
+    screen_rounds: int
+    confirm_rounds: int
+    estimate_s: float
+    budget_s: float | None
+    fits: bool = True                       # False: not even one candidate fits
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"screen": self.screen, "skipped": self.skipped, "screen_rounds": self.screen_rounds,
+                "confirm_rounds": self.confirm_rounds, "estimate_s": round(self.estimate_s, 1),
+                "budget_s": self.budget_s, "fits": self.fits, "notes": self.notes}
+
+
+def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, screen_rounds: int = 1,
+         margin: float = MARGIN) -> Plan:
+    """How many of ``n_points`` candidates to screen and how many rounds to confirm with.
+    Fewer confirmation rounds first (down to ``MIN_CONFIRM_ROUNDS``), then fewer points."""
+    est = lambda k, r: costs.iteration_s(k, r, screen_rounds)
+    if budget_s is None or not costs.known:
+        return Plan(list(range(n_points)), [], screen_rounds, rounds, est(n_points, rounds), budget_s)
+    avail = budget_s * margin
+    r = rounds
+    while r > MIN_CONFIRM_ROUNDS and est(n_points, r) > avail:
+        r -= 1
+    k = n_points
+    while k > 1 and est(k, r) > avail:
+        k -= 1
+    while r > 1 and est(k, r) > avail and k == 1:
+        r -= 1                                 # a single candidate: one round beats no answer
+    notes: list[str] = []
+    if k < n_points:
+        notes.append(f"screening {k} of {n_points} settings: one check takes {costs.verify_s:.1f} s and one run "
+                     f"{costs.run_s:.1f} s; the iteration budget is {budget_s:g} s (raise it with --budget)")
+    if r < rounds:
+        notes.append(f"confirming with {r} round(s) instead of {rounds} (one run takes {costs.run_s:.1f} s)")
+    return Plan(list(range(k)), list(range(k, n_points)), screen_rounds, r, est(k, r), budget_s,
+                est(1, 1) <= budget_s, notes)
+
+
+def costs_from_ledger(iterations: list[dict]) -> Costs:
+    """The baseline's costs, raised by any slower cost a later iteration measured."""
+    c = Costs()
+    for rec in iterations:
+        c = c.merge(Costs.from_json(rec.get("costs")))
+    return c

@@ -1,0 +1,233 @@
+"""A/A calibration: how much does the loop's measurement move when nothing changed?
+
+``calibrate(backend, n=20, rounds=3)`` measures one version against an identical copy of
+itself — two workers (or two runs of the user's command), interleaved ``A A' A' A ...`` the
+way the loop measures a candidate — ``n * rounds`` rounds in one sitting, then cuts them into
+``n`` A/A comparisons of ``rounds`` rounds each (what one loop decision sees) and applies the
+loop's own decision rule to each.  It reports
+
+* the 95 % CI half-width of the A/A difference (median over the comparisons, in percent):
+  the smallest change one decision can tell from noise;
+* the spread of the A/A ratios themselves (1.96 x their sd): whether that CI is honest;
+* false keeps (the rule would keep an edit that changes nothing, as under ``--continue``) and
+  false reverts (a "regression" of nothing) out of ``n`` decisions;
+* the per-measurement noise (``sd`` of one round's log ratio / sqrt 2) — the loop's
+  ``noise_floor``.
+
+The floor is cached per machine (GPU name + driver) in ``<cache>/noise.json`` (next to the
+measured roofline ceilings; ``$CUTILE_DIAG_CACHE_DIR`` overrides the folder) and a new loop on
+that machine decides with it (``noise_floor_for``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..output import write_atomic
+from . import decide as decide_mod
+from . import proc, stats
+from .backends import Backend, Version, Workspace
+from .errors import LoopError, MeasurementTimeout
+
+SCHEMA = "cutile-diag.noise/1"
+MIN_FLOOR = 0.0005             # never decide as if the timer were better than 0.05 %
+SIMULATED_MACHINE = "simulated"
+
+
+@dataclass(frozen=True)
+class _Copy(Version):
+    """The same files under another identity: its own worker and bytecode cache, as a candidate gets."""
+
+    @property
+    def digest(self) -> str:
+        return "aa" + Version.digest.fget(self)[2:]
+
+
+@dataclass
+class Calibration:
+    machine: str | None                  # "NVIDIA H200|driver 580.95" (None: unknown, nothing cached)
+    what: str                            # the workload reference or the benchmark command
+    backend: str
+    n: int                               # A/A decisions
+    rounds: int                          # rounds per decision (the loop's --rounds)
+    configs: list[str]
+    half_width_pct: float                # median 95 % CI half-width of one A/A comparison
+    spread_pct: float                    # 1.96 x sd of the n A/A ratios (what the CI should cover)
+    noise_floor: float                   # per-measurement relative noise (the loop's noise_floor)
+    false_keeps: int
+    false_reverts: int
+    decisions: list[dict] = field(default_factory=list)
+    gpu_s: float = 0.0                   # wall seconds spent measuring
+    per_config: dict[str, dict] = field(default_factory=dict)
+    saved_to: str | None = None
+
+    @property
+    def false_keep_rate(self) -> float:
+        return self.false_keeps / self.n if self.n else 0.0
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["false_keep_rate"] = self.false_keep_rate
+        return d
+
+
+def machine_key(backend: Backend) -> str | None:
+    """GPU name + driver of the machine the backend measures on (None when not known here)."""
+    if getattr(backend, "name", "") == "simulated":
+        return SIMULATED_MACHINE
+    try:
+        from ..roofline.device import live_device
+        dev = live_device(getattr(backend, "device", None))
+    except Exception:
+        return None
+    return f"{dev.name}|driver {dev.driver_version or 'unknown'}"
+
+
+def what_of(desc: Mapping[str, Any]) -> str:
+    """What was calibrated, from a backend description: the workload, or the benchmark command."""
+    kind = desc.get("backend")
+    if kind == "workload":
+        return f"workload {desc.get('workload')}"
+    if kind == "command":
+        return f"command {desc.get('bench_cmd')}"
+    if kind == "simulated":
+        spec = json.dumps(desc.get("spec"), sort_keys=True, default=str)
+        return "simulated " + hashlib.sha256(spec.encode()).hexdigest()[:12]
+    return str(kind)
+
+
+def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | None = None,
+              budget_s: float | None = None, noise_floor: float | None = None, check: bool = True,
+              progress: Callable[[int, int], None] | None = None) -> Calibration:
+    """Measure the current version against itself; see the module doc.  ``budget_s``: stop
+    after the last decision that fits (at least 2 are needed); ``check``: verify correctness
+    first (a command-mode calibration without --test-cmd has nothing to check with)."""
+    if n < 2 or rounds < 2:
+        raise LoopError("calibration needs at least 2 decisions (-n) of at least 2 rounds (--rounds)")
+    a = Version("A", {}, None, ())
+    b = _Copy("A'", {}, None, ())
+    with tempfile.TemporaryDirectory(prefix="cutile-diag-calibrate-") as tmp:
+        ws = Workspace(Path(root or "."), Path(tmp), [])       # no files: nothing in the tree is touched
+        deadline = proc.Deadline(budget_s)
+        if check:
+            ver = backend.verify(a, ws, deadline)
+            if not ver.passed:
+                raise LoopError(f"the kernel fails its correctness check: {ver.summary}")
+        t0 = time.monotonic()
+        runs: dict[str, dict[str, list[stats.RunStat]]] = {a.label: {}, b.label: {}}
+        done, slowest = 0, 0.0
+        for i in range(n):
+            left = deadline.remaining()
+            if done >= 2 and left is not None and left < 1.2 * slowest:
+                break                       # the next decision would not fit: report what was measured
+            t1 = time.monotonic()
+            try:
+                # one decision's rounds per call: progress, and the interleaving restarts A-first each time
+                got = backend.measure([a, b], ws, deadline, rounds)
+            except MeasurementTimeout:
+                if done < 2:
+                    raise LoopError(f"the time budget ({budget_s:g} s) ran out before 2 A/A decisions were "
+                                    "measured", hint="raise --budget-s or lower --rounds") from None
+                break
+            slowest = max(slowest, time.monotonic() - t1)
+            for lab in runs:
+                for c, rs in got[lab].items():
+                    runs[lab].setdefault(c, []).extend(rs)
+            done += 1
+            if progress:
+                progress(done, n)
+        gpu_s = time.monotonic() - t0
+    return summarize(runs[a.label], runs[b.label], n=done, rounds=rounds, machine=machine_key(backend),
+                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=noise_floor)
+
+
+def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, list[stats.RunStat]], *, n: int,
+              rounds: int, machine: str | None, what: str, backend: str, gpu_s: float = 0.0,
+              noise_floor: float | None = None) -> Calibration:
+    """The calibration from ``n * rounds`` interleaved rounds of A and its copy."""
+    configs = sorted(a_runs)
+    per_config, floors = {}, []
+    for c in configs:
+        logs = [math.log(y.median / x.median) for x, y in zip(a_runs[c], b_runs[c])]
+        sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
+        floors.append(sd / math.sqrt(2.0))
+        per_config[c] = {"round_sd_pct": 100 * sd, "median_ms": statistics.median(x.median for x in a_runs[c]),
+                         "rel_std_pct": statistics.median(x.rel_std for x in a_runs[c] if x.rel_std is not None)
+                         if any(x.rel_std is not None for x in a_runs[c]) else None}
+    floor = max(MIN_FLOOR, max(floors) if floors else 0.0)
+    # the decisions the loop would take with this floor (or the one given), n of them
+    use = floor if noise_floor is None else noise_floor
+    decisions, ratios, halves = [], [], []
+    for i in range(n):
+        sl = slice(i * rounds, (i + 1) * rounds)
+        cmp = stats.compare({c: (a_runs[c][sl], b_runs[c][sl]) for c in configs}, noise_floor=use)
+        d = decide_mod.decide(cmp, keep_going=True)
+        ratios.append(cmp.ratio)
+        halves.append(100 * (cmp.hi - cmp.lo) / 2)
+        decisions.append({"ratio": cmp.ratio, "ci95": [cmp.lo, cmp.hi], "status": d.status, "rule": d.rule})
+    spread = 1.96 * statistics.stdev(math.log(r) for r in ratios) * 100 if len(ratios) > 1 else 0.0
+    return Calibration(machine=machine, what=what, backend=backend, n=n, rounds=rounds, configs=configs,
+                       half_width_pct=statistics.median(halves), spread_pct=spread, noise_floor=floor,
+                       false_keeps=sum(d["status"] == "keep" for d in decisions),
+                       false_reverts=sum(d["rule"] in ("regression", "cumulative-regression") for d in decisions),
+                       decisions=decisions, gpu_s=gpu_s, per_config=per_config)
+
+
+# ---------------------------------------------------------------------------------------
+# the per-machine cache
+
+def cache_path() -> Path:
+    from ..roofline.peaks import cache_dir
+    return cache_dir() / "noise.json"
+
+
+def _read() -> dict:
+    p = cache_path()
+    try:
+        data = json.loads(p.read_text())
+        if data.get("schema") == SCHEMA and isinstance(data.get("machines"), dict):
+            return data
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {"schema": SCHEMA, "machines": {}}       # a missing or corrupt cache: no calibration yet
+
+
+def save(cal: Calibration) -> Path | None:
+    """Store the floor under the machine (the latest calibration per measured thing)."""
+    if not cal.machine:
+        return None
+    data = _read()
+    m = data["machines"].setdefault(cal.machine, {"by_what": {}})
+    entry = {"noise_floor": cal.noise_floor, "half_width_pct": cal.half_width_pct, "false_keeps": cal.false_keeps,
+             "n": cal.n, "rounds": cal.rounds, "what": cal.what, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    m["by_what"][cal.what] = entry
+    m["latest"] = entry
+    write_atomic(cache_path(), json.dumps(data, indent=2))
+    cal.saved_to = str(cache_path())
+    return cache_path()
+
+
+def lookup(machine: str | None, what: str | None = None) -> dict | None:
+    if not machine:
+        return None
+    m = _read()["machines"].get(machine)
+    if not m:
+        return None
+    return (m.get("by_what") or {}).get(what) or m.get("latest")
+
+
+def noise_floor_for(backend: Backend, default: float = stats.DEFAULT_NOISE_FLOOR) -> tuple[float, str]:
+    """The floor a new loop decides with: this machine's calibration (the same workload or command
+    first), else the default; and where it came from (recorded in the loop's options)."""
+    machine = machine_key(backend)
+    hit = lookup(machine, what_of(backend.describe()))
+    if hit and isinstance(hit.get("noise_floor"), (int, float)) and hit["noise_floor"] > 0:
+        return max(MIN_FLOOR, float(hit["noise_floor"])), f"calibrated on {machine} ({hit.get('what')}, {hit.get('time')})"
+    return default, "default (no calibration for this machine: run `cutile-diag calibrate`)"

@@ -1,0 +1,233 @@
+"""Measurement the loop can trust: the iteration budget planner, screening that does not
+mislead, no noise-level keeps under --continue, options that do not leak into --resume,
+rows named after what ran, crash rows that do not claim PASS."""
+import json
+import sys
+import time
+
+import pytest
+
+from looptools import FakeTransform, RankedDiagnoser, dirty, make_loop, rec, reload_runner, table_rows, untouched
+
+
+# --- the planner (pure arithmetic) ------------------------------------------------------
+
+def test_plan_screens_fewer_points_when_the_budget_is_short():
+    from cutile_diag.loop.budget import Costs, plan
+    c = Costs(verify_s=20, run_s=18, capture_s=2)
+    full = plan(4, c, 1000, rounds=3)
+    assert (full.screen, full.skipped, full.confirm_rounds, full.notes) == ([0, 1, 2, 3], [], 3, [])
+    short = plan(4, c, 300, rounds=3)
+    assert short.screen == [0, 1, 2] and short.skipped == [3] and short.fits
+    assert short.estimate_s <= 300 * 0.85 and "screening 3 of 4 settings" in short.notes[0]
+    # fewer confirmation rounds (down to 2) come before fewer points
+    assert short.confirm_rounds == 2
+    tiny = plan(4, c, 30, rounds=3)
+    assert tiny.screen == [0] and not tiny.fits
+    # nothing known (no baseline costs) or no budget: everything is planned
+    assert plan(4, Costs(), 10, rounds=3).screen == [0, 1, 2, 3]
+
+
+def test_costs_come_from_the_baseline_and_grow_with_slower_iterations():
+    from cutile_diag.loop.budget import costs_from_ledger
+    c = costs_from_ledger([{"costs": {"verify_s": 1.0, "run_s": 2.0, "capture_s": 0.5}}, {"costs": {"run_s": 3.0}},
+                           {"iteration": 2}])
+    assert (c.verify_s, c.run_s, c.capture_s) == (1.0, 3.0, 0.5)
+
+
+# --- a command-mode loop with slow commands -----------------------------------------------
+
+SLOW_CHECK = """
+import sys, time
+time.sleep(0.3)
+sys.exit(0)
+"""
+
+SLOW_BENCH = """
+import time
+src = open("vector_add.py").read()
+time.sleep(0.45)
+f = 0.85 if "v=2" in src else 1.0
+m = 0.1 * f
+print("tests/test_vector_add.py::test_perf[1M-float32-cutile] ")
+print("Cutile: {'forward': {'mean': %r, 'std': 0.0001, 'rel_std': 0.1, 'median': %r, 'min': %r, 'max': %r, "
+      "'nrep': 50}} ms" % (m, m, m, m))
+print("PASSED")
+"""
+
+
+def test_a_sweep_with_slow_commands_fits_its_budget(repo):
+    """The issue's TileGym case, scaled down: every run of the benchmark takes a while, the
+    budget cannot hold four screened points; the plan screens fewer, names the rest
+    ``skipped (budget)`` and the iteration completes (no crash, nothing killed)."""
+    from cutile_diag.loop.backends import CommandBackend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.setup import create_session
+    from looptools import git
+    (repo / "check.py").write_text(SLOW_CHECK)
+    (repo / "bench.py").write_text(SLOW_BENCH)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "slow harness")
+    sweep = FakeTransform("kernel_hints", "C", params=[{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}])
+    cb = CommandBackend(f"{sys.executable} check.py", f"{sys.executable} bench.py")
+    options = LoopOptions(capture=False, rounds=2, max_iterations=1, iteration_budget_s=8)
+    s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=cb.describe(), options=options.to_json())
+    r = Runner(s, cb, led, diagnoser=RankedDiagnoser([rec("C", "kernel_hints")]), transforms={"kernel_hints": sweep},
+               options=options)
+    from looptools import checkout_state
+    r.user_checkout = checkout_state(repo)
+    r.start()
+    base, it = r.led.iterations
+    assert base["costs"]["run_s"] >= 0.4 and base["costs"]["verify_s"] >= 0.25
+    assert it["status"] in ("keep", "revert") and it["decision"]["rule"] != "crash" and it["seconds"] <= 8
+    assert it["plan"]["skipped"] and it["plan"]["estimate_s"] <= 8
+    skipped = [p for p in it["sweep"] if p.get("failure") == "budget"]
+    assert skipped and all(p["result"] == "skipped (budget)" for p in skipped)
+    assert len(skipped) == len(it["plan"]["skipped"]) and dirty(r.s.worktree) == [] and untouched(repo, r)
+    # the row names the sweep by what it varied
+    assert table_rows(r)[1]["optimization"].startswith("C kernel_hints")
+
+
+def test_no_crash_row_claims_pass_when_every_point_is_killed(repo):
+    ts = {"kernel_hints": FakeTransform("kernel_hints", "C", params=[{"v": 1}, {"v": 2}])}
+    r = make_loop(repo, {"crash": ["kernel_hints"]}, recs=[rec("C", "kernel_hints")], transforms=ts,
+                  max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert it["status"] == "crash" and it["correctness"] == "-"
+    assert table_rows(r)[1]["correctness"] == "-"
+    assert all(p["result"].startswith("crash in screening") for p in it["sweep"])
+
+
+# --- screening that does not mislead ---------------------------------------------------------
+
+def test_a_screened_winner_that_loses_its_confirmation_is_dropped(repo):
+    """Screening says v=1 is fastest; its confirmation says it is slower: the next-best
+    screened point (v=2, really faster) is confirmed and kept in the same iteration."""
+    ts = {"kernel_hints": FakeTransform("kernel_hints", "C", params=[{"v": 1}, {"v": 2}, {"v": 3}])}
+    spec = {"effects": {'kernel_hints{"v": 1}': 1.05, 'kernel_hints{"v": 2}': 0.90, 'kernel_hints{"v": 3}': 1.0}}
+    r = make_loop(repo, spec, recs=[rec("C", "kernel_hints")], transforms=ts, max_iterations=1)
+    real = r.backend.measure
+
+    def lying_screen(versions, ws, deadline, rounds):
+        out = real(versions, ws, deadline, rounds)
+        if rounds == r.opt.screen_rounds and versions[-1].label.endswith("/1"):
+            from cutile_diag.loop.stats import RunStat
+            out[versions[-1].label] = {c: [RunStat(x.median * 0.7, x.rel_std, x.nrep) for x in rs]
+                                       for c, rs in out[versions[-1].label].items()}
+        return out
+    r.backend.measure = lying_screen
+    r.start()
+    it = r.led.iterations[1]
+    assert [c["params"] for c in it["confirmations"]] == [{"v": 1}, {"v": 2}]
+    assert it["confirmations"][0]["status"] == "revert"
+    assert (it["status"], it["decision"]["rule"]) == ("keep", "keep-baseline")
+    assert it["change"]["params"] == {"v": 2} and next(p for p in it["sweep"] if p["chosen"])["params"] == {"v": 2}
+    assert 'v": 2' in (r.s.worktree / "vector_add.py").read_text() and dirty(r.s.worktree) == []
+    assert untouched(repo, r)
+    assert "v=" not in it["optimization"] or "2" in it["optimization"]
+
+
+# --- --continue: noise-level steps are reverted -----------------------------------------------
+
+def test_continue_reverts_a_step_whose_ci_includes_no_change(repo):
+    ts = {"noop": FakeTransform("noop", "A"), "fast": FakeTransform("fast", "B")}
+    spec = {"effects": {"fast": 0.9}}
+    r = make_loop(repo, spec, recs=[rec("A", "noop"), rec("B", "fast")], transforms=ts, keep_going=True,
+                  max_iterations=2)
+    r.start()
+    noop, fast = r.led.iterations[1:]
+    assert (noop["status"], noop["decision"]["rule"]) == ("revert", "insignificant")
+    text = (r.s.worktree / "vector_add.py").read_text()
+    assert "# fake:noop" not in text and "# fake:fast" in text and untouched(repo, r)
+    assert (fast["status"], fast["decision"]["rule"]) == ("keep", "keep-baseline")
+
+
+def test_without_continue_a_no_change_step_is_kept_and_the_loop_stops(repo):
+    ts = {"noop": FakeTransform("noop", "A")}
+    r = make_loop(repo, {}, recs=[rec("A", "noop")], transforms=ts)
+    res = r.start()
+    assert r.led.iterations[1]["decision"]["rule"] == "keep-stop" and res.stop_rule == "below-threshold"
+
+
+def test_decide_rule_is_unit_tested_on_a_comparison():
+    from cutile_diag.loop import decide, stats
+    a = [stats.RunStat(1.0, 0.2, 100) for _ in range(3)]
+    same = stats.compare({"c": (a, [stats.RunStat(0.999, 0.2, 100) for _ in range(3)])})
+    assert decide.decide(same).status == "keep"
+    d = decide.decide(same, keep_going=True)
+    assert (d.status, d.rule, d.improved) == ("revert", "insignificant", False)
+    faster = stats.compare({"c": (a, [stats.RunStat(0.9, 0.2, 100) for _ in range(3)])})
+    assert decide.decide(faster, keep_going=True).rule == "keep-baseline"
+
+
+# --- options given once ------------------------------------------------------------------------
+
+def test_continue_is_not_inherited_by_a_plain_resume(repo):
+    from cutile_diag.loop.runner import LoopOptions
+    assert LoopOptions.from_json({"keep_going": True, "rounds": 4}).keep_going is False
+    assert LoopOptions.from_json({"keep_going": True}, keep_going=True).keep_going is True
+    ts = {"tiny": FakeTransform("tiny", "A"), "tiny2": FakeTransform("tiny2", "B"), "x": FakeTransform("x", "C")}
+    spec = {"effects": {"tiny": 0.985, "tiny2": 0.985}}
+    r = make_loop(repo, spec, recs=[rec("A", "tiny"), rec("B", "tiny2"), rec("C", "x")], transforms=ts,
+                  keep_going=True, max_iterations=1)
+    r.start()
+    assert r.led.iterations[1]["decision"]["rule"] == "keep-stop"
+    r2 = reload_runner(repo, r, max_iterations=5)        # a plain --resume: no keep_going given
+    assert r2.opt.keep_going is False
+    res = r2.run()
+    assert res.stop_rule == "below-threshold" and len(r2.led.iterations) == 2
+
+
+def test_cli_resume_without_continue_says_so(repo, tmp_path, capsys):
+    from cutile_diag.cli import main
+    spec = tmp_path / "sim.json"
+    spec.write_text(json.dumps({"configs": {"s": 0.05}, "effects": {"latency_hints": 0.995}}))
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    assert main(["optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "2", "--continue",
+                 "--max-iterations", "1", "--only", "E", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["optimize", "--resume", ref, "--max-iterations", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "--continue applied to the earlier run only" in err
+
+
+# --- row labels ---------------------------------------------------------------------------------
+
+def test_a_row_names_the_transform_that_ran_not_the_entry_title(repo):
+    """An entry whose own transform has nothing to do runs its alternative: the row says so."""
+    class Nothing(FakeTransform):
+        def candidates(self, source, kernel):
+            return []
+    ts = {"tile_size_sweep": Nothing("tile_size_sweep", "G"),
+          "kernel_hints": FakeTransform("kernel_hints", "G", params=[{"occupancy": 1}, {"occupancy": 2}])}
+    r = make_loop(repo, {"effects": {'kernel_hints{"occupancy": 2}': 0.9}},
+                  recs=[rec("G", "tile_size_sweep", name="Tile-size sweep", alternatives=["kernel_hints"])],
+                  transforms=ts, max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    row = table_rows(r)[1]["optimization"]
+    assert row.startswith("G kernel_hints (in place of tile_size_sweep): ") and "tile-size" not in row.lower()
+    assert it["entry"]["transform"] == "kernel_hints" and it["entry"]["alternative_of"] == "tile_size_sweep"
+    from cutile_diag.loop.choose import Candidate, row_label
+    from looptools import FakeResult
+    cands = [Candidate(None, FakeResult("kernel_hints", "", f"occupancy={o}"), {"occupancy": o}) for o in (1, 2)]
+    assert row_label("C", "kernel_hints", "kernel_hints", cands) == "C kernel_hints: occupancy sweep (2 settings)"
+
+
+def test_a_step_that_cannot_fit_the_budget_stops_the_loop_instead_of_crashing(repo):
+    """One run takes 0.4 s; a comparison needs two; the budget is 0.65 s: no iteration is started
+    (nothing is tried, nothing recorded as a crash) and the stop says what budget it needs."""
+    ts = {"fast": FakeTransform("fast", "A")}
+    r = make_loop(repo, {"effects": {"fast": 0.8}}, recs=[rec("A", "fast")], transforms=ts, rounds=1,
+                  iteration_budget_s=0.65)
+    real = r.backend.measure
+
+    def slow(versions, ws, deadline, rounds):
+        time.sleep(0.4 * len(versions) * rounds)
+        return real(versions, ws, deadline, rounds)
+    r.backend.measure = slow
+    res = r.start()
+    assert res.stop_rule == "budget" and "raise it with --budget" in res.stop_reason
+    assert len(r.led.iterations) == 1 and not [b for b in r.led.of_type("begin") if b["iteration"] == 1]
+    assert dirty(r.s.worktree) == [] and untouched(repo, r)

@@ -1,0 +1,91 @@
+"""A/A calibration: the noise floor per machine, the false-keep rate of the decision rule."""
+import json
+import time
+
+import pytest
+
+SPEC = {"configs": {"small": 0.05, "large": 0.4}, "noise": 0.004, "run_noise": 0.002, "samples": 20}
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTILE_DIAG_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_version_against_itself_gives_an_honest_interval():
+    from cutile_diag.loop.backends import SimulatedBackend
+    from cutile_diag.loop.calibrate import MIN_FLOOR, calibrate
+    b = SimulatedBackend(SPEC)
+    cal = calibrate(b, n=20, rounds=3)
+    assert (cal.n, cal.rounds, cal.configs, cal.machine) == (20, 3, ["large", "small"], "simulated")
+    assert cal.false_keeps == 0 and cal.false_reverts == 0 and len(cal.decisions) == 20
+    # the simulated run-to-run noise (0.2 % offset + 0.4 % per sample over 20 samples) is what it finds
+    assert MIN_FLOOR < cal.noise_floor < 0.01 and 0.05 < cal.half_width_pct < 1.0
+    # under the loop's rule (as with --continue) every A/A step is reverted as insignificant
+    assert {d["rule"] for d in cal.decisions} == {"insignificant"}
+    assert sum(d["ci95"][0] <= 1.0 <= d["ci95"][1] for d in cal.decisions) >= 17     # ~95 % cover no change
+    # both copies were measured, interleaved, one call per decision
+    assert sum(1 for op, _ in b.calls if op == "measure") == 2 * 20
+
+
+def test_the_false_keep_counter_counts():
+    """A 'copy' that is consistently 3 % faster is no A/A: every decision keeps it."""
+    from cutile_diag.loop.calibrate import summarize
+    from cutile_diag.loop.stats import RunStat
+    a = {"c": [RunStat(1.0 + 0.001 * (i % 3), 0.2, 100) for i in range(30)]}
+    b = {"c": [RunStat(0.97 * (1.0 + 0.001 * ((i + 1) % 3)), 0.2, 100) for i in range(30)]}
+    cal = summarize(a, b, n=10, rounds=3, machine=None, what="planted", backend="test")
+    assert cal.false_keeps == 10 and cal.false_keep_rate == 1.0
+
+
+def test_calibration_stops_at_its_budget_after_two_decisions():
+    from cutile_diag.loop.backends import SimulatedBackend
+    from cutile_diag.loop.calibrate import calibrate
+    b = SimulatedBackend(SPEC)
+    real = b.measure
+
+    def slow(*a, **k):
+        time.sleep(0.25)
+        return real(*a, **k)
+    b.measure = slow
+    cal = calibrate(b, n=20, rounds=2, budget_s=1.0)
+    assert 2 <= cal.n < 20 and len(cal.decisions) == cal.n
+
+
+def test_cli_stores_the_floor_and_a_new_loop_decides_with_it(repo, tmp_path, capsys, cache):
+    from cutile_diag.cli import main
+    from cutile_diag.loop.ledger import Ledger
+    spec = tmp_path / "sim.json"
+    spec.write_text(json.dumps(SPEC))
+    assert main(["calibrate", "--simulate", str(spec), "-n", "5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["n"] == 5 and doc["false_keeps"] == 0 and doc["saved_to"]
+    stored = json.loads((cache / "noise.json").read_text())["machines"]["simulated"]["latest"]
+    assert stored["noise_floor"] == pytest.approx(doc["noise_floor"])
+    # rich output says what it measured and that a simulation checks nothing on a GPU
+    assert main(["calibrate", "--simulate", str(spec), "-n", "3", "--no-save"]) == 0
+    out = capsys.readouterr().out
+    assert "false keeps: 0 of 3" in out and "simulated: nothing ran on a GPU" in out
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    assert main(["optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "2", "--max-iterations", "1",
+                 "--only", "E", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    opts = Ledger.load(res["state_dir"]).setup["options"]
+    assert opts["noise_floor"] == pytest.approx(doc["noise_floor"]) and opts["noise_source"].startswith("calibrated")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    ([], "give what to calibrate"),
+    (["--simulate", "SPEC", "-n", "1"], "-n >= 2"),
+    (["--simulate", "SPEC", "--rounds", "x"], "--rounds must be a positive integer"),
+    (["--bench-cmd", "no-such-program-here --x"], "is not a command here"),
+    (["--test-cmd", "true"], "--test-cmd goes with --bench-cmd"),
+])
+def test_cli_bad_input_is_one_line(argv, msg, tmp_path, capsys):
+    from cutile_diag.cli import main
+    spec = tmp_path / "sim.json"
+    spec.write_text(json.dumps(SPEC))
+    rc = main(["calibrate", *[str(spec) if a == "SPEC" else a for a in argv]])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
