@@ -31,6 +31,7 @@ from .replace_hints import ReplaceHints
 from .store_allow_tma import StoreAllowTmaFalse
 from .tf32_guard import Tf32Guard
 from .tile_size_sweep import TileSizeSweep
+from .tma_padding import TmaZeroPadding
 
 # in playbook order (A..I), the order `candidates_for` reports them in
 _ALL: tuple[Transform, ...] = (
@@ -46,6 +47,7 @@ _ALL: tuple[Transform, ...] = (
     ApproxDiv(),
     ExpToExp2(),
     GroupMSwizzle(),
+    TmaZeroPadding(),
 )
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in _ALL}
 
@@ -81,4 +83,4 @@ __all__ = ["TRANSFORMS", "Transform", "HintTransform", "TransformResult", "Hints
            "get", "names", "by_playbook", "applicability",
            "ApproxDiv", "ExpToExp2", "FlushToZero", "GatherToLoad", "GroupMSwizzle", "KernelHints",
            "LatencyHints", "PersistentGrid", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
-           "TileSizeSweep"]
+           "TileSizeSweep", "TmaZeroPadding"]

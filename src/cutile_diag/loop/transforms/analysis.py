@@ -969,3 +969,38 @@ def bounds_mask_axes(k: Kernel, form: AffineGather, mask: cst.BaseExpression,
             return (f"mask term `{code(t)}`: cannot prove `{code(rhs)}` is "
                     f"{code(form.array)}.shape[{d}] (the array's extent)")
     return None
+
+
+def launch_extent(k: Kernel):
+    """``extent_of(param, array, dim)``: every launch passes ``<array arg>.shape[dim]`` as ``param``."""
+    sites = find_launches(k).sites
+    names = k.param_names
+
+    def extent_of(param: str, array: str, dim: int) -> bool:
+        if param not in names or array not in names or not sites:
+            return False
+        pi, ai = names.index(param), names.index(array)
+        for s in sites:
+            if s.args is None or len(s.args) <= max(pi, ai):
+                return False
+            v = s.args[pi]
+            if isinstance(v, cst.Name):
+                b = s.binds.get(v.value, [])
+                v = b[0].value if len(b) == 1 and b[0].value is not None else v
+            if "".join(code(v).split()) not in {f"{a}.shape[{dim}]" for a in same_shape_args(s, s.args[ai])}:
+                return False
+        return True
+    return extent_of
+
+
+def same_shape_args(site: LaunchSite, arr: cst.BaseExpression) -> set[str]:
+    """Wrapper names provably of ``arr``'s shape: itself, and what it was made ``*_like``."""
+    out = {code(arr)}
+    if isinstance(arr, cst.Name):
+        b = site.binds.get(arr.value, [])
+        v = b[0].value if len(b) == 1 else None
+        if isinstance(v, cst.Call) and (code(v.func).split(".")[-1] in ("empty_like", "zeros_like",
+                                                                         "ones_like", "full_like")) \
+                and v.args and isinstance(v.args[0].value, cst.Name):
+            out.add(v.args[0].value.value)
+    return out

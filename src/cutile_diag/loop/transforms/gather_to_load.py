@@ -25,47 +25,20 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, find_launches,
+from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
                        taken_names)
+from .tma_padding import ensure_import_math, valid_mask
 from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, kwarg, lines_text,
                    literal_value, names_in, parse_module, positional, refuse, rewrite, stmt)
 
 _PURE = {"bid", "arange", "full", "cdiv", "num_blocks"}
 
 
-def _launch_extent(k: Kernel):
-    """``extent_of(param, array, dim)``: every launch passes ``<array arg>.shape[dim]`` as ``param``."""
-    sites = find_launches(k).sites
-    names = k.param_names
-
-    def extent_of(param: str, array: str, dim: int) -> bool:
-        if param not in names or array not in names or not sites:
-            return False
-        pi, ai = names.index(param), names.index(array)
-        for s in sites:
-            if s.args is None or len(s.args) <= max(pi, ai):
-                return False
-            v = s.args[pi]
-            if isinstance(v, cst.Name):
-                b = s.binds.get(v.value, [])
-                v = b[0].value if len(b) == 1 and b[0].value is not None else v
-            if "".join(code(v).split()) not in {f"{a}.shape[{dim}]" for a in _same_shape(s, s.args[ai])}:
-                return False
-        return True
-    return extent_of
-
-
-def _same_shape(site, arr: cst.BaseExpression) -> set[str]:
-    """Wrapper names provably of ``arr``'s shape: itself, and what it was made ``*_like``."""
-    out = {code(arr)}
-    if isinstance(arr, cst.Name):
-        b = site.binds.get(arr.value, [])
-        v = b[0].value if len(b) == 1 else None
-        if isinstance(v, cst.Call) and (code(v.func).split(".")[-1] in ("empty_like", "zeros_like",
-                                                                         "ones_like", "full_like")) \
-                and v.args and isinstance(v.args[0].value, cst.Name):
-            out.add(v.args[0].value.value)
-    return out
+def _data_free(k: Kernel, pad: cst.BaseExpression) -> str | None:
+    """Why a padding value cannot be restored with ``ct.where`` after a ZERO load, or None."""
+    if any(isinstance(c, cst.Call) for c in find_all(pad, lambda x: isinstance(x, cst.Call))):
+        return "is computed by a call (kept as a gather)"
+    return None
 
 
 def _tuple(items: list[str]) -> str:
@@ -101,7 +74,7 @@ class GatherToLoad(Transform):
         if not calls:
             refuse(f"{k.name} has no ct.gather / ct.scatter")
         binds = assignments(k.func)
-        extent_of = _launch_extent(k)
+        extent_of = launch_extent(k)
         sites: list[AffineGather] = []
         problems: list[str] = []
         for c in calls:
@@ -120,9 +93,9 @@ class GatherToLoad(Transform):
             if kind == "gather":
                 pad = kwarg(c, "padding_value")
                 pv = literal_value(pad.value) if pad is not None else 0
-                if type(pv) not in (int, float) or pv != 0:
-                    problems.append(f"{where} pads with {code(pad.value)}, not 0 (ZERO padding "
-                                    f"is the only one TMA supports)")
+                if pad is not None and not (type(pv) in (int, float) and pv == 0) \
+                        and _data_free(k, pad.value) is not None:
+                    problems.append(f"{where} pads with {code(pad.value)}, which {_data_free(k, pad.value)}")
                     continue
             why = _stable_names(k, form, binds)
             if why:
@@ -154,6 +127,7 @@ class GatherToLoad(Transform):
             return code(b)
 
         zero = k.ct.ref("PaddingMode.ZERO")
+        needs_math = False
         lines = {"gather": [], "scatter": []}
         for s in sites:
             index = _tuple([block_text(a.block) for a in s.axes])
@@ -168,6 +142,18 @@ class GatherToLoad(Transform):
                         f"padding_mode={zero}" + "".join(", " + e for e in extra) + ")")
                 if need_reshape:
                     text = f"{k.ct.ref('reshape')}({text}, {res})"
+                pad = kwarg(s.call, "padding_value")
+                if pad is not None and literal_value(pad.value) != 0:
+                    # TMA pads with zeros only: pad with zeros, then put the value back (playbook P)
+                    positions, r = [], 0
+                    for d, a in enumerate(s.axes):
+                        positions.append((d, block_text(a.block), code(a.tile) if a.tile is not None else "1",
+                                          r if a.tile is not None else None))
+                        r += a.tile is not None
+                    mask = valid_mask(k, arr, positions, len(s.result_shape), extent_of)
+                    if mask is not None:
+                        text = f"{k.ct.ref('where')}({mask}, {text}, {code(pad.value)})"
+                        needs_math |= "math" in names_in(pad.value)
             else:
                 val = code(s.value)
                 if need_reshape:
@@ -186,6 +172,8 @@ class GatherToLoad(Transform):
                  node.with_changes(leading_lines=())])
         module = rewrite(k.module, edits)
         module = _drop_dead_index_vars(module, k, set(binds))
+        if needs_math:
+            module = ensure_import_math(module)
         parts = []
         if lines["gather"]:
             parts.append(f"ct.gather -> ct.load ({lines_text(lines['gather'])})")
