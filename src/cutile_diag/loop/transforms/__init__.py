@@ -27,7 +27,9 @@ from .group_m_swizzle import GroupMSwizzle
 from .kernel_hints import KernelHints
 from .latency_hints import LatencyHints
 from .persistent_grid import PersistentGrid
+from .read_once import ReadOnce
 from .replace_hints import ReplaceHints
+from .rows_per_block import RowsPerBlock
 from .store_allow_tma import StoreAllowTmaFalse
 from .tf32_guard import Tf32Guard
 from .tile_size_sweep import TileSizeSweep
@@ -48,6 +50,8 @@ _ALL: tuple[Transform, ...] = (
     ExpToExp2(),
     GroupMSwizzle(),
     TmaZeroPadding(),
+    ReadOnce(),
+    RowsPerBlock(),
 )
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in _ALL}
 
@@ -82,5 +86,5 @@ __all__ = ["TRANSFORMS", "Transform", "HintTransform", "TransformResult", "Hints
            "TransformError", "TransformNotApplicable", "TransformParamError", "UnknownTransformError",
            "get", "names", "by_playbook", "applicability",
            "ApproxDiv", "ExpToExp2", "FlushToZero", "GatherToLoad", "GroupMSwizzle", "KernelHints",
-           "LatencyHints", "PersistentGrid", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
-           "TileSizeSweep", "TmaZeroPadding"]
+           "LatencyHints", "PersistentGrid", "ReadOnce", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
+           "TileSizeSweep", "TmaZeroPadding", "ReadOnce", "RowsPerBlock"]

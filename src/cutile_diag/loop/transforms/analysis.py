@@ -632,7 +632,21 @@ def axis_extent(k: Kernel, axis: int, var: str | None, calls: list[cst.Call]) ->
             if (var is not None and isinstance(v, cst.Name) and v.value == var) or any(v is x for x in calls):
                 extra = f", order={code(order.value)}" if order is not None else ""
                 return f"{k.ct.ref('num_tiles')}({arr}, axis={p}, shape={code(shape)}{extra})", k.line(c)
-    refuse(f"cannot tell the extent of grid axis {axis} inside the kernel: no ct.load/ct.store "
+    # gathers/scatters in the row-kernel style: `(row, offs)` with row the block id
+    for c in k.calls("gather", "scatter"):
+        form = affine_gather_form(k, c)
+        if isinstance(form, str) or not isinstance(form.array, cst.Name) or form.array.value not in stable:
+            continue
+        arr = form.array.value
+        for p, ax in enumerate(form.axes):
+            b = ax.block
+            if not ((var is not None and isinstance(b, cst.Name) and b.value == var) or any(b is x for x in calls)):
+                continue
+            if ax.tile is None:
+                return f"{arr}.shape[{p}]", k.line(c)
+            if names_in(ax.tile) <= stable:
+                return f"{k.ct.ref('cdiv')}({arr}.shape[{p}], {code(ax.tile)})", k.line(c)
+    refuse(f"cannot tell the extent of grid axis {axis} inside the kernel: no ct.load/ct.store/ct.gather "
            f"indexes an array parameter with the block id and a shape made of parameters")
 
 
