@@ -22,9 +22,11 @@ def test_grid_stride_loop_in_ir_and_only_its_wrapper_changes(compiler, kernel):
     text = compiler.tileir(res.new_source, kernel)
     assert any("step %gridSize_x" in ln or "%gridSize" in ln for ln in op_lines(text, "for")), kernel
     changed = [res.new_source.splitlines()[i - 1] for i in res.changed_lines]
-    assert sum("multi_processor_count" in ln for ln in changed) == 1
+    launches = [ln for ln in SRC.splitlines() if "ct.launch(" in ln and f", {kernel}, " in ln]
+    assert sum("multi_processor_count" in ln for ln in changed) == len(launches) >= 1
     # the other kernels' launches are untouched
-    others = [ln for ln in SRC.splitlines() if "ct.launch(" in ln and f", {kernel}, " not in ln]
+    others = [ln for ln in SRC.splitlines() if "ct.launch(" in ln and f", {kernel}, " not in ln
+              and "grid, kernel" not in ln]
     assert all(ln in res.new_source.splitlines() for ln in others)
 
 
@@ -54,3 +56,14 @@ def test_same_result_with_a_striding_grid(emu_dir, one_sm, kernel):
         grids = [g for name, g in mod.ct.launches]
     assert grids == [(2, 1, 1)]                      # 1 SM x 2 blocks, striding over 9 rows (5 for bias_rows)
     np.testing.assert_array_equal(outs[1], outs[0])
+
+
+def test_wrapper_with_a_grid_per_branch_changes_only_its_branch():
+    res = B.apply(SRC, "layer_norm_rows")
+    lines = res.new_source.splitlines()
+    i = lines.index('    elif mode == "layer":')
+    branch = lines[i:i + 6]
+    assert "        grid = (min(x.shape[0], num_sms * 4),)" in branch
+    assert '        grid = (x.shape[0],)' in lines[i - 4:i]           # the rms branch is untouched
+    # both wrappers of layer_norm_rows (layer_norm and norm) now size the grid from the SM count
+    assert res.new_source.count("multi_processor_count") == SRC.count("multi_processor_count") + 2

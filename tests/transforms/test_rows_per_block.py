@@ -19,11 +19,14 @@ def test_softmax_rows_per_tile_and_wrapper(compiler):
     assert R.candidates(src, "softmax") == [{"rows": 2}, {"rows": 4}, {"rows": 8}, {"rows": 16}]
     res = R.apply(src, "softmax", rows=8)
     new = res.new_source
-    assert "def softmax(X, Y, TILE_N: ct.Constant[int], ROWS: ct.Constant[int]):" in new
+    assert "def softmax(X, Y, TILE_N: ct.Constant[int], ROWS: ct.Constant[int] = 8):" in new
     assert "shape=(ROWS, TILE_N)" in new
     assert "ct.launch(stream, (ct.cdiv(X.shape[0], 8),), softmax, (X, Y, tile_n, 8))" in new
     assert '"TILE_N": 1024, "ROWS": 8}' in new
     assert "tile<8x1024xf16>" in op_lines(compiler.tileir(new, "softmax"), "load_view_tko")[0]
+    # capture specs without ROWS (a fixed --capture-arg list) still bind: the default is the value
+    no_spec = new.replace(', "ROWS": 8}', "}")
+    assert "tile<8x1024xf16>" in op_lines(compiler.tileir(no_spec, "softmax"), "load_view_tko")[0]
     ok, why = R.applicable(new, "softmax", rows=2)
     assert not ok and "already loads `(ROWS, TILE_N)` rows per tile" in why
 
@@ -86,3 +89,18 @@ def test_composes_with_zero_padding(compiler):
     src = TmaZeroPadding().apply(SRC, "row_max").new_source
     new = R.apply(src, "row_max", rows=4).new_source
     assert "tile<4x1024xf16>" in op_lines(compiler.tileir(new, "row_max"), "load_view_tko")[0]
+
+
+def test_tilegym_style_persistent_softmax(compiler, emu_dir, one_sm):
+    """pid = ct.bid(0); for row in range(pid, N_ROWS, num_programs): the bound counts rows, so it
+    becomes ct.cdiv(N_ROWS, ROWS); the kernel is launched through a local alias."""
+    import torch
+    src = TmaZeroPadding().apply(SRC, "softmax_tma_rows").new_source
+    new = R.apply(src, "softmax_tma_rows", rows=4).new_source
+    assert "for row_idx in range(pid, ct.cdiv(N_ROWS, ROWS), num_programs):" in new
+    assert "ct.launch(stream, grid, kernel, (out, x, n_rows, n_cols, _np2(n_cols), 4))" in new
+    assert "tile<4x1024xf16>" in op_lines(compiler.tileir(new, "softmax_tma_rows"), "load_view_tko")[0]
+    x = torch.randn(9, 300)
+    outs = [emulated(emu_dir, s, "tma").softmax_tma(x, stream=object()).numpy() for s in (SRC, new)]
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(outs[0], torch.softmax(x, 1).numpy(), rtol=1e-5, atol=1e-6)

@@ -23,6 +23,7 @@ from .base import (HintsResult, HintTransform, Transform, TransformError, Transf
 from .exp_to_exp2 import ExpToExp2
 from .flush_to_zero import FlushToZero
 from .gather_to_load import GatherToLoad
+from .joint_sweep import JointSweep
 from .group_m_swizzle import GroupMSwizzle
 from .kernel_hints import KernelHints
 from .latency_hints import LatencyHints
@@ -52,6 +53,7 @@ _ALL: tuple[Transform, ...] = (
     TmaZeroPadding(),
     ReadOnce(),
     RowsPerBlock(),
+    JointSweep(),
 )
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in _ALL}
 
@@ -87,4 +89,4 @@ __all__ = ["TRANSFORMS", "Transform", "HintTransform", "TransformResult", "Hints
            "get", "names", "by_playbook", "applicability",
            "ApproxDiv", "ExpToExp2", "FlushToZero", "GatherToLoad", "GroupMSwizzle", "KernelHints",
            "LatencyHints", "PersistentGrid", "ReadOnce", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
-           "TileSizeSweep", "TmaZeroPadding", "ReadOnce", "RowsPerBlock"]
+           "TileSizeSweep", "TmaZeroPadding", "ReadOnce", "RowsPerBlock", "JointSweep"]

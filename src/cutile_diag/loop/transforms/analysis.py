@@ -426,13 +426,21 @@ def find_launches(k: Kernel) -> Launches:
         callee = dotted(call.func) or ""
         if k.ct.called(call) == "launch":
             pos = positional(call)
-            if len(pos) < 4 or not _refers_to_kernel(k, pos[2].value, binds):
+            if len(pos) < 4 or not (_refers_to_kernel(k, pos[2].value, binds) or (
+                    func is not None and isinstance(pos[2].value, cst.Name)
+                    and names_in(reaching_value(k, pos[2].value.value, call, func) or cst.Name("_"))
+                    & set(k.aliases))):
                 continue
             grid, grid_b = pos[1].value, None
             if isinstance(grid, cst.Name):
                 b = binds.get(grid.value, [])
                 if len(b) == 1 and isinstance(b[0].node, cst.Assign):
                     grid, grid_b = b[0].value, b[0].node
+                elif func is not None:
+                    # a wrapper that picks one of several kernels assigns `grid` per branch
+                    a = reaching_assign(k, grid.value, call, func)
+                    if a is not None:
+                        grid, grid_b = a.value, a
             args_node = pos[3].value
             if isinstance(args_node, cst.Name):
                 v = single_value(binds, args_node.value)
@@ -707,13 +715,24 @@ def _binds_name(node: cst.CSTNode, name: str) -> bool:
     return name in assignments(node if isinstance(node, cst.FunctionDef) else node)
 
 
-def reaching_value(k: Kernel, name: str, at: cst.CSTNode) -> cst.BaseExpression | None:
+def reaching_value(k: Kernel, name: str, at: cst.CSTNode,
+                   scope: cst.FunctionDef | None = None) -> cst.BaseExpression | None:
     """The expression ``name`` holds at ``at`` when one plain ``name = expr`` reaches it
     unambiguously (the latest such statement before ``at`` in an enclosing block, with no
-    rebinding in between or later in a loop around ``at``); None when not provable."""
-    binds = assignments(k.func).get(name, [])
+    rebinding in between or later in a loop around ``at``); None when not provable.
+    ``scope``: the function to look in (default the kernel; a host wrapper for launches)."""
+    a = reaching_assign(k, name, at, scope)
+    return a.value if a is not None else None
+
+
+def reaching_assign(k: Kernel, name: str, at: cst.CSTNode,
+                    scope: cst.FunctionDef | None = None) -> cst.Assign | None:
+    """The ``name = expr`` statement of ``reaching_value`` (None for parameters, loop
+    variables and anything not provable)."""
+    scope = scope or k.func
+    binds = assignments(scope).get(name, [])
     if len(binds) == 1:
-        return binds[0].value
+        return binds[0].node if isinstance(binds[0].node, cst.Assign) else None
     cur = at
     while True:
         try:
@@ -731,17 +750,19 @@ def reaching_value(k: Kernel, name: str, at: cst.CSTNode) -> cst.BaseExpression 
                         if loop is not None and not any(x is loop for x in k.ancestors(s)):
                             if name in assignments(loop.body):
                                 return None
-                        elif loop is not None and sum(1 for b in assignments(loop.body).get(name, [])) > 1:
+                        elif loop is not None and len(assignments(loop.body).get(name, [])) > 1:
                             return None
-                        return small.value
+                        return small
             if name in assignments(s):
                 return None
         parent = k.parent(st)
         owner = k.parent(parent) if parent is not None else None
-        if owner is None or owner is k.func or isinstance(owner, cst.Module):
+        if owner is None or owner is scope or isinstance(owner, (cst.Module, cst.FunctionDef, cst.ClassDef)):
             return None
         if isinstance(owner, cst.For) and name in names_in(owner.target):
             return None
+        if isinstance(owner, (cst.Else, cst.If)) and isinstance(k.parent(owner), cst.If):
+            owner = k.parent(owner)       # an elif/else block: keep walking from the whole if
         cur = owner
 
 

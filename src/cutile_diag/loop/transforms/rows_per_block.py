@@ -103,19 +103,24 @@ class RowsPerBlock(Transform):
                 edits[shp] = lambda node: node.with_changes(elements=[node.elements[0].with_changes(
                     value=cst.Name(pname)), *node.elements[1:]])
         if persistent is not None:
-            # the loop bound must follow the new tile shape: ct.num_tiles(X, axis=0, shape=(1, T))
+            # the loop walked row tiles of one row, so its bound counts rows: it becomes the
+            # number of ROWS-row tiles (ct.num_tiles(..., shape=(1, T)) follows the shape edit)
             n = persistent
             nv = reaching_value(k, n.value, k.func.body) if isinstance(n, cst.Name) else n
             nshape = kwarg(nv, "shape") if isinstance(nv, cst.Call) and k.ct.called(nv) == "num_tiles" else None
-            if nshape is None or not isinstance(nshape.value, cst.Tuple) or int_value(nshape.value.elements[0].value) != 1:
-                refuse(f"the persistent loop bound `{code(n)}` is not ct.num_tiles(..., shape=(1, T)), "
-                       f"so it would not follow a row tile")
-            edits[nshape.value] = lambda node: node.with_changes(elements=[node.elements[0].with_changes(
-                value=cst.Name(pname)), *node.elements[1:]])
+            if nshape is not None and isinstance(nshape.value, cst.Tuple) \
+                    and int_value(nshape.value.elements[0].value) == 1:
+                edits[nshape.value] = lambda node: node.with_changes(elements=[node.elements[0].with_changes(
+                    value=cst.Name(pname)), *node.elements[1:]])
+            else:
+                edits[n] = lambda node: expr(f"{k.ct.ref('cdiv')}({code(node)}, {pname})")
 
         def edit_func(f: cst.FunctionDef) -> cst.FunctionDef:
+            # a default: capture specs given on the command line (no CAPTURE_SPECS) still bind
             new_param = cst.Param(name=cst.Name(pname), annotation=cst.Annotation(
-                expr(f"{k.ct.ref('Constant')}[int]")))
+                expr(f"{k.ct.ref('Constant')}[int]")), default=cst.Integer(str(r)),
+                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(" "),
+                                      whitespace_after=cst.SimpleWhitespace(" ")))
             return f.with_changes(params=f.params.with_changes(params=_append_param(f.params.params, new_param)))
         edits[k.func] = edit_func
 
@@ -147,15 +152,33 @@ class RowsPerBlock(Transform):
             if isinstance(st, cst.SimpleStatementLine) and isinstance(st.body[0], cst.Assign) \
                     and st.body[0].value is c and isinstance(st.body[0].targets[0].target, cst.Name):
                 name = st.body[0].targets[0].target.value
-                if len(binds.get(name, [])) == 1:
+                if len(binds.get(name, [])) == 1 and not any(
+                        isinstance(f.iter, cst.Call) and f.iter.args and code(f.iter.args[0].value) == name
+                        for f in find_all(k.func.body, lambda x: isinstance(x, cst.For))):
                     return name, None
             if isinstance(st, cst.For) and isinstance(st.target, cst.Name) and isinstance(st.iter, cst.Call):
                 args = [a.value for a in st.iter.args]
-                if len(args) == 3 and args[0] is c and isinstance(args[2], cst.Call) \
-                        and k.ct.called(args[2]) == "num_blocks":
+                if len(args) == 3 and args[0] is c and self._is_num_blocks(k, args[2], st):
                     return st.target.value, args[1]
+            # TileGym style: pid = ct.bid(0); for row in range(pid, N_ROWS, num_programs)
+            if isinstance(st, cst.SimpleStatementLine) and isinstance(st.body[0], cst.Assign) \
+                    and isinstance(st.body[0].targets[0].target, cst.Name):
+                pid = st.body[0].targets[0].target.value
+                for f in find_all(k.func.body, lambda x: isinstance(x, cst.For)):
+                    if not (isinstance(f.target, cst.Name) and isinstance(f.iter, cst.Call)):
+                        continue
+                    args = [a.value for a in f.iter.args]
+                    if len(args) == 3 and isinstance(args[0], cst.Name) and args[0].value == pid \
+                            and self._is_num_blocks(k, args[2], f):
+                        return f.target.value, args[1]
             del parent
         refuse(f"{k.name} does not bind its row id once (`row = ct.bid(0)` or a grid-stride loop)")
+
+    @staticmethod
+    def _is_num_blocks(k: Kernel, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Name):
+            node = reaching_value(k, node.value, at) or node
+        return isinstance(node, cst.Call) and k.ct.called(node) == "num_blocks"
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
         return [{"rows": v} for v in SWEEP if self.applicable(source, kernel_name, rows=v)[0]]
