@@ -14,10 +14,10 @@ def test_stop_rules_with_headroom():
     tiny = {"improved": False, "stop": True}
     chk = stop_rules([tiny], roof_pct=40.0, until_roof=0.9)
     assert not chk.stop and chk.rule == "until-roof"
-    assert "at 40% of the measured ceiling, below --until-roof 0.9: going on" in chk.reason
+    assert "at 40.0% of the measured ceiling, below --until-roof 0.9: going on" in chk.reason
     assert not stop_rules([tiny, tiny], roof_pct=40.0, until_roof=0.9).stop        # past no-improvement too
     chk = stop_rules([tiny], roof_pct=93.0, until_roof=0.9)
-    assert chk.stop and chk.rule == "below-threshold" and "93% of the measured ceiling" in chk.reason
+    assert chk.stop and chk.rule == "below-threshold" and "93.0% of the measured ceiling" in chk.reason
     assert stop_rules([tiny], roof_pct=None, until_roof=0.9).stop                  # no ceiling: the recipe rule
     assert stop_rules([tiny] * 25, roof_pct=10.0, until_roof=0.9).rule == "max-iterations"
     # default: the recipe's rule, with the % of roof and the option when the headroom is large

@@ -144,3 +144,19 @@ def test_same_result_on_ragged_shapes(emu_dir, done, kernel):
         np.testing.assert_array_equal(outs[1], outs[0])
     if kernel == "bias_rows":
         np.testing.assert_array_equal(outs[0], (x + torch.arange(300.0)).numpy())
+
+
+def test_1d_weight_broadcast_as_a_row_becomes_a_reshaped_tile_load(compiler, emu_dir):
+    """`W[cols[None, :]]` (a 1-D weight used as a 1 x T row): a 1-D tile load reshaped in the
+    kernel, so the wrapper's array views stay as they are."""
+    src = SRC.replace("    bt = ct.gather(b, cols, mask=cols < N, padding_value=0.0)\n",
+                      "    bt = ct.gather(b, cols[None, :], check_bounds=True)\n").replace(
+        "xt + bt[None, :]", "xt + bt")
+    new = T.apply(src, "bias_rows").new_source
+    assert "bt = ct.reshape(ct.load(b, index=(0,), shape=(TILE,), padding_mode=ct.PaddingMode.ZERO, " \
+           "check_bounds=True), (1, TILE))" in new
+    assert op_counts(compiler.tileir(new, "bias_rows"))["load_ptr_tko"] == 0
+    import torch
+    x = torch.randn(7, 300)
+    outs = [_run(emu_dir, s, "bias_add", x, torch.arange(300.0), 2).numpy() for s in (src, new)]
+    np.testing.assert_array_equal(outs[1], outs[0])

@@ -154,9 +154,9 @@ def stop_rules(decisions: Sequence[Mapping], *, max_iterations: int = MAX_ITERAT
     # --- headroom-aware continuation (--until-roof) ---
     if until_roof is not None:
         if roof_pct is not None and roof_pct < 100.0 * until_roof:
-            return StopCheck(False, "until-roof", f"{reason}, but the kernel is at {roof_pct:.0f}% of the "
+            return StopCheck(False, "until-roof", f"{reason}, but the kernel is at {roof_pct:.1f}% of the "
                              f"{roof_basis}, below --until-roof {until_roof:g}: going on")
-        where = f"{roof_pct:.0f}% of the {roof_basis}" if roof_pct is not None else \
+        where = f"{roof_pct:.1f}% of the {roof_basis}" if roof_pct is not None else \
             "no roofline percentage for the kept version"
         return StopCheck(True, rule, f"{reason} ({where}; --until-roof {until_roof:g} does not hold it back)")
     return StopCheck(True, rule, reason + _headroom_hint(roof_pct, roof_basis,

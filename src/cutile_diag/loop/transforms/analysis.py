@@ -695,8 +695,23 @@ class AffineGather:
 
     @property
     def result_shape(self) -> list[str]:
-        """The gather's own result shape (scalar components add no dimension)."""
-        return [code(a.tile) for a in self.axes if a.tile is not None]
+        """The gather's own result shape (scalar components add no dimension; one tiled
+        component broadcast as ``v[None, :]`` / ``v[:, None]`` gives a 1 x T / T x 1 tile)."""
+        vec = [a for a in self.axes if a.tile is not None]
+        if len(vec) == 1 and vec[0].expand == "col":
+            return ["1", code(vec[0].tile)]
+        if len(vec) == 1 and vec[0].expand == "row":
+            return [code(vec[0].tile), "1"]
+        return [code(a.tile) for a in vec]
+
+    def result_axis(self, dim: int) -> int | None:
+        """Where array dimension ``dim`` lands in the result (None: a scalar component)."""
+        vec = [d for d, a in enumerate(self.axes) if a.tile is not None]
+        if dim not in vec:
+            return None
+        if len(vec) == 1 and self.axes[dim].expand == "col":
+            return 1
+        return vec.index(dim)
 
 
 class _NotAffine(Exception):
@@ -947,8 +962,6 @@ def affine_gather_form(k: Kernel, call: cst.Call) -> AffineGather | str:
             return "a 2-D index that is not rows[:, None] by cols[None, :] (transposed or unbroadcast)"
     elif len(vec) > 2:
         return "more than two tiled index components"
-    elif vec[0].expand is not None:
-        return f"a 1-D tile index broadcast as `{vec[0].expand}` vector (the result would be 2-D)"
     for a in axes:
         for part in (a.block, a.tile):
             if part is not None:

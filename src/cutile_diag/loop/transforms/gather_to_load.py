@@ -132,7 +132,7 @@ class GatherToLoad(Transform):
         for s in sites:
             index = _tuple([block_text(a.block) for a in s.axes])
             shape = _tuple(s.load_shape)
-            need_reshape = len(s.result_shape) != len(s.axes)
+            need_reshape = s.result_shape != s.load_shape
             res = _tuple(s.result_shape)
             extra = [f"{kw}={code(a.value)}" for kw in ("check_bounds", "latency")
                      if (a := kwarg(s.call, kw)) is not None]
@@ -145,11 +145,8 @@ class GatherToLoad(Transform):
                 pad = kwarg(s.call, "padding_value")
                 if pad is not None and literal_value(pad.value) != 0:
                     # TMA pads with zeros only: pad with zeros, then put the value back (playbook P)
-                    positions, r = [], 0
-                    for d, a in enumerate(s.axes):
-                        positions.append((d, block_text(a.block), code(a.tile) if a.tile is not None else "1",
-                                          r if a.tile is not None else None))
-                        r += a.tile is not None
+                    positions = [(d, block_text(a.block), code(a.tile) if a.tile is not None else "1",
+                                  s.result_axis(d)) for d, a in enumerate(s.axes)]
                     mask = valid_mask(k, arr, positions, len(s.result_shape), extent_of)
                     if mask is not None:
                         text = f"{k.ct.ref('where')}({mask}, {text}, {code(pad.value)})"
