@@ -174,7 +174,7 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-sweep", type=int, default=3)
-    ap.add_argument("--budget", type=float, default=75.0, help="per-iteration budget, s")
+    ap.add_argument("--budget", type=float, default=100.0, help="per-iteration budget, s (a sweep point gets its share)")
     ap.add_argument("--dry-run", action="store_true", help="simulated GPU (optimize --simulate); AOT on the CPU")
     args = ap.parse_args()
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
