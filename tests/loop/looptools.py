@@ -120,10 +120,12 @@ def make_loop(repo: Path, spec: dict | None = None, *, recs=None, transforms=Non
     from cutile_diag.loop.setup import create_session
     backend = SimulatedBackend({**SPEC, **(spec or {})})
     options = LoopOptions(capture=False, **{"rounds": 3, **opts})
+    before = checkout_state(repo)
     s, led = create_session(ref or f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
                             options=options.to_json(), branch=branch)
     runner = Runner(s, backend, led, diagnoser=diagnoser or RankedDiagnoser(recs or []),
                     transforms=transforms or {}, options=options, hooks=hooks)
+    runner.user_checkout = before
     return runner
 
 
@@ -139,6 +141,7 @@ def reload_runner(repo: Path, runner, *, hooks=None, **opts):
     r = Runner(s, backend_from_json(s.backend), led, diagnoser=runner.diagnoser, transforms=runner._transforms,
                options=options, hooks=hooks)
     r.resume_log = done
+    r.user_checkout = getattr(runner, "user_checkout", None)
     return r
 
 
@@ -152,6 +155,61 @@ def head(repo: Path) -> str:
 
 
 def dirty(repo: Path) -> list[str]:
+    """Changed files of a checkout or the loop's worktree (the loop's state folder aside)."""
     out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True,
                          text=True).stdout
     return [ln[3:] for ln in out.splitlines() if ln[3:] and not ln[3:].startswith("cutile-diag-out/")]
+
+
+def checkout_state(repo: Path) -> dict:
+    """Everything of the user's checkout the loop must never change: branch, HEAD, index, status
+    and every file's bytes (the loop's own state folder aside)."""
+    import hashlib
+    files = {}
+    for f in sorted(repo.rglob("*")):
+        rel = f.relative_to(repo).as_posix()
+        if rel.startswith((".git/", "cutile-diag-out/")) or rel in (".git", "cutile-diag-out") or not f.is_file():
+            continue
+        files[rel] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return {"branch": git(repo, "symbolic-ref", "--short", "-q", "HEAD"), "head": head(repo),
+            "index": git(repo, "ls-files", "-s"), "status": dirty(repo), "files": files}
+
+
+def untouched(repo: Path, r) -> bool:
+    """The user's checkout is exactly as it was when the loop was made (``make_loop`` snapshots it)."""
+    now = checkout_state(repo)
+    assert now == r.user_checkout, {k: (r.user_checkout[k], now[k]) for k in now if now[k] != r.user_checkout[k]}
+    return True
+
+
+def children(pid: int) -> dict[int, str]:
+    """pid -> command line of the live processes whose parent is ``pid`` (Linux /proc)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+# a minimal workload file; {prelude} runs at import (a probe, a hang, a death)
+WORKLOAD_FILE = """
+import time, os, sys
+from cutile_diag.workload import Workload, WorkloadConfig
+{prelude}
+
+class W(Workload):
+    name = "w"
+    configs = [WorkloadConfig("c", {{}})]
+    def make_inputs(self, cfg, seed, device="cuda"): return {{}}
+    def run(self, inputs): return None
+    def reference(self, inputs): return None
+    def flops(self, cfg): return 1.0
+    def bytes(self, cfg): return 1.0
+"""

@@ -1,5 +1,6 @@
 """`cutile-diag optimize` and `cutile-diag loop ...` through the CLI (real transforms, simulated GPU)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,8 @@ def spec(tmp_path):
 
 
 def test_optimize_with_real_transforms_on_a_simulated_gpu(repo, spec, capsys):
+    from looptools import checkout_state
+    before = checkout_state(repo)
     ref = f"{repo / 'vector_add.py'}::vector_add"
     rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "2",
                        "--continue", "--max-iterations", "4", "--skip", "C,G", "--json")
@@ -36,17 +39,36 @@ def test_optimize_with_real_transforms_on_a_simulated_gpu(repo, spec, capsys):
     assert rows[0]["optimization"] == "baseline"
     entries = [it["entry"]["transform"] for it in led.iterations[1:]]
     assert "persistent_grid" in entries and "latency_hints" in entries
-    src = (repo / "vector_add.py").read_text()
+    wt = led.setup["worktree"]
+    assert res["worktree"] == wt and res["branch"] == git(wt, "rev-parse", "--abbrev-ref", "HEAD")
+    src = open(f"{wt}/vector_add.py").read()
     assert "ct.num_blocks(0)" in src and "latency=" in src            # libcst rewrites, committed
-    assert head(repo) == res["kept_commit"] and dirty(repo) == []
+    assert head(wt) == res["kept_commit"] and dirty(wt) == []
+    assert checkout_state(repo) == before                            # the user's checkout: not touched
+    # how to take the result: merge, cherry-pick or apply the diff (nothing is taken by itself)
+    assert any(f"merge {res['branch']}" in c for c in res["take"]) and any("apply" in c for c in res["take"])
     # status and next read the same session
     rc, out, _ = run(capsys, "loop", "status", ref, "--json")
     st = json.loads(out)
     assert rc == 0 and st["kept_commit"] == res["kept_commit"] and len(st["rows"]) == len(rows)
     rc, out, _ = run(capsys, "loop", "next", ref, "--json")
     assert rc == 0 and "recipe" in json.loads(out)
+    assert st["take"] == res["take"] and st["worktree"] == wt
     rc, out, _ = run(capsys, "loop", "status", ref)
     assert rc == 0 and "| iteration | optimization" in out and "| latency_ms | correctness | status |" in out
+    assert f"git -C {repo} merge {res['branch']}" in out and "loop clean" in out
+    # the result taken as the report says, by the user's own git
+    git(repo, "merge", "-q", res["branch"])
+    assert open(repo / "vector_add.py").read() == src
+    # clean: the worktree goes, the branch stays unless asked; the ledger always stays
+    rc, out, err = run(capsys, "loop", "clean", ref)
+    assert rc == 0, err
+    assert not Path(wt).exists() and git(repo, "branch", "--list", res["branch"]) and Path(res["ledger"]).exists()
+    rc, out, _ = run(capsys, "loop", "status", ref)
+    assert rc == 0 and "optimize --resume` makes it again" in " ".join(out.split())
+    rc, out, err = run(capsys, "loop", "clean", ref, "--delete-branch")
+    assert rc == 0 and not git(repo, "branch", "--list", res["branch"])
+    assert not git(repo, "for-each-ref", f"refs/cutile-diag/{res['branch']}/")
 
 
 def test_cli_errors_are_one_line(repo, spec, capsys):

@@ -64,7 +64,10 @@ def test_command_backend_loop(cmd_repo):
     assert (fast["status"], fast["decision"]["rule"]) == ("keep", "keep-baseline")
     assert (wrong["status"], wrong["correctness"]) == ("revert", "FAIL")
     assert "1 failed" in wrong["verification"]["summary"]
-    assert dirty(cmd_repo) == [] and "FAST" in (cmd_repo / "vector_add.py").read_text()
+    assert dirty(r.s.worktree) == [] and "FAST" in (r.s.worktree / "vector_add.py").read_text()
+    assert dirty(cmd_repo) == [] and "FAST" not in (cmd_repo / "vector_add.py").read_text()
+    # the commands ran the worktree's code: every check's Python processes loaded the worktree's kernel file
+    assert fast["verification"]["imports"]["kernel_file_loaded"] is None      # check.py reads, never imports it
     assert [x["status"] for x in table_rows(r)] == ["keep", "keep", "revert"]
     assert (r.s.state_dir / "logs").is_dir()
 
@@ -75,7 +78,7 @@ def test_command_backend_hang_is_killed(cmd_repo):
     r = make(cmd_repo, ts, [rec("A", "hang")], max_iterations=1, iteration_budget_s=3)
     r.start()
     it = r.led.iterations[1]
-    assert it["status"] == "crash" and "killed" in it["decision"]["reason"] and dirty(cmd_repo) == []
+    assert it["status"] == "crash" and "killed" in it["decision"]["reason"] and dirty(r.s.worktree) == []
 
 
 def test_test_command_selecting_nothing_is_an_error(cmd_repo):

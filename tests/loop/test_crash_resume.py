@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from looptools import FakeTransform, dirty, git, head, make_loop, rec, reload_runner, table_rows
+from looptools import (FakeTransform, children, dirty, git, head, make_loop, rec, reload_runner, table_rows,
+                       untouched)
 
 
 class Death(BaseException):
@@ -23,7 +24,9 @@ def assert_consistent(r, repo):
     rows = table_rows(r)
     assert [x["iteration"] for x in rows] == list(range(len(rows)))
     assert r.led.pending() is None
-    assert head(repo) == r.led.kept_commit() and dirty(repo) == []
+    assert head(r.s.worktree) == r.led.kept_commit() and dirty(r.s.worktree) == []
+    if getattr(r, "user_checkout", None):
+        assert untouched(repo, r)
 
 
 @pytest.mark.parametrize("point", ["before_apply", "after_apply", "after_verify", "after_measure", "after_commit"])
@@ -40,7 +43,7 @@ def test_killed_mid_iteration_then_resume(repo, point):
         r.start()
     kept_after_1 = r.led.iterations[1]["commits"]["kept"]
     # immediately after the crash: on the last kept commit, the iteration pending in the ledger
-    assert head(repo) == kept_after_1 and dirty(repo) == []
+    assert head(r.s.worktree) == kept_after_1 and dirty(r.s.worktree) == [] and untouched(repo, r)
     assert r.led.pending()["iteration"] == 2
     assert [x["iteration"] for x in table_rows(r)] == [0, 1]
     r2 = reload_runner(repo, r)
@@ -57,7 +60,7 @@ def test_killed_mid_iteration_then_resume(repo, point):
     assert [x["status"] for x in table_rows(r2)] == ["keep", "keep", "crash"]
     assert res.stop_rule == "exhausted"
     assert_consistent(r2, repo)
-    assert "# fake:faster" not in (repo / "vector_add.py").read_text()
+    assert "# fake:faster" not in (r2.s.worktree / "vector_add.py").read_text()
 
 
 def test_crash_after_record_needs_no_recovery(repo):
@@ -68,7 +71,7 @@ def test_crash_after_record_needs_no_recovery(repo):
     r = two_step_loop(repo, hooks={"after_record": die})
     with pytest.raises(Death):
         r.start()
-    assert r.led.pending() is None and head(repo) == r.led.kept_commit()
+    assert r.led.pending() is None and head(r.s.worktree) == r.led.kept_commit()
     r2 = reload_runner(repo, r)
     assert r2.resume_log == []
     r2.run()
@@ -110,15 +113,19 @@ r.start()
 def test_hard_kill_then_resume(repo, point):
     script = repo.parent / "run.py"
     script.write_text(HARD_KILL.format(tests=str(Path(__file__).parent), repo=str(repo), point=point))
+    from looptools import checkout_state
+    before = checkout_state(repo)
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 137, p.stderr[-2000:]
-    # the tree is wherever the process died: dirty (after apply) or a commit ahead (after commit)
-    if point == "after_apply":
-        assert dirty(repo) == ["vector_add.py"]
-    else:
-        assert dirty(repo) == [] and git(repo, "log", "-1", "--format=%s").startswith("cutile-perf vector_add iteration 2")
+    assert checkout_state(repo) == before            # the user's checkout: as it was
     from cutile_diag.loop.session import find_state_dir, load_session
     state = find_state_dir(f"{repo / 'vector_add.py'}::vector_add")
+    wt = load_session(state)[0].worktree
+    # the loop's worktree is wherever the process died: dirty (after apply) or a commit ahead (after commit)
+    if point == "after_apply":
+        assert dirty(wt) == ["vector_add.py"]
+    else:
+        assert dirty(wt) == [] and git(wt, "log", "-1", "--format=%s").startswith("cutile-perf vector_add iteration 2")
     ts = {"fast": FakeTransform("fast", "A"), "faster": FakeTransform("faster", "B")}
     from looptools import RankedDiagnoser
 
@@ -128,9 +135,10 @@ def test_hard_kill_then_resume(repo, point):
     stub.s = load_session(state)[0]
     stub.diagnoser = RankedDiagnoser([rec("A", "fast"), rec("B", "faster")])
     stub._transforms = ts
+    stub.user_checkout = before
     r2 = reload_runner(repo, stub)
     kept1 = r2.led.iterations[1]["commits"]["kept"]
-    assert head(repo) == kept1 and dirty(repo) == []
+    assert head(wt) == kept1 and dirty(wt) == [] and untouched(repo, r2)
     assert r2.led.iterations[2]["status"] == "crash"
     res = r2.run()
     # kill -9 mid-step: the step is recorded as tried, so --resume does not retry it (no second kill)
@@ -161,28 +169,13 @@ def test_resume_refuses_foreign_changes(repo):
     r = two_step_loop(repo)
     r.opt.max_iterations = 1
     r.start()
-    (repo / "README.md").write_text("someone else\n")
+    (r.s.worktree / "README.md").write_text("someone else\n")
     with pytest.raises(GitError, match="uncommitted"):
         reload_runner(repo, r)
-    git(repo, "commit", "-qam", "a commit on the loop's branch")
+    git(r.s.worktree, "commit", "-qam", "a commit on the loop's branch")
     with pytest.raises(GitError, match="commits after the last kept one"):
         reload_runner(repo, r)
-
-
-def _children(pid: int) -> dict[int, str]:
-    """pid -> command line of the live processes whose parent is ``pid``."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError):
-            continue
-    return out
+    assert untouched(repo, r)
 
 
 def _alive(pid: int) -> bool:
@@ -207,7 +200,7 @@ def test_sigterm_kills_the_hung_child_and_resume_does_not_retry_it(repo, tmp_pat
     try:
         sleeper, t0 = None, time.monotonic()
         while sleeper is None and time.monotonic() - t0 < 90 and p.poll() is None:
-            sleeper = next((c for c, cmd in _children(p.pid).items() if "time.sleep(3600)" in cmd), None)
+            sleeper = next((c for c, cmd in children(p.pid).items() if "time.sleep(3600)" in cmd), None)
             time.sleep(0.1)
         assert sleeper is not None, p.communicate(timeout=5)
         p.send_signal(signal.SIGTERM)
@@ -220,8 +213,11 @@ def test_sigterm_kills_the_hung_child_and_resume_does_not_retry_it(repo, tmp_pat
     from cutile_diag.loop.ledger import Ledger
     from cutile_diag.loop.session import find_state_dir
     led = Ledger.load(find_state_dir(ref))
-    # like Ctrl-C: the tree is on the last kept commit, the iteration pending for --resume
-    assert head(repo) == led.kept_commit() and dirty(repo) == [] and led.pending()["iteration"] == 1
+    wt = Path(led.setup["worktree"])
+    # like Ctrl-C: the loop's worktree is on the last kept commit, the iteration pending for --resume;
+    # the user's checkout was never touched
+    assert head(wt) == led.kept_commit() and dirty(wt) == [] and led.pending()["iteration"] == 1
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main" and dirty(repo) == []
     # --resume records the crash (verified before the hang: PASS) and moves on to the next setting, which
     # hangs too (every latency_hints change does here) and is killed at the new budget; two crashes: stop
     res = subprocess.run([sys.executable, "-m", "cutile_diag", "optimize", "--resume", ref, "--budget", "3",
@@ -230,7 +226,7 @@ def test_sigterm_kills_the_hung_child_and_resume_does_not_retry_it(repo, tmp_pat
     doc = json.loads(res.stdout)
     assert [(r["status"], r["correctness"]) for r in doc["rows"]] == [("keep", "PASS"), ("crash", "PASS"),
                                                                       ("crash", "PASS")]
-    assert doc["stop_rule"] == "no-improvement" and dirty(repo) == []
+    assert doc["stop_rule"] == "no-improvement" and dirty(wt) == [] and dirty(repo) == []
     first, second = (it["change"]["tried"] for it in Ledger.load(find_state_dir(ref)).iterations[1:])
     assert first[0]["params"] == {} and second[0]["params"] != {}      # the interrupted step was not retried
 
@@ -249,7 +245,7 @@ def test_kill_9_takes_the_hung_child_along(repo, tmp_path):
     try:
         sleeper, t0 = None, time.monotonic()
         while sleeper is None and time.monotonic() - t0 < 90 and p.poll() is None:
-            sleeper = next((c for c, cmd in _children(p.pid).items() if "time.sleep(3600)" in cmd), None)
+            sleeper = next((c for c, cmd in children(p.pid).items() if "time.sleep(3600)" in cmd), None)
             time.sleep(0.1)
         assert sleeper is not None
         p.send_signal(signal.SIGKILL)           # no handler runs: only the kernel's parent-death signal

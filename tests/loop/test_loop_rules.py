@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from looptools import FakeTransform, RankedDiagnoser, dirty, git, head, make_loop, rec, table_rows
+from looptools import FakeTransform, RankedDiagnoser, dirty, git, head, make_loop, rec, table_rows, untouched
 
 KERNEL = "vector_add.py"
 
@@ -31,9 +31,9 @@ def test_keep_rules_fire_and_the_loop_stops_below_two_percent(repo):
     assert [x["status"] for x in rows] == ["keep"] * 4 and all(x["correctness"] == "PASS" for x in rows)
     assert rows == [{**x, "latency_ms": round(x["latency_ms"], 6)} for x in r.led.rows()]
     # every kept step is a commit on the loop's branch; HEAD is the last kept one
-    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").startswith("cutile-perf-vector_add-")
-    assert len(loop_commits(repo)) == 3 and head(repo) == r.led.kept_commit() == res.kept_commit
-    assert "# fake:tiny" in kernel_text(repo) and dirty(repo) == []
+    assert git(r.s.worktree, "rev-parse", "--abbrev-ref", "HEAD").startswith("cutile-perf-vector_add-")
+    assert len(loop_commits(r.s.worktree)) == 3 and head(r.s.worktree) == r.led.kept_commit() == res.kept_commit
+    assert "# fake:tiny" in kernel_text(r.s.worktree) and dirty(r.s.worktree) == [] and untouched(repo, r)
     # the 2-5 % and < 2 % entries are demoted, the >= 5 % win is not
     assert dict(r.led.tried()) == {"B": 1, "C": 1}
     assert res.speedup == pytest.approx(1 / (0.9 * 0.97 * 0.995), rel=0.01)
@@ -62,7 +62,7 @@ def test_regression_on_one_config_is_reverted(repo):
     cand = it["commits"]["candidate"]
     assert cand and cand != base and it["commits"]["kept"] == base
     assert git(repo, "rev-parse", f"refs/cutile-diag/{r.s.branch}/iter-1") == cand
-    assert head(repo) == base and kernel_text(repo) == before and dirty(repo) == []
+    assert head(r.s.worktree) == base and kernel_text(r.s.worktree) == before and dirty(r.s.worktree) == [] and untouched(repo, r)
 
 
 def test_incorrect_transform_is_reverted_before_measuring(repo):
@@ -76,7 +76,7 @@ def test_incorrect_transform_is_reverted_before_measuring(repo):
     assert [(x["correctness"], x["status"], x["latency_ms"]) for x in rows[1:]] == [("FAIL", "revert", None)] * 2
     assert all(it["decision"]["rule"] == "correctness" for it in r.led.iterations[1:])
     assert not any(("measure", f"iter-{n}") in r.backend.calls for n in (1, 2))     # never timed
-    assert loop_commits(repo) == [] and kernel_text(repo) == before and dirty(repo) == []
+    assert loop_commits(r.s.worktree) == [] and kernel_text(r.s.worktree) == before and dirty(r.s.worktree) == [] and untouched(repo, r)
     # two iterations in a row without improvement: stop, the good transform is never reached
     assert res.stop_rule == "no-improvement" and ts["good"].applied == 0
 
@@ -96,7 +96,7 @@ def test_correctness_failure_after_timing_is_reverted(repo):
     r.start()
     it = r.led.iterations[1]
     assert (it["correctness"], it["status"], it["decision"]["rule"]) == ("FAIL", "revert", "correctness")
-    assert dirty(repo) == [] and loop_commits(repo) == []
+    assert dirty(r.s.worktree) == [] and untouched(repo, r) and loop_commits(r.s.worktree) == []
 
 
 def test_crash_is_recorded_and_reverted(repo):
@@ -105,7 +105,7 @@ def test_crash_is_recorded_and_reverted(repo):
     r.start()
     it = r.led.iterations[1]
     assert (it["status"], it["correctness"], it["decision"]["rule"]) == ("crash", "PASS", "crash")
-    assert "segfault" in it["decision"]["reason"] and dirty(repo) == [] and head(repo) == r.s.start_commit
+    assert "segfault" in it["decision"]["reason"] and dirty(r.s.worktree) == [] and untouched(repo, r) and head(r.s.worktree) == r.s.start_commit
 
 
 def test_hang_is_killed_within_the_budget(repo):
@@ -118,7 +118,7 @@ def test_hang_is_killed_within_the_budget(repo):
     it = r.led.iterations[1]
     assert it["status"] == "crash" and "killed" in it["decision"]["reason"]
     assert it["seconds"] < 5 and took < 15
-    assert table_rows(r)[1]["latency_ms"] is None and dirty(repo) == []
+    assert table_rows(r)[1]["latency_ms"] is None and dirty(r.s.worktree) == [] and untouched(repo, r)
 
 
 def test_hang_in_verification(repo):
@@ -127,7 +127,7 @@ def test_hang_in_verification(repo):
                   max_iterations=1, iteration_budget_s=1.0)
     r.start()
     it = r.led.iterations[1]
-    assert (it["status"], it["correctness"]) == ("crash", "FAIL") and dirty(repo) == []
+    assert (it["status"], it["correctness"]) == ("crash", "FAIL") and dirty(r.s.worktree) == [] and untouched(repo, r)
 
 
 def test_above_roof_measurement_is_never_a_win(repo):
@@ -139,7 +139,7 @@ def test_above_roof_measurement_is_never_a_win(repo):
     assert all(p["valid"] for p in base["roofline"].values())
     it = r.led.iterations[1]
     assert (it["status"], it["decision"]["rule"]) == ("revert", "above-roof")
-    assert "bandwidth 240 T/s exceeds the" in it["decision"]["reason"] and dirty(repo) == []
+    assert "bandwidth 240 T/s exceeds the" in it["decision"]["reason"] and dirty(r.s.worktree) == [] and untouched(repo, r)
 
 
 def test_iteration_cap_is_25(repo):
@@ -148,7 +148,7 @@ def test_iteration_cap_is_25(repo):
     res = r.start()
     assert res.stop_rule == "max-iterations" and res.iterations == 25
     assert len(table_rows(r)) == 26 and all(it["status"] == "keep" for it in r.led.iterations)
-    assert len(loop_commits(repo)) == 25
+    assert len(loop_commits(r.s.worktree)) == 25
 
 
 @pytest.mark.parametrize("bottleneck", ["scheduling", "unknown"])
@@ -181,28 +181,31 @@ def test_sweep_screens_points_and_keeps_the_fastest(repo):
     chosen = [p for p in it["sweep"] if p.get("chosen")]
     assert [p["params"] for p in chosen] == [{"v": 2}]
     assert next(p for p in it["sweep"] if p["params"] == {"v": 3})["result"] == "correctness FAIL"
-    assert '# fake:occ{"v": 2}' in kernel_text(repo)
+    assert '# fake:occ{"v": 2}' in kernel_text(r.s.worktree)
     # the other points stay tried on this base: never proposed again from the same version
     assert len(r.led.attempted()) == 4
 
 
 def test_forbidden_file_edit_by_a_transform_is_refused(repo):
-    test_file = repo / "tests" / "test_vector_add.py"
-    original = test_file.read_text()
+    where = {}
 
-    def tamper():
-        test_file.write_text("def test_vector_add():\n    pass  # weakened\n")
-        (repo / "tests" / "test_new.py").write_text("x = 1\n")
+    def tamper():                     # a transform that also edits the tests (in the tree the loop works in)
+        wt = where["r"].s.worktree
+        (wt / "tests" / "test_vector_add.py").write_text("def test_vector_add():\n    pass  # weakened\n")
+        (wt / "tests" / "test_new.py").write_text("x = 1\n")
 
     ts = {"cheat": FakeTransform("cheat", "A", side_effect=tamper)}
     r = make_loop(repo, {"effects": {"cheat": 0.5}}, recs=[rec("A", "cheat")], transforms=ts, max_iterations=1)
+    where["r"] = r
+    original = (r.s.worktree / "tests" / "test_vector_add.py").read_text()
     r.start()
     it = r.led.iterations[1]
     assert (it["status"], it["decision"]["rule"]) == ("revert", "forbidden-files")
     assert sorted(it["forbidden"]) == ["tests/test_new.py", "tests/test_vector_add.py"]
     assert ("verify", "iter-1") not in r.backend.calls                  # refused before anything ran
-    assert test_file.read_text() == original and not (repo / "tests" / "test_new.py").exists()
-    assert dirty(repo) == [] and loop_commits(repo) == []
+    wt = r.s.worktree
+    assert (wt / "tests" / "test_vector_add.py").read_text() == original and not (wt / "tests" / "test_new.py").exists()
+    assert dirty(wt) == [] and loop_commits(wt) == [] and untouched(repo, r)
 
 
 def test_setup_refuses_a_dirty_tree_and_an_existing_branch(repo):
@@ -217,9 +220,9 @@ def test_setup_refuses_a_dirty_tree_and_an_existing_branch(repo):
         make_loop(repo)
     import shutil
     shutil.rmtree(r.s.state_dir)
-    git(repo, "checkout", "-q", "main")
     with pytest.raises(GitError, match="branch .* already exists"):
         make_loop(repo)
+    assert untouched(repo, r)
 
 
 def test_baseline_must_be_correct(repo):
@@ -275,4 +278,4 @@ def test_crash_row_keeps_the_verification_and_the_screening_latency(repo):
     # verified PASS before the crash; the row shows the chosen point's screening latency, said so in the ledger
     assert (it["status"], it["correctness"]) == ("crash", "PASS")
     assert it["latency_ms"] == chosen["screen_ms"] and it["latency_source"] == "screening"
-    assert table_rows(r)[1]["latency_ms"] == round(chosen["screen_ms"], 6) and dirty(repo) == []
+    assert table_rows(r)[1]["latency_ms"] == round(chosen["screen_ms"], 6) and dirty(r.s.worktree) == [] and untouched(repo, r)

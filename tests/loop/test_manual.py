@@ -1,7 +1,7 @@
 """loop next / record / status / recover: the steps a person or an agent makes by hand."""
 import pytest
 
-from looptools import RankedDiagnoser, dirty, git, head, make_loop, rec, table_rows
+from looptools import RankedDiagnoser, dirty, git, head, make_loop, rec, table_rows, untouched
 
 SPEC = {"effects": {"marker:PLANTED_FAST": 0.8, "marker:PLANTED_SLOWER": 1.2}, "incorrect": ["marker:PLANTED_WRONG"]}
 
@@ -13,8 +13,9 @@ def started(repo):
     return r
 
 
-def edit(repo, marker):
-    f = repo / "vector_add.py"
+def edit(wt, marker):
+    """A person's edit, made where manual steps happen: the loop's worktree."""
+    f = wt / "vector_add.py"
     f.write_text(f.read_text() + f"# {marker}\n")
 
 
@@ -39,43 +40,43 @@ def test_next_prints_a_recipe_for_this_kernel(started, repo):
 def test_record_keeps_a_faster_manual_edit(started, repo):
     from cutile_diag.loop.manual import next_step, record_manual
     next_step(started.s, started.led, diagnoser=RankedDiagnoser([rec("B", "", name="persistent")]))
-    edit(repo, "PLANTED_FAST")
+    edit(started.s.worktree, "PLANTED_FAST")
     r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
     assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "PASS", "keep-baseline")
     assert r["entry"]["id"] == "B" and r["optimization"] == "B manual: grid-stride loop by hand"
-    assert head(repo) == r["commits"]["kept"] != started.s.start_commit and dirty(repo) == []
-    assert "PLANTED_FAST" in git(repo, "show", "HEAD:vector_add.py")
+    assert head(started.s.worktree) == r["commits"]["kept"] != started.s.start_commit and dirty(started.s.worktree) == [] and untouched(repo, started)
+    assert "PLANTED_FAST" in git(started.s.worktree, "show", "HEAD:vector_add.py")
 
 
 def test_record_reverts_a_wrong_manual_edit_and_saves_it(started, repo):
     from cutile_diag.loop.manual import record_manual
-    edit(repo, "PLANTED_WRONG")
+    edit(started.s.worktree, "PLANTED_WRONG")
     r = record_manual(started.s, started.led, started.backend, entry="L", note="risky rewrite")
     assert (r["status"], r["correctness"], r["latency_ms"]) == ("revert", "FAIL", None)
-    assert "PLANTED_WRONG" not in (repo / "vector_add.py").read_text() and dirty(repo) == []
+    assert "PLANTED_WRONG" not in (started.s.worktree / "vector_add.py").read_text() and dirty(started.s.worktree) == [] and untouched(repo, started)
     saved = started.s.iteration_dir(1) / "vector_add.py"
     assert "PLANTED_WRONG" in saved.read_text()
-    assert head(repo) == started.s.start_commit
+    assert head(started.s.worktree) == started.s.start_commit
     assert table_rows(started)[1]["optimization"] == "L manual: risky rewrite"
 
 
 def test_record_reverts_a_slower_manual_edit(started, repo):
     from cutile_diag.loop.manual import record_manual
-    edit(repo, "PLANTED_SLOWER")
+    edit(started.s.worktree, "PLANTED_SLOWER")
     r = record_manual(started.s, started.led, started.backend)
     assert (r["status"], r["decision"]["rule"]) == ("revert", "regression")
-    assert r["commits"]["candidate"] and head(repo) == started.s.start_commit
+    assert r["commits"]["candidate"] and head(started.s.worktree) == started.s.start_commit
 
 
 def test_record_refuses_edits_to_tests_and_touches_nothing(started, repo):
     from cutile_diag.loop.errors import ForbiddenEditError
     from cutile_diag.loop.manual import record_manual
-    edit(repo, "PLANTED_FAST")
-    (repo / "tests" / "test_vector_add.py").write_text("def test_vector_add():\n    pass\n")
+    edit(started.s.worktree, "PLANTED_FAST")
+    (started.s.worktree / "tests" / "test_vector_add.py").write_text("def test_vector_add():\n    pass\n")
     n_records = len(started.led.records)
     with pytest.raises(ForbiddenEditError, match="tests/test_vector_add.py"):
         record_manual(started.s, started.led, started.backend)
-    assert sorted(dirty(repo)) == ["tests/test_vector_add.py", "vector_add.py"]     # the person's work is intact
+    assert sorted(dirty(started.s.worktree)) == ["tests/test_vector_add.py", "vector_add.py"]     # the person's work is intact
     assert len(started.led.records) == n_records and ("verify", "iter-1") not in started.backend.calls
 
 
@@ -92,15 +93,20 @@ def test_status_and_recover(started, repo):
     st = status(started.s, started.led)
     assert st.on_branch and st.pending is None and [r["iteration"] for r in st.rows] == [0]
     assert "optimize --resume" in st.hint
-    edit(repo, "PLANTED_FAST")
+    edit(started.s.worktree, "PLANTED_FAST")
     assert "loop record" in status(started.s, started.led).hint
     # an interrupted iteration: pending until recovered
     started.led.append({"type": "begin", "iteration": 1, "base_commit": started.s.start_commit,
                         "entry": {"id": "B", "transform": None}})
     st = status(started.s, started.led)
     assert st.pending["iteration"] == 1 and "recover" in st.hint
-    assert "died during iteration 1" in recover(started.s, started.led)
-    assert dirty(repo) == [] and table_rows(started)[1]["status"] == "crash"
+    msg = recover(started.s, started.led)
+    assert "died during iteration 1" in msg and "your checkout was not touched" in msg
+    # the edit in progress is saved before the worktree is reset; no candidate copy is promised (none was written)
+    rescued = started.s.iteration_dir(1) / "worktree-at-recovery" / "vector_add.py"
+    assert "PLANTED_FAST" in rescued.read_text() and str(rescued.parent) in msg
+    assert "candidate's files are saved" not in msg
+    assert dirty(started.s.worktree) == [] and untouched(repo, started) and table_rows(started)[1]["status"] == "crash"
     assert recover(started.s, started.led) is None
 
 
@@ -110,16 +116,16 @@ def test_record_applies_the_stop_rules_and_the_cap(repo):
     from cutile_diag.loop.runner import LoopOptions
     r = make_loop(repo, {**SPEC, "effects": {**SPEC["effects"], "marker:PLANTED_TINY": 0.995}}, max_iterations=2)
     r.baseline()
-    edit(repo, "PLANTED_TINY")
+    edit(r.s.worktree, "PLANTED_TINY")
     rec1 = record_manual(r.s, r.led, r.backend)
     # < 2 %: kept, and the stop rule the automatic loop applies is recorded for the manual step too
     assert (rec1["status"], rec1["decision"]["rule"]) == ("keep", "keep-stop")
     assert rec1["stop"]["rule"] == "below-threshold" and r.led.last_stop()["rule"] == "below-threshold"
-    edit(repo, "PLANTED_FAST")
+    edit(r.s.worktree, "PLANTED_FAST")
     rec2 = record_manual(r.s, r.led, r.backend)        # a hand-over stop does not block a person's step
     assert rec2["status"] == "keep" and r.led.last_stop()["rule"] == "max-iterations"
     # the iteration cap does
-    edit(repo, "PLANTED_SLOWER")
+    edit(r.s.worktree, "PLANTED_SLOWER")
     with pytest.raises(LoopError, match="iteration cap is reached") as e:
         record_manual(r.s, r.led, r.backend)
     assert "--max-iterations" in e.value.one_line() and len(r.led.iterations) == 3

@@ -37,8 +37,10 @@ def test_latency_hints_iteration_with_capture_and_ir_diff(repo):
     d = it["ir_diff"]
     assert d["equivalent"] is False and d["n_changes"] >= 2
     assert {c.get("knob") for c in d["changes"] if c["kind"] == "op_hint"} == {"latency"}
-    assert it["status"] == "keep" and head(repo) == res.kept_commit and dirty(repo) == []
-    assert "latency=" in git(repo, "show", "HEAD:vector_add.py")
+    wt = r.s.worktree
+    assert it["status"] == "keep" and head(wt) == res.kept_commit and dirty(wt) == []
+    assert "latency=" in git(wt, "show", "HEAD:vector_add.py")
+    assert "latency=" not in (repo / "vector_add.py").read_text() and dirty(repo) == []
 
 
 def test_gather_to_load_on_gather_scale(tmp_path):
@@ -60,4 +62,4 @@ def test_gather_to_load_on_gather_scale(tmp_path):
     assert it["entry"]["transform"] == "gather_to_load" and it["status"] == "keep"
     kinds = {c["kind"] for c in it["ir_diff"]["changes"]}
     assert it["ir_diff"]["equivalent"] is False and kinds, it["ir_diff"]
-    assert "ct.gather" not in (repo / "gather_scale.py").read_text().split("def gather_scale")[1].split("CAPTURE_SPECS")[0]
+    assert "ct.gather" not in (s.worktree / "gather_scale.py").read_text().split("def gather_scale")[1].split("CAPTURE_SPECS")[0]

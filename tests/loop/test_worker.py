@@ -7,26 +7,13 @@ import pytest
 from cutile_diag.loop.backends import Version, WorkloadBackend, Workspace
 from cutile_diag.loop.errors import BackendError, CandidateCrash, MeasurementTimeout
 from cutile_diag.loop.proc import Deadline
+from looptools import WORKLOAD_FILE
 
-WL = """
-import time, os
-from cutile_diag.workload import Workload, WorkloadConfig
-{prelude}
-
-class W(Workload):
-    name = "w"
-    configs = [WorkloadConfig("c", {{}})]
-    def make_inputs(self, cfg, seed, device="cuda"): return {{}}
-    def run(self, inputs): return None
-    def reference(self, inputs): return None
-    def flops(self, cfg): return 1.0
-    def bytes(self, cfg): return 1.0
-"""
 
 
 def backend_for(tmp_path, prelude: str):
     f = tmp_path / "wl.py"
-    f.write_text(WL.format(prelude=prelude))
+    f.write_text(WORKLOAD_FILE.format(prelude=prelude))
     ws = Workspace(tmp_path, tmp_path / "state", ["wl.py"])
     return WorkloadBackend(f"{f}::W", log_dir=tmp_path / "logs"), ws, Version("baseline", ws.current())
 

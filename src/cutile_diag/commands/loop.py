@@ -5,12 +5,14 @@ from ..output import console, err_console, print_json
 
 
 def register(sub) -> None:
-    p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover",
+    p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover, clean",
                        description="For the edits cutile-diag cannot make itself: `loop next` prints the next "
                                    "playbook entry with a recipe for this kernel; after you edit the kernel file "
                                    "(or its launch wrapper), `loop record` verifies, measures against the last kept "
                                    "version, decides, commits or reverts, and records.  `loop status` shows where "
-                                   "the loop stands; `loop recover` closes an interrupted iteration.")
+                                   "the loop stands; `loop recover` closes an interrupted iteration; `loop clean` "
+                                   "removes a finished loop's worktree.  Everything happens in the loop's own git "
+                                   "worktree: your checkout is never changed.")
     ls = p.add_subparsers(dest="loop_command", metavar="STEP")
     common = []
     n = ls.add_parser("next", help="the next playbook entry, with a recipe for this kernel")
@@ -25,8 +27,13 @@ def register(sub) -> None:
     common.append(r)
     st = ls.add_parser("status", help="the table, the kept commit, pending work and what to do next")
     common.append(st)
-    rc = ls.add_parser("recover", help="after a crash: reset to the last kept commit and record the crash")
+    rc = ls.add_parser("recover", help="after a crash: reset the loop's worktree to the last kept commit and record "
+                                       "the crash")
     common.append(rc)
+    cl = ls.add_parser("clean", help="remove a finished loop's worktree (its branch and ledger stay)")
+    cl.add_argument("--delete-branch", action="store_true",
+                    help="also delete the loop's branch and its refs/cutile-diag/<branch>/* (take the result first)")
+    common.append(cl)
     for q in common:
         q.add_argument("kernel", nargs="?", help="FILE.py::KERNEL (default: the loop in this repository)")
         q.add_argument("--out", help="the loop's state folder root, if not the default")
@@ -35,6 +42,7 @@ def register(sub) -> None:
     r.set_defaults(func=run_record)
     st.set_defaults(func=run_status)
     rc.set_defaults(func=run_recover)
+    cl.set_defaults(func=run_clean)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -113,7 +121,8 @@ def run_status(args) -> int:
         print_json(st)
         return 0
     from ..loop.ledger import render_table
-    console.print(f"[bold]{st.kernel}[/] on branch {st.branch}" + ("" if st.on_branch else " [yellow](not checked out)[/]"))
+    console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
+                  + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
     console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)
     if st.baseline_ms and st.best_ms:
         console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
@@ -122,16 +131,44 @@ def run_status(args) -> int:
         console.print(f"last stop: {st.last_stop.get('reason')}")
     if st.pending:
         console.print(f"[red]iteration {st.pending['iteration']} was interrupted[/]")
+    if st.take:
+        from .optimize import show_take
+        show_take(st.branch, st.worktree, st.take)
     console.print(f"next: {st.hint}")
     return 0
 
 
 def run_recover(args) -> int:
-    from ..loop.runner import recover
+    from ..loop.recover import recover
     s, led = _session(args)
     what = recover(s, led)
     if args.json:
-        print_json({"recovered": what})
+        print_json({"recovered": what, "worktree": str(s.worktree)})
         return 0
-    console.print(what or "nothing to recover: no iteration was interrupted")
+    console.print(what or f"nothing to recover: no iteration was interrupted (the loop works only in its worktree "
+                          f"{s.worktree}; your checkout is never changed)", highlight=False)
+    return 0
+
+
+def run_clean(args) -> int:
+    from ..loop.errors import LoopError
+    from ..loop.worktree import remove
+    s, led = _session(args)
+    if led.pending() is not None:
+        raise LoopError(f"iteration {led.pending()['iteration']} was interrupted and is still pending",
+                        hint="`cutile-diag loop recover` first: it saves what the worktree holds")
+    if s.worktree.is_dir() and (s.worktree / ".git").exists():
+        dirty = s.git().dirty_files()
+        if dirty:
+            raise LoopError(f"the loop's worktree {s.worktree} has uncommitted changes: " + ", ".join(dirty[:5]),
+                            hint="record them with `cutile-diag loop record`, or undo them there, then clean")
+    done = remove(s, delete_branch=args.delete_branch)
+    if not args.delete_branch and s.user_git().branch_exists(s.branch):
+        done.append(f"the branch {s.branch} stays (take its result, or clean again with --delete-branch)")
+    done.append(f"the ledger stays in {s.state_dir}")
+    if args.json:
+        print_json({"done": done, "worktree": str(s.worktree), "branch": s.branch})
+        return 0
+    for d in done:
+        console.print(d, markup=False, highlight=False)
     return 0

@@ -11,7 +11,8 @@ from ..output import console, err_console, print_json
 def register(sub) -> None:
     p = sub.add_parser(
         "optimize", help="make a kernel faster: diagnose, apply one step, verify, measure, keep or revert",
-        description="The perf recipe as a loop: refuses a dirty tree, creates branch cutile-perf-<kernel>-<date>, "
+        description="The perf recipe as a loop: refuses a dirty tree, creates branch cutile-perf-<kernel>-<date> in "
+                    "its own git worktree (your checkout, index and files are never changed), "
                     "measures the unchanged kernel (iteration 0), then applies one playbook step per iteration, "
                     "checks correctness, measures it against the last kept version (interleaved, every "
                     "configuration), commits, and keeps or reverts by the recipe's rules.  Results: "
@@ -30,7 +31,7 @@ def register(sub) -> None:
     m.add_argument("--workload", help="workload reference: examples:<kernel>, tilegym:<op>, or file.py::Workload")
     m.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument for the workload (repeatable; JSON values)")
-    m.add_argument("--test-cmd", help="correctness command (exit 0 = PASS), run in the repository root")
+    m.add_argument("--test-cmd", help="correctness command (exit 0 = PASS), run in the root of the loop's worktree")
     m.add_argument("--bench-cmd", help="benchmark command printing --print-record records (median = latency)")
     m.add_argument("--framework", default="cutile", help="record framework to read from --bench-cmd (default cutile)")
     m.add_argument("--flops", action="append", default=[], metavar="CONFIG=N",
@@ -209,7 +210,22 @@ def _show(result) -> None:
                       f"({result.speedup:.3f}x); kept commit {str(result.kept_commit)[:12]}")
     for m in result.manual[:3]:
         console.print(f"manual entry {m['id']} ({m['name']}): cutile-diag loop next --entry {m['id']}")
+    show_take(result.branch, result.worktree, result.take)
     console.print(f"[dim]ledger: {result.ledger}[/]")
+
+
+def show_take(branch: str, worktree: str, take: list[str]) -> None:
+    """How to bring the kept result into the user's branch (the loop never does it itself)."""
+    if not take:
+        console.print(f"nothing kept to take; the loop's worktree: {worktree} (`cutile-diag loop clean` removes it)",
+                      highlight=False)
+        return
+    console.print(f"the kept result is on branch [bold]{branch}[/] (worktree {worktree}); take it into your branch "
+                  "with one of:", highlight=False)
+    for c in take:
+        console.print(f"  {c}", markup=False, highlight=False)
+    console.print("then `cutile-diag loop clean` removes the worktree (--delete-branch: the branch too)",
+                  highlight=False)
 
 
 def _plan(args) -> int:

@@ -16,6 +16,9 @@ One protocol, three implementations:
   impossible speedup above the roof).
 
 A ``Version`` is the content of the loop-controlled files (kernel file, launch wrapper).
+The work tree is the loop's own worktree; every child runs there with the worktree's copy
+of the user's code first on ``PYTHONPATH``, and checks that nothing was imported from the
+user's checkout instead (``loop.imports``).
 Backends that run the code put a version's files into the work tree while they need it
 (``Workspace.materialize``) and give every version its own bytecode cache
 (``PYTHONPYCACHEPREFIX``), since two versions of a file may share a size and an mtime
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from . import proc
+from . import imports, proc
 from .errors import BackendError, CandidateCrash, LoopError, MeasurementTimeout
 from .records import require_records
 from .stats import RunStat
@@ -68,12 +71,32 @@ class Version:
 
 
 class Workspace:
-    """The repository work tree as the backends see it."""
+    """The loop's work tree as the backends see it: ``root`` (the loop's worktree) holding the
+    loop-controlled ``files``; ``origin`` the user's checkout it was made from (read never,
+    but paths into it are moved to ``root`` and imports from it are refused)."""
 
-    def __init__(self, root: Path, state_dir: Path, files: Sequence[str]):
+    def __init__(self, root: Path, state_dir: Path, files: Sequence[str], *, origin: Path | None = None,
+                 kernel_file: str | None = None):
         self.root = Path(root)
         self.state_dir = Path(state_dir)
         self.files = list(files)
+        self.origin = Path(origin) if origin else None
+        self.kernel_file = kernel_file or (self.files[0] if self.files else "")
+
+    def remap(self, value: Any) -> Any:
+        """A path (or a JSON value holding paths) into the user's checkout, moved to the worktree."""
+        if self.origin is None:
+            return value
+        if isinstance(value, str):
+            ref, sep, attr = value.rpartition("::")
+            if sep and ref:
+                return imports.remap(ref, self.origin, self.root) + sep + attr
+            return imports.remap(value, self.origin, self.root)
+        if isinstance(value, Mapping):
+            return {k: self.remap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.remap(v) for v in value]
+        return value
 
     def current(self) -> dict[str, str]:
         return {p: (self.root / p).read_text() for p in self.files if (self.root / p).exists()}
@@ -96,9 +119,25 @@ class Workspace:
             if changed:
                 self.write(saved)
 
-    def env(self, v: Version) -> dict[str, str]:
+    def env(self, v: Version, *, audit: Path | None = None) -> dict[str, str]:
+        """A child's environment additions: its own bytecode cache per version and, for a loop
+        worktree, the worktree's code first on PYTHONPATH (``audit``: where children report imports)."""
         cache = self.state_dir / "pycache" / v.digest[:16]
-        return {"PYTHONPYCACHEPREFIX": str(cache)}
+        env = {"PYTHONPYCACHEPREFIX": str(cache)}
+        if self.origin is not None:
+            env.update(imports.child_env(self.origin, self.root, self.kernel_file, audit=audit))
+        return env
+
+    def check_imports(self, seen: Sequence[Mapping], what: str) -> dict:
+        """Refuse a run that imported the user's checkout; returns what was seen (for the ledger)."""
+        foreign: dict[str, str] = {}
+        for rec in seen:
+            foreign.update(rec.get("foreign") or {})
+        if foreign:
+            msg, hint = imports.foreign_message(foreign, self.root, what)
+            raise BackendError(msg, hint=hint)
+        kernel = next((r["kernel"] for r in seen if r.get("kernel")), None)
+        return {"kernel_file_loaded": kernel, "processes": len(seen)}
 
 
 @dataclass
@@ -108,10 +147,11 @@ class Verification:
     per_config: dict[str, Any] = field(default_factory=dict)
     output: str = ""
     seconds: float = 0.0
+    imports: dict = field(default_factory=dict)     # where the checked code was imported from
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "summary": self.summary, "per_config": self.per_config,
-                "output": self.output[-2000:], "seconds": round(self.seconds, 3)}
+                "output": self.output[-2000:], "seconds": round(self.seconds, 3), "imports": self.imports}
 
 
 Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one RunStat per round
@@ -267,6 +307,7 @@ class WorkloadBackend:
         self.workers: dict[str, _Worker] = {}
         self.info: dict[str, dict] = {}
         self.device_info: dict = {}
+        self.imports: dict = {}          # where the last loaded worker imported the kernel file from
 
     def describe(self) -> dict:
         return {"backend": self.name, "workload": self.workload, "kwargs": self.kwargs, "configs": self._configs,
@@ -293,9 +334,10 @@ class WorkloadBackend:
             w = _Worker(v, ws, self._log(v), self.device)
             self.workers[v.digest] = w
             try:
-                reply = w.request({"op": "load", "workload": self.workload, "kwargs": self.kwargs,
+                reply = w.request({"op": "load", "workload": ws.remap(self.workload), "kwargs": ws.remap(self.kwargs),
                                    "configs": self._configs, "seed": self.seed, "check_seed": self.check_seed,
                                    "device": self.device}, deadline.timeout(), f"loading and checking {v.label}")
+                self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {v.label}")
             except LoopError:
                 self.workers.pop(v.digest, None)
                 w.kill()
@@ -322,8 +364,9 @@ class WorkloadBackend:
         if bad:
             summ = "; ".join(f"{c}: {d.get('summary', 'FAIL')}" for c, d in list(bad.items())[:3])
             return Verification(False, f"FAIL on {len(bad)} of {len(checks)} configurations: {summ}", checks,
-                                seconds=time.monotonic() - t0)
-        return Verification(True, f"PASS on {len(checks)} configurations", checks, seconds=time.monotonic() - t0)
+                                seconds=time.monotonic() - t0, imports=self.imports)
+        return Verification(True, f"PASS on {len(checks)} configurations", checks, seconds=time.monotonic() - t0,
+                            imports=self.imports)
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
         workers = {v.label: self._worker(v, ws, deadline) for v in versions}
@@ -402,6 +445,7 @@ class CommandBackend:
         self.counts = dict(counts or {})
         self._configs: list[str] | None = None
         self._dev: Any = None
+        self.imports: dict = {}          # what the last command's Python processes imported the kernel from
 
     def describe(self) -> dict:
         return {"backend": self.name, "test_cmd": self.test_cmd, "bench_cmd": self.bench_cmd,
@@ -443,13 +487,22 @@ class CommandBackend:
         return self._dev
 
     def _run(self, cmd: str, v: Version, ws: Workspace, deadline: proc.Deadline, what: str) -> proc.ProcResult:
+        import tempfile
         _check_deadline(deadline, what)
-        env = {**self.env, **ws.env(v)}
-        log = (self.log_dir / f"{v.label.replace('/', '_')}.log") if self.log_dir else None
-        with ws.materialize(v):
-            res = proc.run(cmd, cwd=self.cwd or ws.root, env=env, timeout=deadline.timeout(), shell=True, log=log)
-        if res.timed_out:
-            raise MeasurementTimeout(f"{v.label}: {what} ran past the time budget and was killed")
+        fd, audit_name = tempfile.mkstemp(prefix="cutile-diag-imports-", suffix=".jsonl")
+        os.close(fd)
+        audit = Path(audit_name)
+        try:
+            env = {**self.env, **ws.env(v, audit=audit)}
+            log = (self.log_dir / f"{v.label.replace('/', '_')}.log") if self.log_dir else None
+            with ws.materialize(v):
+                res = proc.run(cmd, cwd=self.cwd or ws.root, env=env, timeout=deadline.timeout(), shell=True, log=log)
+            if res.timed_out:
+                raise MeasurementTimeout(f"{v.label}: {what} ran past the time budget and was killed")
+            if ws.origin is not None:
+                self.imports = ws.check_imports(imports.read_audit(audit), f"{what} ({cmd})")
+        finally:
+            audit.unlink(missing_ok=True)
         return res
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
@@ -459,9 +512,10 @@ class CommandBackend:
             raise BackendError(f"the test command selected no tests: {self.test_cmd}",
                                hint="check the -k expression (e.g. -k 'test_ and cutile and not test_perf')")
         if res.returncode == 0:
-            return Verification(True, f"PASS ({summary or 'exit 0'})", output=res.tail(), seconds=res.wall_s)
+            return Verification(True, f"PASS ({summary or 'exit 0'})", output=res.tail(), seconds=res.wall_s,
+                                imports=self.imports)
         return Verification(False, f"FAIL ({summary or f'exit {res.returncode}'})", output=res.tail(),
-                            seconds=res.wall_s)
+                            seconds=res.wall_s, imports=self.imports)
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
         out: Runs = {v.label: {} for v in versions}

@@ -1,10 +1,10 @@
 """The git side of the loop, through the git CLI.
 
-The loop owns one branch (``cutile-perf-<kernel>-<YYYYMMDD>``).  Every measured candidate
-is committed; a reverted one is reset away (``git reset --hard <last kept>``) but stays
-reachable under ``refs/cutile-diag/<branch>/iter-<n>`` so that the ledger's commit ids
-can always be inspected.  The loop's own output folder is never added to git and is
-ignored when the tree is checked for changes.
+The loop owns one branch (``cutile-perf-<kernel>-<YYYYMMDD>``), checked out in its own
+worktree (``loop.worktree``): every write, reset and commit below runs there, never in the
+user's checkout.  Every measured candidate is committed; a reverted one is reset away
+(``git reset --hard <last kept>`` in the worktree) but stays reachable under
+``refs/cutile-diag/<branch>/iter-<n>`` so that the ledger's commit ids can always be inspected.
 """
 from __future__ import annotations
 
@@ -53,9 +53,16 @@ def repo_root(path: str | Path) -> Path:
 class Git:
     root: Path
     ignore: tuple[str, ...] = ()          # repo-relative folders the loop owns (its output)
+    # True only for the loop's own worktree: resets, commits and deletions refuse any other tree,
+    # so no code path can run them in the user's checkout
+    writable: bool = False
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
+
+    def _writable(self, what: str) -> None:
+        if not self.writable:
+            raise GitError(f"internal: refusing to {what} in {self.root}: it is not the loop's worktree")
 
     # -- queries ---------------------------------------------------------------------------
     def head(self) -> str:
@@ -133,18 +140,47 @@ class Git:
         if dirty:
             shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
             raise DirtyTreeError(f"the work tree has uncommitted changes: {shown}",
-                                 hint="commit or stash them first; the loop resets the tree when it reverts")
+                                 hint="commit or stash them first: the loop works in its own worktree made from "
+                                      "HEAD, so uncommitted changes would not be part of what it measures")
 
-    def create_branch(self, name: str) -> None:
-        _run(["checkout", "-q", "-b", name], self.root)
+    def common_dir(self) -> Path:
+        """The repository's shared git folder (``.git`` of the main checkout, for every worktree)."""
+        p = Path(_run(["rev-parse", "--git-common-dir"], self.root).stdout.strip())
+        return (p if p.is_absolute() else self.root / p).resolve()
 
-    def checkout(self, name: str) -> None:
-        _run(["checkout", "-q", name], self.root)
+    def worktrees(self) -> dict[Path, str | None]:
+        """Registered worktrees: path -> checked-out branch (None: detached)."""
+        out: dict[Path, str | None] = {}
+        cur: Path | None = None
+        for line in _run(["worktree", "list", "--porcelain"], self.root).stdout.splitlines():
+            if line.startswith("worktree "):
+                cur = Path(line[len("worktree "):]).resolve()
+                out[cur] = None
+            elif line.startswith("branch ") and cur is not None:
+                out[cur] = line[len("branch "):].removeprefix("refs/heads/")
+        return out
+
+    def add_worktree(self, path: Path, branch: str, start: str | None = None) -> None:
+        """A worktree at ``path`` on ``branch`` (created from ``start`` when given); the checkout
+        this runs from is not touched."""
+        _run(["worktree", "prune"], self.root, check=False)
+        args = ["worktree", "add", "-q"] + (["-b", branch, str(path), start] if start else [str(path), branch])
+        _run(args, self.root)
+
+    def remove_worktree(self, path: Path) -> None:
+        _run(["worktree", "remove", "--force", str(path)], self.root, check=False)
+        _run(["worktree", "prune"], self.root, check=False)
+
+    def delete_refs(self, prefix: str) -> None:
+        out = _run(["for-each-ref", "--format=%(refname)", prefix], self.root).stdout.split()
+        for ref in out:
+            _run(["update-ref", "-d", ref], self.root, check=False)
 
     def commit(self, paths: Sequence[str], message: str) -> str:
         """Commit exactly ``paths`` (hooks skipped: the committed bytes must be the measured ones)."""
         if not paths:
             raise GitError("internal: nothing to commit")
+        self._writable("commit")
         _run(["add", "--", *paths], self.root)
         env = {k: v for k, v in _IDENTITY.items() if not self._configured(k)}
         _run(["commit", "-q", "--no-verify", "-m", message, "--", *paths], self.root, env=env)
@@ -156,20 +192,14 @@ class Git:
         key = "user.name" if var.endswith("_NAME") else "user.email"
         return _run(["config", "--get", key], self.root, check=False).returncode == 0
 
-    def reset_hard(self, rev: str) -> None:
+    def reset_clean(self, rev: str) -> None:
+        """The worktree exactly at ``rev``: tracked files reset, untracked files deleted."""
+        self._writable("reset")
         _run(["reset", "-q", "--hard", rev], self.root)
-
-    def restore_files(self, rev: str, paths: Sequence[str]) -> None:
-        """Put ``paths`` back to their content at ``rev`` (deleting files that did not exist there)."""
-        for p in paths:
-            exists = _run(["cat-file", "-e", f"{rev}:{p}"], self.root, check=False).returncode == 0
-            if exists:
-                _run(["checkout", "-q", rev, "--", p], self.root)
-                _run(["reset", "-q", "--", p], self.root, check=False)
-            else:
-                _run(["rm", "-q", "--cached", "--ignore-unmatch", "--", p], self.root, check=False)
-                f = self.root / p
-                if f.exists():
+        for xy, path in self.status():
+            if xy == "??":
+                f = self.root / path
+                if f.is_file() or f.is_symlink():
                     f.unlink()
 
     def exclude(self, folder: str) -> None:

@@ -25,7 +25,8 @@ otherwise.  ``status`` keep/revert/crash.  One row per iteration; iteration 0 is
   candidate's verification finished (what an interrupted iteration's row reports);
 * ``{"type": "backend", ...}`` — measurement commands given again on ``--resume``;
 * ``{"type": "next", ...}`` — what ``loop next`` proposed for a manual edit;
-* ``{"type": "stop", ...}`` — why the loop stopped (a later ``--resume`` may go on).
+* ``{"type": "stop", ...}`` — why the loop stopped (a later ``--resume`` may go on);
+* ``{"type": "abandoned", "iteration": 0, ...}`` — an interrupted baseline, measured again.
 
 A ``begin`` without its ``iteration`` means the process died mid-iteration; ``--resume``
 (or any loop command) turns it into a ``crash`` row after resetting the tree.  Both files
@@ -192,6 +193,8 @@ class Ledger:
                 pend = r
             elif r.get("type") == "stop":
                 pend = None
+            elif r.get("type") == "abandoned" and pend is not None and pend["iteration"] == r.get("iteration"):
+                pend = None
         return pend
 
     def next_iteration(self) -> int:
@@ -272,6 +275,10 @@ class Ledger:
         self.records.append(_finite(to_jsonable(record)))
         self._flush()
         return record
+
+    def abandon(self, iteration: int, reason: str) -> dict:
+        """Close a pending ``begin`` that leaves no row (an interrupted baseline is measured again)."""
+        return self.append({"type": "abandoned", "iteration": iteration, "reason": reason})
 
     def create(self, setup: dict) -> None:
         if self.path.exists():

@@ -3,8 +3,8 @@
 ``next_step`` diagnoses the last kept version and returns the chosen playbook entry with a
 recipe written for *this* kernel — its function, its wrapper, its loads and stores with
 line numbers, its grid and autotune space — for edits the transforms cannot make
-(structural rewrites, a custom plan).  ``record_manual`` takes the edit that is in the work
-tree, refuses it if anything but the kernel file and its launch wrapper changed, and runs
+(structural rewrites, a custom plan).  ``record_manual`` takes the edit that is in the loop's
+worktree (``session.worktree``: the person edits there, never in their own checkout), refuses it if anything but the kernel file and its launch wrapper changed, and runs
 the same verify → measure → decide → commit/revert → record path as the automatic loop.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import decide as decide_mod
+from . import worktree as worktree_mod
 from .backends import Backend, Version
 from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import ForbiddenEditError, LoopError
@@ -184,9 +185,10 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
             ok, why = t.applicable(a.files[s.kernel_file], s.kernel) if t else (False, "not available")
             if not ok:
                 why_not.append(f"{pick.id}/{tname}: {why}")
-    cmd = (f"cutile-diag optimize --resume (applies {pick.transform} automatically), or edit by hand and run "
-           f"cutile-diag loop record --entry {pick.id}") if auto else (
-        f"edit the kernel, then: cutile-diag loop record --entry {pick.id if pick else 'L'} --note \"what you changed\"")
+    cmd = (f"cutile-diag optimize --resume (applies {pick.transform} automatically), or edit {s.kernel_path} "
+           f"(the loop's worktree) by hand and run cutile-diag loop record --entry {pick.id}") if auto else (
+        f"edit {s.kernel_path} (the loop's worktree), then: cutile-diag loop record --entry "
+        f"{pick.id if pick else 'L'} --note \"what you changed\"")
     stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
     if diag.escalate:
         recipe.insert(0, f"The diagnosis is '{diag.bottleneck}': the automatic loop hands over here. Evidence:")
@@ -233,13 +235,15 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     pend = led.pending()
     if pend is not None:
         raise LoopError(f"iteration {pend['iteration']} was interrupted and is still pending",
-                        hint="run `cutile-diag loop recover` first (your edit is reset; the ledger says where "
-                             "candidate files are saved)")
+                        hint="run `cutile-diag loop recover` first (it saves what the loop's worktree holds in the "
+                             "iteration's folder, then resets the worktree)")
     if not led.iterations:
         raise LoopError("the loop has no baseline yet", hint="run `cutile-diag optimize --resume` to measure it")
+    made = worktree_mod.ensure(s)
+    if made:
+        raise LoopError(f"nothing to record: {made}",
+                        hint=f"make the edit in {s.kernel_path}, then run `cutile-diag loop record` again")
     git = s.git()
-    if git.branch() != s.branch:
-        raise LoopError(f"not on the loop's branch {s.branch}", hint=f"git checkout {s.branch} (your edit comes along)")
     kept = led.kept_commit()
     head = git.head()
     if head != kept:
@@ -250,8 +254,10 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     if forbidden:
         raise ForbiddenEditError(forbidden, s.allowed)
     if not changed:
-        raise LoopError("nothing to record: the kernel file and wrapper are unchanged since the last kept commit",
-                        hint="`cutile-diag loop next` shows what to change")
+        raise LoopError(f"nothing to record: the kernel file and wrapper in the loop's worktree ({s.worktree}) are "
+                        "unchanged since the last kept commit",
+                        hint=f"edit {s.kernel_path} (not your checkout's copy); `cutile-diag loop next` shows what "
+                             "to change")
     runner = Runner(s, backend, led, options=opt, echo=echo)
     chk = runner.check_stop()
     if chk.rule == "max-iterations":         # the cap holds for manual steps too; the other rules are hand-overs
@@ -289,8 +295,8 @@ class Status:
     state_dir: str
     kernel: str
     branch: str
-    on_branch: bool
-    head: str
+    on_branch: bool                  # the loop's worktree exists with its branch checked out
+    head: str | None
     kept_commit: str | None
     dirty: list[str]
     pending: dict | None
@@ -300,6 +306,8 @@ class Status:
     baseline_ms: float | None
     best_ms: float | None
     hint: str
+    worktree: str = ""
+    take: list[str] = field(default_factory=list)     # how to bring the kept result into the user's branch
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -310,21 +318,27 @@ class Status:
 def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> Status:
     opt = options or LoopOptions.from_json(s.options)
     git = s.git()
-    cur = git.branch()
+    have_wt = s.worktree.is_dir() and (s.worktree / ".git").exists()
+    cur = git.branch() if have_wt else None
     kept = led.kept_commit() if led.last_kept() else None
-    dirty = git.dirty_files()
+    dirty = git.dirty_files() if have_wt else []
     pend = led.pending()
     base = next((r for r in led.iterations if r["iteration"] == 0), None)
     lk = led.last_kept()
     stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
     if pend is not None:
         hint = f"iteration {pend['iteration']} was interrupted: `cutile-diag loop recover` or `cutile-diag optimize --resume`"
+    elif not have_wt:
+        hint = (f"the loop's worktree is gone (`loop clean`?); `cutile-diag optimize --resume` makes it again from "
+                f"its branch {s.branch}" if s.user_git().branch_exists(s.branch) else
+                f"the loop's worktree and its branch {s.branch} are gone; the ledger stays in {s.state_dir}")
     elif cur != s.branch:
-        hint = f"the loop's branch is {s.branch}: git checkout {s.branch}"
+        hint = f"the loop's worktree {s.worktree} has {cur or 'a detached HEAD'} checked out, not {s.branch}"
     elif dirty:
         bad = [f for f in dirty if f not in s.allowed]
-        hint = (f"changes outside the kernel and wrapper ({', '.join(bad[:3])}) would be refused" if bad else
-                "an edit is in the tree: record it with `cutile-diag loop record --entry ID`")
+        hint = (f"changes in the loop's worktree outside the kernel and wrapper ({', '.join(bad[:3])}) would be "
+                "refused" if bad else
+                "an edit is in the loop's worktree: record it with `cutile-diag loop record --entry ID`")
     elif not led.iterations and (led.last_stop() or {}).get("rule") == "baseline-failed":
         hint = (f"the baseline failed: {led.last_stop().get('reason')}; fix that, then `cutile-diag optimize "
                 "--resume` (give corrected --test-cmd/--bench-cmd there: they replace the stored ones)")
@@ -339,6 +353,7 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
     else:
         hint = "continue with `cutile-diag optimize --resume`, or `cutile-diag loop next` for a manual step"
     return Status(state_dir=str(s.state_dir), kernel=s.kernel, branch=s.branch, on_branch=cur == s.branch,
-                  head=git.head(), kept_commit=kept, dirty=dirty, pending=pend, rows=led.rows(),
+                  head=git.head() if have_wt else None, kept_commit=kept, worktree=str(s.worktree),
+                  take=s.take_commands(kept), dirty=dirty, pending=pend, rows=led.rows(),
                   last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
                   best_ms=lk["latency_ms"] if lk else None, hint=hint)

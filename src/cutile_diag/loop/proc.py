@@ -53,8 +53,8 @@ def exit_on_sigterm(fn: Callable[[], int], then: str) -> int:
         with sigterm_unwinds():
             return fn()
     except Terminated:
-        print("cutile-diag: terminated (SIGTERM): the running step was killed and the tree reset to the last kept "
-              "commit" + then, file=sys.stderr)
+        print("cutile-diag: terminated (SIGTERM): the running step was killed and the loop's worktree reset to the "
+              "last kept commit" + then, file=sys.stderr)
         return 143
 
 

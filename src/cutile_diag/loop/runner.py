@@ -13,12 +13,15 @@ One iteration (the recipe's phase 3), always against the last kept version ``A``
 7. decide (``decide``), commit ``B``, record the row and the ledger entry; a revert resets
    the tree to ``A``'s commit (``B`` stays reachable under ``refs/cutile-diag/...``).
 
+"The tree" is always the loop's own worktree (``session.worktree``): the user's checkout is
+never written.
+
 A parameter sweep (occupancy, tile sizes, latency values) is one iteration: every point is
 verified and screened against ``A`` in one interleaved round, and the fastest goes on to
 the full comparison.  Every iteration runs under a time budget (default 10 min); a hang is
 killed and recorded as a crash.  Any exception leaves the tree on ``A``'s commit with a
-``crash`` row; a process that dies outright leaves a ``begin`` record that ``--resume``
-turns into a crash row after resetting the tree.
+``crash`` row; a process that dies outright leaves a ``begin`` record (the candidates are
+saved before it is written) that ``--resume`` turns into a crash row (``loop.recover``).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from .errors import (BackendError, CandidateCrash, ForbiddenEditError, GitError,
                      MeasurementTimeout)
 from .integrations import CaptureResult, capture_version, ir_diff
 from .ledger import Ledger
+from .recover import recover, save_candidates, save_files  # noqa: F401  (recover: re-exported for callers of runner.recover)
 from .session import Session
 
 HOOK_POINTS = ("before_apply", "after_apply", "after_verify", "after_measure", "after_commit", "after_record")
@@ -110,6 +114,9 @@ class LoopResult:
     rows: list[dict] = field(default_factory=list)
     classification: dict = field(default_factory=dict)
     roofline_guard: dict = field(default_factory=dict)     # did the above-roof guard run (and why not)
+    branch: str = ""                                        # the loop's branch, in ...
+    worktree: str = ""                                      # ... the loop's own worktree
+    take: list[str] = field(default_factory=list)           # commands that bring the kept result over
 
     @property
     def speedup(self) -> float | None:
@@ -146,7 +153,8 @@ class Runner:
         self.backend = backend
         self.led = ledger
         self.git = session.git()
-        self.ws = Workspace(session.root, session.state_dir, session.allowed)
+        self.ws = Workspace(session.worktree, session.state_dir, session.allowed, origin=session.root,
+                            kernel_file=session.kernel_file)
         self.diagnoser = diagnoser or EngineDiagnoser()
         self._transforms = transforms
         self.opt = options or LoopOptions()
@@ -195,7 +203,7 @@ class Runner:
         with self.ws.materialize(v):
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
-                                  cwd=self.s.root, env=self.ws.env(v))
+                                  cwd=self.ws.root, env=self.ws.env(v))
         self.captures[v.digest] = res
         return res
 
@@ -392,8 +400,9 @@ class Runner:
                 n = self.led.next_iteration()
                 a = self.kept_version()
                 if self.git.dirty_files():
-                    raise LoopError("the work tree changed outside the loop: " + ", ".join(self.git.dirty_files()[:5]),
-                                    hint="record a manual edit with `cutile-diag loop record`, or undo it")
+                    raise LoopError(f"the loop's worktree {self.s.worktree} changed outside the loop: "
+                                    + ", ".join(self.git.dirty_files()[:5]),
+                                    hint="record a manual edit with `cutile-diag loop record`, or undo it there")
                 diag = self._diagnose(a, n)
                 if diag.escalate:
                     raise _Stop("escalate", f"the diagnosis says '{diag.bottleneck}': "
@@ -422,7 +431,9 @@ class Runner:
                           baseline_ms=base["latency_ms"] if base else None,
                           final_ms=kept["latency_ms"] if kept else None, manual=list(manual or []),
                           rows=self.led.rows(), classification=(base or {}).get("classification") or {},
-                          roofline_guard=(base or {}).get("roofline_guard") or {})
+                          roofline_guard=(base or {}).get("roofline_guard") or {}, branch=self.s.branch,
+                          worktree=str(self.s.worktree),
+                          take=self.s.take_commands(kept["commits"]["kept"] if kept else None))
 
     # ----------------------------------------------------------------------------------
     # one iteration
@@ -445,10 +456,13 @@ class Runner:
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str) -> dict:
         """Verify, measure, decide, commit or revert, record — for automatic and manual steps."""
         idir = self.s.iteration_dir(n)
+        # saved before anything can fail, so that what recover() promises exists
+        saved = save_candidates(idir, a.files, [c.version.files for c in cands])
         # the candidates go into the begin record: after a hard kill, recover() marks them tried so
         # --resume does not run the same (possibly hanging) step again
         self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest,
-                         "entry": meta.get("entry"), "saved": str(idir), "tried": meta.get("tried", [])})
+                         "entry": meta.get("entry"), "saved": str(saved) if saved else None,
+                         "tried": meta.get("tried", [])})
         deadline = proc.Deadline(self.opt.iteration_budget_s)
         record: dict[str, Any] = {"type": "iteration", "iteration": n, "optimization": _short(label),
                                   "latency_ms": None, "correctness": "FAIL", "status": "revert",
@@ -644,16 +658,8 @@ class Runner:
         return rec["commits"]["kept"] if rec else self.s.start_commit
 
     def _change_info(self, a: Version, b: Candidate, idir) -> dict:
-        import difflib
-        idir.mkdir(parents=True, exist_ok=True)
-        diff = []
-        for p in self.s.allowed:
-            old, new = a.files.get(p, ""), b.version.files.get(p, "")
-            if old != new:
-                (idir / p.replace("/", "__")).write_text(new)
-                diff += difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{p}", f"b/{p}")
-        text = "".join(diff)
-        (idir / "candidate.diff").write_text(text)
+        files = save_files(idir, a.files, {p: b.version.files.get(p, "") for p in self.s.allowed})
+        text = (idir / "candidate.diff").read_text() if files else ""
         res = b.result
         return {"transform": getattr(res, "transform", None), "description": getattr(res, "description", ""),
                 "params": getattr(res, "params", b.params), "changed_lines": list(getattr(res, "changed_lines", ())),
@@ -678,15 +684,10 @@ class Runner:
             pass
 
     def _restore_tree(self, a: Version) -> None:
-        """Reset to the last kept commit *as the ledger records it* (``a``'s, unless the iteration
-        was already recorded as a keep) and delete files the candidate created: the tree was clean
-        when the iteration began, so every untracked file outside the loop's folder is the candidate's."""
-        self.git.reset_hard(self._base_commit())
-        for xy, path in self.git.status():
-            if xy == "??":
-                f = self.s.root / path
-                if f.is_file() or f.is_symlink():
-                    f.unlink()
+        """Reset the loop's worktree to the last kept commit *as the ledger records it* (``a``'s,
+        unless the iteration was already recorded as a keep) and delete files the candidate
+        created: the worktree was clean when the iteration began, and nobody else writes there."""
+        self.git.reset_clean(self._base_commit())
 
     def _finish(self, record: dict, deadline: proc.Deadline, a: Version, *, keep: Version | None,
                 commit: str | None = None) -> dict:
@@ -708,43 +709,3 @@ class Runner:
         except Exception:
             pass
         return record
-
-
-# ---------------------------------------------------------------------------------------
-# recovery
-
-def recover(session: Session, led: Ledger, *, echo: Callable[[str], None] | None = None) -> str | None:
-    """After a crash: put the tree on the last kept commit and close the pending iteration
-    with a ``crash`` row.  Returns what was done (None when nothing was pending)."""
-    echo = echo or (lambda _s: None)
-    git = session.git()
-    pend = led.pending()
-    kept = led.kept_commit() if led.last_kept() else session.start_commit
-    if pend is None:
-        return None
-    git.reset_hard(kept)
-    n = pend["iteration"]
-    if n == 0:
-        # the baseline never finished: drop the begin by recording nothing; the baseline is redone
-        led.records = [r for r in led.records if not (r.get("type") == "begin" and r.get("iteration") == 0)]
-        led._flush()
-        echo("the baseline was interrupted: it will be measured again")
-        return "baseline interrupted"
-    saved = pend.get("saved")
-    reason = f"the loop process died during iteration {n}; the tree was reset to {kept[:12]}"
-    if saved:
-        reason += f" (the candidate's files are saved in {saved})"
-    entry = pend.get("entry")
-    verified = [r for r in led.of_type("progress") if r.get("iteration") == n and r.get("step") == "verified"]
-    led.append({"type": "iteration", "iteration": n, "optimization": _short(
-                    f"{entry['id']} {entry.get('transform') or 'manual'} (interrupted)" if entry else "interrupted"),
-                "latency_ms": None, "status": "crash", "entry": entry,
-                # PASS only when the candidate's verification finished and passed before the process died
-                "correctness": "PASS" if verified and verified[-1].get("passed") else "FAIL",
-                "base_commit": pend.get("base_commit"), "base_digest": pend.get("base_digest"),
-                # the interrupted candidates count as tried: a step that killed the loop is not run again
-                "change": {"tried": pend.get("tried") or []},
-                "decision": decide_mod.reject("interrupted", reason, status="crash").to_json(),
-                "commits": {"base": pend.get("base_commit"), "candidate": None, "kept": kept}})
-    echo(f"recovered: {reason}")
-    return reason

@@ -1,5 +1,9 @@
 """Where a loop lives and what it works on: the session, rebuilt from the ledger's setup record.
 
+``root`` is the user's checkout (read, never written); ``worktree`` the loop's own git
+worktree (``loop.worktree``) where its branch is checked out, the candidates are written and
+every command runs.
+
 State folder: ``<repo>/cutile-diag-out/optimize/<kernel>/`` by default (``--out`` moves the
 root; a further loop of the same kernel on another branch uses ``<kernel>@<branch>/``).  Inside
 the repository the whole ``cutile-diag-out/`` (or the ``--out`` root) is written to
@@ -73,13 +77,29 @@ class Session:
     capture: dict = field(default_factory=dict)    # {enabled, archs, args}
     location: dict = field(default_factory=dict)
 
+    start_branch: str | None = None                # the user's branch when `optimize` started
+    worktree: Path | None = None                   # the loop's worktree (None: its default place)
+
+    def __post_init__(self):
+        self.root = Path(self.root)
+        if self.worktree is None:
+            # a ledger from before loops had worktrees: the default place (loop.worktree.ensure
+            # refuses, in one line, a branch still checked out in the user's checkout)
+            from .worktree import worktree_path
+            self.worktree = worktree_path(self.root, self.branch)
+        self.worktree = Path(self.worktree)
+
     @property
     def kernel_path(self) -> Path:
-        return self.root / self.kernel_file
-
-    start_branch: str | None = None                # where `optimize` was started (a discarded loop goes back)
+        """The kernel file the loop edits and measures: the worktree's copy."""
+        return self.worktree / self.kernel_file
 
     def git(self) -> Git:
+        """The loop's worktree: the only tree the loop resets, commits or deletes in."""
+        return Git(self.worktree, writable=True)
+
+    def user_git(self) -> Git:
+        """The user's checkout, for read-only checks."""
         own = owned_folder(self.root, self.state_dir)
         return Git(self.root, (own,) if own else ())
 
@@ -87,7 +107,8 @@ class Session:
         return {"root": str(self.root), "kernel_file": self.kernel_file, "kernel": self.kernel,
                 "function": self.function, "allowed": self.allowed, "branch": self.branch,
                 "start_commit": self.start_commit, "backend": self.backend, "options": self.options,
-                "capture": self.capture, "location": self.location, "start_branch": self.start_branch}
+                "capture": self.capture, "location": self.location, "start_branch": self.start_branch,
+                "worktree": str(self.worktree)}
 
     @classmethod
     def from_setup(cls, rec: dict, state_dir: Path) -> "Session":
@@ -97,9 +118,20 @@ class Session:
                        allowed=list(rec["allowed"]), branch=rec["branch"], start_commit=rec["start_commit"],
                        backend=rec.get("backend", {}), options=rec.get("options", {}),
                        capture=rec.get("capture", {}), location=rec.get("location", {}),
-                       start_branch=rec.get("start_branch"))
+                       start_branch=rec.get("start_branch"),
+                       worktree=Path(rec["worktree"]) if rec.get("worktree") else None)
         except KeyError as e:
             raise LedgerError(f"{state_dir}: the setup record lacks {e}") from None
+
+    def take_commands(self, kept_commit: str | None) -> list[str]:
+        """How to bring the kept result into the user's branch (nothing happens by itself)."""
+        if not kept_commit or kept_commit == self.start_commit:
+            return []
+        root = self.root
+        return [f"git -C {root} merge {self.branch}",
+                f"git -C {root} cherry-pick {self.start_commit[:12]}..{self.branch}",
+                f"git -C {root} diff {self.start_commit[:12]} {kept_commit[:12]} -- {' '.join(self.allowed)} "
+                f"| git -C {root} apply"]
 
     def iteration_dir(self, n: int) -> Path:
         return self.state_dir / "iterations" / f"{n:02d}"
@@ -107,20 +139,28 @@ class Session:
 
 def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
                    cwd: Path | None = None) -> Path:
-    """The state folder of an existing loop: by kernel reference, by --out, or the only one here."""
+    """The state folder of an existing loop: by kernel reference (a path in the user's checkout or
+    in a loop's worktree), by --out, the loop whose worktree holds ``cwd``, or the only one here."""
+    from .worktree import loop_of
     cwd = Path(cwd or Path.cwd())
     if kernel_ref:
         from .locate import parse_ref
         path, name = parse_ref(kernel_ref)
+        mine = loop_of(path)
+        if mine and Ledger.exists(Path(mine["state_dir"])):
+            return Path(mine["state_dir"])
         root = repo_root(path)
         d = state_dir_for(root, name, out)
         found = [x for x in [d, *sorted(d.parent.glob(f"{d.name}@*"))] if Ledger.exists(x)]
         if not found:
             raise LoopError(f"no optimisation loop for {name} in {d}",
                             hint=f"start one with `cutile-diag optimize {kernel_ref} ...`")
-        return found[0] if len(found) == 1 else _on_branch(found, root, f"several loops for {name}")
+        return found[0] if len(found) == 1 else _several(found, f"several loops for {name}")
     if out and Ledger.exists(Path(out)):
         return Path(out).resolve()
+    mine = loop_of(cwd)
+    if not out and mine and Ledger.exists(Path(mine["state_dir"])):
+        return Path(mine["state_dir"])
     try:
         base = Path(out).resolve() if out else repo_root(cwd) / DEFAULT_OUT
     except Exception:
@@ -131,23 +171,20 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
         raise LoopError(f"no optimisation loop under {base}", hint="start one with `cutile-diag optimize FILE.py::KERNEL`")
     if len(found) == 1:
         return found[0]
-    return _on_branch(found, repo_root(cwd), f"several loops under {base}")
+    return _several(found, f"several loops under {base}")
 
 
-def _on_branch(found: list[Path], root: Path, what: str) -> Path:
-    """Of several loops, the one whose branch is checked out."""
-    try:
-        branch = Git(root).branch()
-    except Exception:
-        branch = None
+def _several(found: list[Path], what: str) -> Path:
+    """Several loops match: say how to name one (the user's checkout is on none of their branches)."""
+    shown = []
     for d in found:
         try:
-            if Ledger.load(d).setup.get("branch") == branch:
-                return d
+            shown.append(f"{d.name} (worktree {Ledger.load(d).setup.get('worktree') or '?'})")
         except LedgerError:
-            continue
-    raise LoopError(f"{what}: " + ", ".join(p.name for p in found),
-                    hint="check out the loop's branch, or pass --out with its state folder")
+            shown.append(d.name)
+    raise LoopError(f"{what}: " + ", ".join(shown),
+                    hint="name one: run from inside its worktree, give the kernel's path in its worktree, "
+                         "or pass --out with its state folder")
 
 
 def load_session(state_dir: Path) -> tuple[Session, Ledger]:

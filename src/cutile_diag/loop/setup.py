@@ -1,15 +1,17 @@
-"""Phase 1 of the recipe: refuse a dirty tree, locate the kernel, create the branch and the ledger."""
+"""Phase 1 of the recipe: refuse a dirty tree, locate the kernel, create the loop's branch in its
+own worktree (the user's checkout stays as it is) and the ledger."""
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 from typing import Callable, Sequence
 
+from . import worktree as worktree_mod
 from .errors import GitError, LoopError
 from .git import Git, repo_root
 from .ledger import Ledger
 from .locate import locate, parse_ref
-from .session import Session, branch_name, branch_state_dir, owned_folder, state_dir_for
+from .session import OUT_ROOT, Session, branch_name, branch_state_dir, owned_folder, state_dir_for
 
 
 def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | Path | None = None,
@@ -37,6 +39,10 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
     rel = git.rel(path)
     if not git.is_tracked(rel):
         raise GitError(f"{rel} is not tracked by git", hint="commit it first")
+    if own and own != OUT_ROOT.as_posix() and _tracked_under(git, own):
+        # `--out src` must not make src/ the loop's folder, hidden from the dirty check
+        raise LoopError(f"--out {own}: that folder holds tracked files; the loop's state needs a folder of its own",
+                        hint="e.g. --out cutile-diag-out/optimize (the default) or a folder outside the repository")
     if own:
         git.exclude(own)       # every loop's state folder stays out of this and later loops' dirty checks
     git.require_clean()
@@ -57,14 +63,28 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
         raise GitError(f"branch {bname} already exists",
                        hint="continue its loop with --resume, or choose another name with --branch")
     start, start_branch = git.head(), git.branch()
-    git.create_branch(bname)
-    echo(f"branch {bname} from {start[:12]}; allowed to change: {', '.join(allowed)}")
+    wt = worktree_mod.worktree_path(root, bname)
+    if wt.exists():
+        raise GitError(f"{wt} already exists", hint=f"a leftover loop worktree: `git worktree remove --force {wt}`")
     s = Session(root=root, state_dir=state, kernel_file=rel, kernel=name, function=loc.function, allowed=allowed,
                 branch=bname, start_commit=start, backend=dict(backend), options=dict(options),
-                capture=dict(capture or {}), location=loc.to_json(), start_branch=start_branch)
-    led = Ledger(state)
-    led.create(s.to_setup())
+                capture=dict(capture or {}), location=loc.to_json(), start_branch=start_branch, worktree=wt)
+    wt.parent.mkdir(parents=True, exist_ok=True)
+    git.add_worktree(wt, bname, start)
+    try:
+        worktree_mod.register(wt, state, root)
+        led = Ledger(state)
+        led.create(s.to_setup())
+    except BaseException:
+        worktree_mod.remove(s, delete_branch=True)
+        raise
+    echo(f"branch {bname} from {start[:12]} in the loop's worktree {wt}; allowed to change: {', '.join(allowed)}")
     return s, led
+
+
+def _tracked_under(git: Git, folder: str) -> bool:
+    from .git import _run
+    return bool(_run(["ls-files", "-z", "--", folder], git.root).stdout.strip("\0"))
 
 
 def discard_session(s: Session, led: Ledger) -> str:
@@ -73,46 +93,40 @@ def discard_session(s: Session, led: Ledger) -> str:
     starts afresh instead of finding "a loop already exists".  The logs stay for the post-mortem."""
     if led.iterations:
         raise LoopError("internal: refusing to discard a loop with recorded iterations")
-    git = s.git()
-    if git.branch() == s.branch:
-        git.checkout(s.start_branch or s.start_commit)
-    if git.branch_exists(s.branch) and git.branch() != s.branch:
-        git.delete_branch(s.branch)
+    worktree_mod.remove(s, delete_branch=True)
     for f in (led.path, led.table_path):
         f.unlink(missing_ok=True)
     for d in ("iterations", "captures", "pycache"):
         shutil.rmtree(s.state_dir / d, ignore_errors=True)
     logs = s.state_dir / "logs"
-    return (f"nothing was kept: back on {s.start_branch or s.start_commit[:12]}, branch {s.branch} deleted"
-            + (f"; the commands' output is in {logs}" if logs.is_dir() else ""))
+    return (f"nothing was kept: the loop's worktree and branch {s.branch} were removed (your checkout was not "
+            "touched)" + (f"; the commands' output is in {logs}" if logs.is_dir() else ""))
 
 
 def check_resume(s: Session, led: Ledger) -> list[str]:
-    """Put the repository where the ledger says the loop is; returns what was done."""
-    from .runner import recover
-    git = s.git()
+    """Put the loop's worktree where the ledger says the loop is; returns what was done.
+    Only the worktree is looked at and changed: the user's checkout may be on any branch,
+    with any uncommitted work."""
+    from .recover import recover
     done = []
-    cur = git.branch()
-    if cur != s.branch:
-        if not git.branch_exists(s.branch):
-            raise GitError(f"the loop's branch {s.branch} no longer exists")
-        if git.dirty_files():
-            raise GitError(f"on branch {cur} with uncommitted changes; the loop's branch is {s.branch}",
-                           hint=f"commit or stash, then `git checkout {s.branch}`")
-        git.checkout(s.branch)
-        done.append(f"checked out {s.branch}")
+    made = worktree_mod.ensure(s)
+    if made:
+        done.append(made)
     r = recover(s, led)
     if r:
         done.append(r)
+    git = s.git()
     kept = led.kept_commit() if led.last_kept() else s.start_commit
     head = git.head()
     if head != kept:
         if git.is_ancestor(kept, head):
-            raise GitError(f"HEAD ({head[:12]}) has commits after the last kept one ({kept[:12]})",
-                           hint="the loop only continues from its own last kept commit; reset the branch or "
-                                "record a manual step with `cutile-diag loop record`")
-        raise GitError(f"HEAD ({head[:12]}) is not the loop's last kept commit ({kept[:12]})")
-    if git.dirty_files():
-        raise GitError("the work tree has uncommitted changes: " + ", ".join(git.dirty_files()[:5]),
-                       hint="a manual edit? record it with `cutile-diag loop record`; else undo it")
+            raise GitError(f"the loop's branch has commits after the last kept one ({head[:12]} after {kept[:12]})",
+                           hint="the loop only continues from its own last kept commit; reset the branch in its "
+                                f"worktree ({s.worktree}) or record a manual step with `cutile-diag loop record`")
+        raise GitError(f"the loop's worktree is on {head[:12]}, not the loop's last kept commit ({kept[:12]})",
+                       hint=f"in {s.worktree}: git reset --hard {kept[:12]}")
+    dirty = git.dirty_files()
+    if dirty:
+        raise GitError(f"the loop's worktree {s.worktree} has uncommitted changes: " + ", ".join(dirty[:5]),
+                       hint="a manual edit? record it with `cutile-diag loop record`; else undo it there")
     return done

@@ -21,7 +21,9 @@ corrupt the channel).  Requests::
     {"op": "roofline", "latencies": {NAME: ms}}
     {"op": "quit"}
 
-Replies carry ``"ok": true`` or ``"ok": false, "error": "..."``.
+Replies carry ``"ok": true`` or ``"ok": false, "error": "..."``; the reply to ``load`` also
+carries ``imports`` (``loop.imports.loaded_files``: modules loaded from the user's checkout
+instead of the loop's worktree, and the kernel file's path).
 """
 from __future__ import annotations
 
@@ -181,6 +183,10 @@ def main() -> int:
                 traceback.print_exc()
                 msg = e.one_line() if isinstance(e, CutileDiagError) else f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
                 reply = {"ok": False, "error": msg}
+        if op == "load":
+            # which files this worker runs: the loop refuses code imported from the user's checkout
+            from .imports import loaded_files
+            reply["imports"] = loaded_files()
         from ..output import to_jsonable
         proto.write(json.dumps(to_jsonable(reply)) + "\n")
     return 0
