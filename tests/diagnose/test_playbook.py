@@ -32,7 +32,8 @@ def test_entries_a_to_l_and_additions(playbook):
 def test_expected_transforms(playbook):
     want = {"A": "gather_to_load", "B": "persistent_grid", "C": "kernel_hints", "D": "tf32_guard",
             "E": "latency_hints", "F": "store_allow_tma_false", "G": "tile_size_sweep", "H": "flush_to_zero",
-            "I": "group_m_swizzle", "Q": "exp_to_exp2", "R": "approx_div", "J": "", "K": "", "L": ""}
+            "I": "group_m_swizzle", "Q": "exp_to_exp2", "R": "approx_div", "J": "", "K": "", "L": "",
+            "P": "tma_zero_padding", "W": "read_once", "X": "rows_per_block"}
     for i, t in want.items():
         assert playbook.by_id(i).transform == t, i
     for e in playbook.entries:

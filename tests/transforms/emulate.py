@@ -80,21 +80,27 @@ def make_ct():
             src.append(slice(0, stop - start))
         array[tuple(dst)] = tile[tuple(src)].astype(array.dtype)
 
-    def gather(array, indices, *, mask=None, padding_value=0, check_bounds=True, latency=None):
-        idx = np.asarray(indices)
-        ok = (idx >= 0) & (idx < array.shape[0])
+    def _lanes(array, indices, mask):
+        """Broadcast index arrays (one per dim; a tuple for N-D) and the in-bounds lanes."""
+        comps = indices if isinstance(indices, tuple) else (indices,)
+        comps = np.broadcast_arrays(*[np.asarray(c) for c in comps])
+        ok = np.ones(comps[0].shape, dtype=bool)
+        for d, c in enumerate(comps):
+            ok &= (c >= 0) & (c < array.shape[d])
         if mask is not None:
-            ok &= np.asarray(mask)
-        out = np.full(idx.shape, padding_value, dtype=array.dtype)
-        out[ok] = array[idx[ok]]
-        return out
+            ok &= np.broadcast_to(np.asarray(mask), ok.shape)
+        return comps, ok
+
+    def gather(array, indices, *, mask=None, padding_value=0, check_bounds=True, latency=None):
+        comps, ok = _lanes(array, indices, mask)
+        out = np.full(ok.shape, padding_value, dtype=array.dtype)
+        out[ok] = array[tuple(c[ok] for c in comps)]
+        return out[()] if out.ndim == 0 else out
 
     def scatter(array, indices, value, *, mask=None, check_bounds=True, latency=None):
-        idx = np.asarray(indices)
-        ok = (idx >= 0) & (idx < array.shape[0])
-        if mask is not None:
-            ok &= np.asarray(mask)
-        array[idx[ok]] = np.broadcast_to(np.asarray(value), idx.shape)[ok].astype(array.dtype)
+        comps, ok = _lanes(array, indices, mask)
+        val = np.broadcast_to(np.asarray(value), ok.shape)
+        array[tuple(c[ok] for c in comps)] = val[ok].astype(array.dtype)
 
     def reduction(fn):
         def f(x, axis=None, *, keepdims=False, **_):
@@ -119,6 +125,10 @@ def make_ct():
     ct.rsqrt = unary(lambda x: 1 / np.sqrt(x))
     ct.truediv = lambda x, y, **_: np.asarray(x) / y
     ct.maximum = lambda x, y, **_: np.maximum(x, y)
+    ct.reshape = lambda x, shape: np.reshape(np.asarray(x), shape)
+    ct.where = lambda c, x, y: np.where(c, x, y)
+    ct.expand_dims = lambda x, axis: np.expand_dims(np.asarray(x), axis)
+    ct.num_blocks = lambda axis: st.grid[axis]
     ct.minimum = lambda x, y, **_: np.minimum(x, y)
 
     def launch(stream, grid, kernel, args):

@@ -63,10 +63,9 @@ def test_inline_index_and_latency_carry_over(compiler):
 
 @pytest.mark.parametrize("old, new, reason", [
     ("v = ct.gather(x, idx)", "v = ct.gather(x, idx, mask=idx < 100)", "has a mask"),
-    ("v = ct.gather(x, idx)", "v = ct.gather(x, idx, padding_value=1.0)", "pads with 1.0"),
-    ("ct.arange(TILE, dtype=ct.int32)", "ct.arange(TILE, dtype=ct.int32) * 2", "is not `b * T + ct.arange(T)`"),
-    ("ct.bid(0) * TILE +", "ct.bid(0) * 512 +", "is not `b * T + ct.arange(T)`"),
-    ("ct.arange(TILE, dtype=ct.int32)", "ct.arange(TILE, dtype=ct.int32, start=1)", "is not `b * T"),
+    ("ct.arange(TILE, dtype=ct.int32)", "ct.arange(TILE, dtype=ct.int32) * 2", "is strided (non-affine"),
+    ("ct.bid(0) * TILE +", "ct.bid(0) * 512 +", "offset `ct.bid(0) * 512` is not a multiple of the tile size"),
+    ("ct.arange(TILE, dtype=ct.int32)", "ct.arange(TILE, dtype=ct.int32, start=1)", "starts at 1, not on a tile"),
 ])
 def test_refusals(old, new, reason):
     src = example_source("gather_scale").replace(old, new)
@@ -85,7 +84,17 @@ def test_reassigned_block_refused_and_nothing_left():
         "    idx = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)\n",
         "    b = ct.bid(0)\n    b = b + 1\n    idx = b * TILE + ct.arange(TILE, dtype=ct.int32)\n")
     ok, why = T.applicable(src, "gather_scale")
-    assert not ok and "reassigned names" in why
+    assert not ok and "`b` is reassigned" in why
     done = T.apply(example_source("gather_scale"), "gather_scale").new_source
     ok, why = T.applicable(done, "gather_scale")
     assert not ok and "no ct.gather" in why
+
+
+def test_non_zero_padding_becomes_zero_load_plus_where(compiler):
+    src = example_source("gather_scale").replace("v = ct.gather(x, idx)", "v = ct.gather(x, idx, padding_value=1.0)")
+    new = T.apply(src, "gather_scale").new_source
+    assert ("v = ct.where((bid * TILE + ct.arange(TILE, dtype=ct.int32) < x.shape[0]), "
+            "ct.load(x, index=(bid,), shape=(TILE,), padding_mode=ct.PaddingMode.ZERO), 1.0)") in new
+    text = compiler.tileir(new, "gather_scale")
+    assert "padding_value = zero" in op_lines(text, "load_view_tko")[0]
+    assert op_counts(text)["load_ptr_tko"] == 0

@@ -116,7 +116,12 @@ def test_refusals():
     assert not ok and why.startswith("already applied")
     ok, why = T.applicable(example_source("matmul"), "matmul")
     assert not ok and "not a 1-D grid" in why
+    # a tile-shaped gather tells the extent; a strided one does not
     ok, why = T.applicable(example_source("gather_scale"), "gather_scale")
+    assert ok and "num_tiles = ct.cdiv(x.shape[0], TILE)" in why
+    strided = example_source("gather_scale").replace("ct.arange(TILE, dtype=ct.int32)",
+                                                     "ct.arange(TILE, dtype=ct.int32) * 2")
+    ok, why = T.applicable(strided, "gather_scale")
     assert not ok and "extent of grid axis 0" in why
     early = example_source("softmax").replace("    row = ct.bid(0)\n", "    row = ct.bid(0)\n    if row > 4:\n"
                                                "        return\n")

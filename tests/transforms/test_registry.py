@@ -10,7 +10,9 @@ from .tf_support import EXAMPLE_FILES, canonical, example_source
 
 EXPECTED = {"gather_to_load": "A", "persistent_grid": "B", "kernel_hints": "C", "replace_hints": "C",
             "tf32_guard": "D", "latency_hints": "E", "store_allow_tma_false": "F", "tile_size_sweep": "G",
-            "flush_to_zero": "H", "approx_div": "H", "exp_to_exp2": "H", "group_m_swizzle": "I"}
+            "flush_to_zero": "H", "approx_div": "H", "exp_to_exp2": "H", "group_m_swizzle": "I",
+            "tma_zero_padding": "P", "read_once": "W", "rows_per_block": "X",
+            "joint_sweep": "C"}
 
 
 def test_names_and_playbook_ids():
@@ -34,7 +36,9 @@ def test_applicability_table():
     assert verdict == {"gather_to_load": False, "persistent_grid": True, "kernel_hints": True,
                        "replace_hints": True, "tf32_guard": False, "latency_hints": True,
                        "store_allow_tma_false": True, "tile_size_sweep": False, "flush_to_zero": True,
-                       "approx_div": True, "exp_to_exp2": True, "group_m_swizzle": False}
+                       "approx_div": True, "exp_to_exp2": True, "group_m_swizzle": False,
+                       "tma_zero_padding": True, "read_once": False, "rows_per_block": True,
+                       "joint_sweep": True}
     assert all(why for _, _, why in rows)
 
 

@@ -209,6 +209,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     if unknown:
         raise UsageError(f"kernel {loaded.attr} has no parameter {', '.join(unknown)}",
                          hint="parameters: " + ", ".join(names))
+    given = {**_constant_defaults(loaded, consts, given), **given}
     missing = [n for n in names if n not in given]
     if missing:
         raise UsageError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
@@ -295,6 +296,17 @@ def param_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpe
         else:
             parts.append(f"{n}=DTYPE ({k}: i32, f32, ...)")
     return ", ".join(parts)
+def _constant_defaults(loaded, consts, given) -> dict[str, "ConstSpec"]:
+    """``ROWS: ct.Constant[int] = 4`` needs no spec: its Python default is the value (the
+    loop's structural transforms add constants this way, so fixed --capture-arg lists still bind)."""
+    import inspect
+    try:
+        sig = inspect.signature(loaded.pyfunc)
+    except (TypeError, ValueError, AttributeError):
+        return {}
+    return {n: ConstSpec(p.default) for n, p in sig.parameters.items()
+            if n in consts and n not in given and p.default is not inspect.Parameter.empty
+            and isinstance(p.default, (bool, int, float))}
 
 
 def _ct():

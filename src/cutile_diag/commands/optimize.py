@@ -57,6 +57,9 @@ def register(sub) -> None:
     lp.add_argument("--rounds", type=int, default=None, help="interleaved measurement rounds per comparison (default 3)")
     lp.add_argument("--continue", dest="keep_going", action="store_true",
                     help="go on after a step that gained < 2 %% (the recipe stops there)")
+    lp.add_argument("--until-roof", type=float, default=None, metavar="F",
+                    help="go on past a < 2 %% step (and past two steps without gain) while the kept "
+                         "version is below F (0..1) of the measured ceiling")
     lp.add_argument("--max-sweep", type=int, default=None, help="parameter settings screened per sweep step (default 4)")
     lp.add_argument("--only", help="comma-separated playbook ids the loop may try (e.g. A,B,E)")
     lp.add_argument("--skip", help="comma-separated playbook ids the loop must not try")
@@ -88,6 +91,8 @@ def request(args):
                 max_sweep=args.max_sweep)
     if args.keep_going:
         over["keep_going"] = True
+    if args.until_roof is not None:
+        over["until_roof"] = args.until_roof
     if args.no_capture:
         over["capture"] = False
     if args.arch:

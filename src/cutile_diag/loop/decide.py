@@ -149,19 +149,58 @@ class StopCheck:
 
 
 def stop_rules(decisions: Sequence[Mapping], *, max_iterations: int = MAX_ITERATIONS,
-               keep_going: bool = False) -> StopCheck:
+               keep_going: bool = False, roof_pct: float | None = None,
+               until_roof: float | None = None, roof_basis: str = "measured ceiling") -> StopCheck:
     """Should the loop stop before the next iteration?  ``decisions``: the ledger's decision
-    dicts of iterations 1..n in order (iteration 0 excluded)."""
+    dicts of iterations 1..n in order (iteration 0 excluded).  ``roof_pct``: the kept
+    version's % of the measured ceiling; with ``until_roof`` (a fraction) the small-step
+    and no-improvement rules give way while the kernel is below it (the check says so)."""
     n = len(decisions)
     if n >= max_iterations:
         return StopCheck(True, "max-iterations", f"{n} iterations done (the cap is {max_iterations})")
+    rule = reason = None
     if n >= NON_IMPROVING_LIMIT and not any(d.get("improved") for d in decisions[-NON_IMPROVING_LIMIT:]):
-        return StopCheck(True, "no-improvement",
-                         f"the last {NON_IMPROVING_LIMIT} iterations brought no improvement")
-    if n and decisions[-1].get("stop") and not keep_going:
-        return StopCheck(True, "below-threshold",
-                         f"the last step gained less than {KEEP_DEMOTE_PCT:g}% (go on with --continue)")
-    return StopCheck(False)
+        rule, reason = "no-improvement", f"the last {NON_IMPROVING_LIMIT} iterations brought no improvement"
+    elif n and decisions[-1].get("stop") and not keep_going:
+        rule, reason = "below-threshold", f"the last step gained less than {KEEP_DEMOTE_PCT:g}%"
+    if rule is None:
+        return StopCheck(False)
+    # --- headroom-aware continuation (--until-roof) ---
+    if until_roof is not None:
+        if roof_pct is not None and roof_pct < 100.0 * until_roof:
+            return StopCheck(False, "until-roof", f"{reason}, but the kernel is at {roof_pct:.1f}% of the "
+                             f"{roof_basis}, below --until-roof {until_roof:g}: going on")
+        where = f"{roof_pct:.1f}% of the {roof_basis}" if roof_pct is not None else \
+            "no roofline percentage for the kept version"
+        return StopCheck(True, rule, f"{reason} ({where}; --until-roof {until_roof:g} does not hold it back)")
+    return StopCheck(True, rule, reason + _headroom_hint(roof_pct, roof_basis,
+                                                         continue_hint=rule == "below-threshold"))
+
+
+HEADROOM_HINT_BELOW_PCT = 75.0
+
+
+def _headroom_hint(roof_pct: float | None, basis: str, *, continue_hint: bool) -> str:
+    """The default stop message: % of roof, and the option when the headroom is large."""
+    more = " (go on with --continue)" if continue_hint else ""
+    if roof_pct is None:
+        return more
+    if roof_pct < HEADROOM_HINT_BELOW_PCT:
+        return (f"; the kernel is at {roof_pct:.0f}% of the {basis} — large headroom: "
+                f"`--until-roof 0.9` keeps going while it is below 90%")
+    return f"; the kernel is at {roof_pct:.0f}% of the {basis}" + more
+
+
+def roof_pct_of(points: Mapping[str, Mapping] | None) -> tuple[float | None, str]:
+    """(% of roof, its basis) of the kept version: the worst valid configuration's (the one
+    with the most headroom decides whether to go on), against the measured ceiling — or the
+    datasheet roof when no configuration has a measured ceiling (offline presets)."""
+    pts = [p for p in (points or {}).values() if isinstance(p, Mapping) and p.get("valid", True)]
+    for key, basis in (("pct_measured", "measured ceiling"), ("pct_datasheet", "datasheet roof")):
+        pcts = [float(p[key]) for p in pts if p.get(key) is not None]
+        if pcts:
+            return min(pcts), basis
+    return None, "measured ceiling"
 
 
 def cumulative_ratios(comparisons: Iterable[tuple[str, Mapping]]) -> dict[str, float]:

@@ -194,7 +194,7 @@ class Evaluation:
         else:
             cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
                                                if r["iteration"] > 0)
-            d = decide_mod.decide(cmp, cumulative=cum, keep_going=self.opt.keep_going)
+            d = decide_mod.decide(cmp, cumulative=cum, keep_going=self.opt.keep_going or self.opt.until_roof is not None)
         d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
             a.files, b.version.files, self.s.kernel_file, self.s.function))
         record["decision"] = d.to_json()

@@ -74,6 +74,7 @@ class LoopOptions:
 
     # given for one invocation only: a later plain --resume does not inherit them silently
     PER_RUN = ("keep_going",)
+    until_roof: float | None = None     # go on past small steps while below this fraction of the roof
 
     def __post_init__(self):
         if not 1 <= int(self.max_iterations) <= MAX_ITERATIONS:
@@ -83,6 +84,8 @@ class LoopOptions:
             raise LoopError("--rounds must be at least 1")
         if self.iteration_budget_s <= 0:
             raise LoopError("--budget must be a positive number of seconds")
+        if self.until_roof is not None and not 0.0 < float(self.until_roof) <= 1.0:
+            raise LoopError(f"--until-roof must be a fraction in (0, 1], not {self.until_roof}")
         self.only = [x.upper() for x in self.only]
         self.skip = [x.upper() for x in self.skip]
 
@@ -327,8 +330,16 @@ class Runner(Evaluation):
 
     def check_stop(self) -> decide_mod.StopCheck:
         """The recipe's stop rules on the ledger so far (the loop and `loop record` share them)."""
-        return decide_mod.stop_rules(self.led.decisions(), max_iterations=self.opt.max_iterations,
-                                     keep_going=self.opt.keep_going)
+        pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"))
+        chk = decide_mod.stop_rules(self.led.decisions(), max_iterations=self.opt.max_iterations,
+                                    keep_going=self.opt.keep_going, until_roof=self.opt.until_roof,
+                                    roof_pct=pct, roof_basis=basis)
+        if chk.rule == "until-roof" and not chk.stop:
+            # each continuation past a stop rule is a decision the ledger shows
+            self.led.append({"type": "continue", "rule": "until-roof", "reason": chk.reason,
+                             "iterations": len(self.led.decisions())})
+            self.echo(f"continue: {chk.reason}")
+        return chk
 
     def record_stop(self, rule: str, reason: str, manual: list[dict] | None = None) -> None:
         self.led.append({"type": "stop", "rule": rule, "reason": reason, "manual": manual or [],

@@ -23,14 +23,18 @@ from .base import (HintsResult, HintTransform, Transform, TransformError, Transf
 from .exp_to_exp2 import ExpToExp2
 from .flush_to_zero import FlushToZero
 from .gather_to_load import GatherToLoad
+from .joint_sweep import JointSweep
 from .group_m_swizzle import GroupMSwizzle
 from .kernel_hints import KernelHints
 from .latency_hints import LatencyHints
 from .persistent_grid import PersistentGrid
+from .read_once import ReadOnce
 from .replace_hints import ReplaceHints
+from .rows_per_block import RowsPerBlock
 from .store_allow_tma import StoreAllowTmaFalse
 from .tf32_guard import Tf32Guard
 from .tile_size_sweep import TileSizeSweep
+from .tma_padding import TmaZeroPadding
 
 # in playbook order (A..I), the order `candidates_for` reports them in
 _ALL: tuple[Transform, ...] = (
@@ -46,6 +50,10 @@ _ALL: tuple[Transform, ...] = (
     ApproxDiv(),
     ExpToExp2(),
     GroupMSwizzle(),
+    TmaZeroPadding(),
+    ReadOnce(),
+    RowsPerBlock(),
+    JointSweep(),
 )
 TRANSFORMS: dict[str, Transform] = {t.name: t for t in _ALL}
 
@@ -80,5 +88,5 @@ __all__ = ["TRANSFORMS", "Transform", "HintTransform", "TransformResult", "Hints
            "TransformError", "TransformNotApplicable", "TransformParamError", "UnknownTransformError",
            "get", "names", "by_playbook", "applicability",
            "ApproxDiv", "ExpToExp2", "FlushToZero", "GatherToLoad", "GroupMSwizzle", "KernelHints",
-           "LatencyHints", "PersistentGrid", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
-           "TileSizeSweep"]
+           "LatencyHints", "PersistentGrid", "ReadOnce", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
+           "TileSizeSweep", "TmaZeroPadding", "ReadOnce", "RowsPerBlock", "JointSweep"]

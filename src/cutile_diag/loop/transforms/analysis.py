@@ -426,13 +426,21 @@ def find_launches(k: Kernel) -> Launches:
         callee = dotted(call.func) or ""
         if k.ct.called(call) == "launch":
             pos = positional(call)
-            if len(pos) < 4 or not _refers_to_kernel(k, pos[2].value, binds):
+            if len(pos) < 4 or not (_refers_to_kernel(k, pos[2].value, binds) or (
+                    func is not None and isinstance(pos[2].value, cst.Name)
+                    and names_in(reaching_value(k, pos[2].value.value, call, func) or cst.Name("_"))
+                    & set(k.aliases))):
                 continue
             grid, grid_b = pos[1].value, None
             if isinstance(grid, cst.Name):
                 b = binds.get(grid.value, [])
                 if len(b) == 1 and isinstance(b[0].node, cst.Assign):
                     grid, grid_b = b[0].value, b[0].node
+                elif func is not None:
+                    # a wrapper that picks one of several kernels assigns `grid` per branch
+                    a = reaching_assign(k, grid.value, call, func)
+                    if a is not None:
+                        grid, grid_b = a.value, a
             args_node = pos[3].value
             if isinstance(args_node, cst.Name):
                 v = single_value(binds, args_node.value)
@@ -632,5 +640,415 @@ def axis_extent(k: Kernel, axis: int, var: str | None, calls: list[cst.Call]) ->
             if (var is not None and isinstance(v, cst.Name) and v.value == var) or any(v is x for x in calls):
                 extra = f", order={code(order.value)}" if order is not None else ""
                 return f"{k.ct.ref('num_tiles')}({arr}, axis={p}, shape={code(shape)}{extra})", k.line(c)
-    refuse(f"cannot tell the extent of grid axis {axis} inside the kernel: no ct.load/ct.store "
+    # gathers/scatters in the row-kernel style: `(row, offs)` with row the block id
+    for c in k.calls("gather", "scatter"):
+        form = affine_gather_form(k, c)
+        if isinstance(form, str) or not isinstance(form.array, cst.Name) or form.array.value not in stable:
+            continue
+        arr = form.array.value
+        for p, ax in enumerate(form.axes):
+            b = ax.block
+            if not ((var is not None and isinstance(b, cst.Name) and b.value == var) or any(b is x for x in calls)):
+                continue
+            if ax.tile is None:
+                return f"{arr}.shape[{p}]", k.line(c)
+            if names_in(ax.tile) <= stable:
+                return f"{k.ct.ref('cdiv')}({arr}.shape[{p}], {code(ax.tile)})", k.line(c)
+    refuse(f"cannot tell the extent of grid axis {axis} inside the kernel: no ct.load/ct.store/ct.gather "
            f"indexes an array parameter with the block id and a shape made of parameters")
+
+
+# ---------------------------------------------------------------------------------------
+# affine gather / scatter indices (playbook A)
+#
+# Real code spells a tile-shaped access through ct.gather in many ways: a broadcast row
+# index (``(row, offs)``, ``ct.full((T,), row)``, ``rows[:, None]``), ``off + offsets``
+# with ``off = j * T`` and ``offsets = ct.arange(T)`` bound elsewhere, bounds masks.  The
+# analysis below reduces each index component to "scalar s" or "tile b of size T" and
+# says why when it cannot (data-dependent, strided, unaligned, ambiguous names).
+
+_PURE_INDEX_CALLS = {"bid", "num_blocks", "cdiv", "arange", "full"}
+_MEMORY_CALLS = {"load", "gather", "atomic_add", "atomic_cas", "atomic_xchg", "load_advanced_indexing"}
+
+
+@dataclass(frozen=True)
+class IndexAxis:
+    """One component of a gather index: a scalar element index (``tile is None``) or the
+    contiguous tile ``block`` of size ``tile`` (``block * tile + arange(tile)``)."""
+    block: cst.BaseExpression
+    tile: cst.BaseExpression | None
+    expand: str | None = None          # "row" for ``v[:, None]``, "col" for ``v[None, :]``
+
+
+@dataclass(frozen=True)
+class AffineGather:
+    """A ``ct.gather``/``ct.scatter`` whose index is tile-shaped: ``axes`` per array dim."""
+    call: cst.Call
+    kind: str                          # "gather" / "scatter"
+    array: cst.BaseExpression
+    axes: tuple[IndexAxis, ...]
+    value: cst.BaseExpression | None   # the scatter's value
+
+    @property
+    def load_shape(self) -> list[str]:
+        return [code(a.tile) if a.tile is not None else "1" for a in self.axes]
+
+    @property
+    def result_shape(self) -> list[str]:
+        """The gather's own result shape (scalar components add no dimension; one tiled
+        component broadcast as ``v[None, :]`` / ``v[:, None]`` gives a 1 x T / T x 1 tile)."""
+        vec = [a for a in self.axes if a.tile is not None]
+        if len(vec) == 1 and vec[0].expand == "col":
+            return ["1", code(vec[0].tile)]
+        if len(vec) == 1 and vec[0].expand == "row":
+            return [code(vec[0].tile), "1"]
+        return [code(a.tile) for a in vec]
+
+    def result_axis(self, dim: int) -> int | None:
+        """Where array dimension ``dim`` lands in the result (None: a scalar component)."""
+        vec = [d for d, a in enumerate(self.axes) if a.tile is not None]
+        if dim not in vec:
+            return None
+        if len(vec) == 1 and self.axes[dim].expand == "col":
+            return 1
+        return vec.index(dim)
+
+
+class _NotAffine(Exception):
+    pass
+
+
+def _stmt_and_block(k: Kernel, node: cst.CSTNode):
+    """(statement, list of sibling statements, index) for the statement holding ``node``."""
+    st = k.statement_of(node)
+    parent = k.parent(st)
+    sibs = list(parent.body) if isinstance(parent, (cst.IndentedBlock, cst.Module)) else [st]
+    return st, sibs, next(i for i, s in enumerate(sibs) if s is st)
+
+
+def _binds_name(node: cst.CSTNode, name: str) -> bool:
+    return name in assignments(node if isinstance(node, cst.FunctionDef) else node)
+
+
+def reaching_value(k: Kernel, name: str, at: cst.CSTNode,
+                   scope: cst.FunctionDef | None = None) -> cst.BaseExpression | None:
+    """The expression ``name`` holds at ``at`` when one plain ``name = expr`` reaches it
+    unambiguously (the latest such statement before ``at`` in an enclosing block, with no
+    rebinding in between or later in a loop around ``at``); None when not provable.
+    ``scope``: the function to look in (default the kernel; a host wrapper for launches)."""
+    a = reaching_assign(k, name, at, scope)
+    return a.value if a is not None else None
+
+
+def reaching_assign(k: Kernel, name: str, at: cst.CSTNode,
+                    scope: cst.FunctionDef | None = None) -> cst.Assign | None:
+    """The ``name = expr`` statement of ``reaching_value`` (None for parameters, loop
+    variables and anything not provable)."""
+    scope = scope or k.func
+    binds = assignments(scope).get(name, [])
+    if len(binds) == 1:
+        return binds[0].node if isinstance(binds[0].node, cst.Assign) else None
+    cur = at
+    while True:
+        try:
+            st, sibs, i = _stmt_and_block(k, cur)
+        except Exception:
+            return None
+        for s in reversed(sibs[:i]):
+            if isinstance(s, cst.SimpleStatementLine):
+                for small in reversed(s.body):
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                            and isinstance(small.targets[0].target, cst.Name) \
+                            and small.targets[0].target.value == name:
+                        loop = next((a for a in k.ancestors(at) if isinstance(a, (cst.For, cst.While))), None)
+                        # a later rebinding inside the loop around `at` would reach it on the next trip
+                        if loop is not None and not any(x is loop for x in k.ancestors(s)):
+                            if name in assignments(loop.body):
+                                return None
+                        elif loop is not None and len(assignments(loop.body).get(name, [])) > 1:
+                            return None
+                        return small
+            if name in assignments(s):
+                return None
+        parent = k.parent(st)
+        owner = k.parent(parent) if parent is not None else None
+        if owner is None or owner is scope or isinstance(owner, (cst.Module, cst.FunctionDef, cst.ClassDef)):
+            return None
+        if isinstance(owner, cst.For) and name in names_in(owner.target):
+            return None
+        if isinstance(owner, (cst.Else, cst.If)) and isinstance(k.parent(owner), cst.If):
+            owner = k.parent(owner)       # an elif/else block: keep walking from the whole if
+        cur = owner
+
+
+def _resolve(k: Kernel, node: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> cst.BaseExpression:
+    if isinstance(node, cst.Name) and depth < 8:
+        v = reaching_value(k, node.value, at)
+        if v is not None and not isinstance(v, (cst.Tuple, cst.List)):
+            return _resolve(k, v, at, depth + 1)
+    return node
+
+
+def _data_dependent(k: Kernel, node: cst.BaseExpression, at: cst.CSTNode, seen=()) -> str | None:
+    """A description of the memory read feeding ``node``, or None."""
+    for c in find_all(node, lambda x: isinstance(x, cst.Call)):
+        if k.ct.called(c) in _MEMORY_CALLS or (isinstance(c.func, cst.Subscript)):
+            return f"`{code(c)}`"
+    for s in find_all(node, lambda x: isinstance(x, cst.Subscript)):
+        if not _is_expand(s):
+            return f"`{code(s)}`"
+    for n in names_in(node):
+        if n in seen or n == k.ct.prefix.split(".")[0]:
+            continue
+        for b in assignments(k.func).get(n, []):
+            if b.value is not None:
+                found = _data_dependent(k, b.value, at, seen + (n,))
+                if found:
+                    return found
+    return None
+
+
+def _is_expand(s: cst.Subscript) -> str | None:
+    """"row" for ``v[:, None]``, "col" for ``v[None, :]``."""
+    parts = [e.slice for e in s.slice]
+    if len(parts) != 2:
+        return None
+    kinds = []
+    for p in parts:
+        if isinstance(p, cst.Slice) and p.lower is None and p.upper is None and p.step is None:
+            kinds.append(":")
+        elif isinstance(p, cst.Index) and isinstance(p.value, cst.Name) and p.value.value == "None":
+            kinds.append("None")
+        else:
+            return None
+    return {(":", "None"): "row", ("None", ":"): "col"}.get(tuple(kinds))
+
+
+def _arange_size(k: Kernel, node: cst.BaseExpression) -> cst.BaseExpression:
+    pos = positional(node)
+    start, step = kwarg(node, "start"), kwarg(node, "step")
+    if step is not None and int_value(step.value) != 1:
+        raise _NotAffine(f"`{code(node)}` has stride {code(step.value)}, not a contiguous tile")
+    if start is not None and int_value(start.value) != 0:
+        raise _NotAffine(f"`{code(node)}` starts at {code(start.value)}, not on a tile boundary")
+    if len(pos) != 1:
+        raise _NotAffine(f"`{code(node)}`: unexpected arguments")
+    return pos[0].value
+
+
+def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    return "".join(code(a).split()) == "".join(code(b).split())
+
+
+def _strided(k: Kernel, node: cst.BinaryOperation, at) -> None:
+    """Raise for ``arange(T) * s``: a strided index is not one tile."""
+    if any(isinstance(_resolve(k, x, at), cst.Call) and k.ct.called(_resolve(k, x, at)) == "arange"
+           for x in (node.left, node.right)):
+        raise _NotAffine(f"`{code(node)}` is strided (non-affine in the tile), not a contiguous tile")
+
+
+def _tile_vector(k: Kernel, node: cst.BaseExpression, at) -> tuple[cst.BaseExpression, cst.BaseExpression]:
+    """(block, T) for ``block * T + arange(T)`` in any spelling; raises _NotAffine."""
+    node = _resolve(k, node, at)
+    if isinstance(node, cst.Call) and k.ct.called(node) == "arange":
+        return cst.Integer("0"), _arange_size(k, node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        for ar, base in ((node.right, node.left), (node.left, node.right)):
+            ar_r = _resolve(k, ar, at)
+            if isinstance(ar_r, cst.BinaryOperation) and isinstance(ar_r.operator, cst.Multiply):
+                _strided(k, ar_r, at)
+            if isinstance(ar_r, cst.Call) and k.ct.called(ar_r) == "arange":
+                size = _arange_size(k, ar_r)
+                base_r = _resolve(k, base, at)
+                if isinstance(base_r, cst.BinaryOperation) and isinstance(base_r.operator, cst.Multiply):
+                    for b, t in ((base_r.left, base_r.right), (base_r.right, base_r.left)):
+                        if _same(t, size) or _same(_resolve(k, t, at), _resolve(k, size, at)):
+                            return b, size
+                if int_value(base_r) == 0:
+                    return cst.Integer("0"), size
+                raise _NotAffine(f"offset `{code(base)}` is not a multiple of the tile size "
+                                 f"`{code(size)}`, so it is not a tile index")
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        _strided(k, node, at)
+    raise _NotAffine(f"`{code(node)}` is not `b * T + ct.arange(T)`")
+
+
+def _axis(k: Kernel, node: cst.BaseExpression, at) -> IndexAxis:
+    expand = None
+    raw = node
+    node = _resolve(k, node, at)
+    if isinstance(node, cst.Subscript):
+        expand = _is_expand(node)
+        if expand is None:
+            raise _NotAffine(f"`{code(raw)}` indexes a tile (data-dependent or not a broadcast)")
+        node = node.value
+    elif isinstance(node, cst.Call) and k.ct.called(node) == "expand_dims":
+        ax = kwarg(node, "axis") or (positional(node)[1] if len(positional(node)) > 1 else None)
+        expand = {1: "row", 0: "col"}.get(int_value(ax.value) if ax else None)
+        if expand is None:
+            raise _NotAffine(f"`{code(raw)}`: unsupported expand_dims")
+        node = positional(node)[0].value
+    node = _resolve(k, node, at)
+    if isinstance(node, cst.Call) and k.ct.called(node) == "full":
+        pos = positional(node)
+        fill = kwarg(node, "fill_value")
+        val = fill.value if fill else (pos[1].value if len(pos) > 1 else None)
+        if val is None:
+            raise _NotAffine(f"`{code(node)}`: unexpected arguments")
+        return IndexAxis(block=_scalar(k, val, at), tile=None)
+    has_arange = any(k.ct.called(c) == "arange" for c in find_all(_expand_names(k, node, at),
+                                                                    lambda x: isinstance(x, cst.Call)))
+    if has_arange:
+        b, t = _tile_vector(k, node, at)
+        return IndexAxis(block=b, tile=t, expand=expand)
+    return IndexAxis(block=_scalar(k, raw if expand is None else node, at), tile=None)
+
+
+def _expand_names(k: Kernel, node: cst.BaseExpression, at, depth=0) -> cst.BaseExpression:
+    """``node`` with single-reaching names substituted (for inspection only)."""
+    if depth > 6:
+        return node
+    subs = {}
+    for n in find_all(node, lambda x: isinstance(x, cst.Name)):
+        v = reaching_value(k, n.value, at)
+        if v is not None:
+            subs[n] = _expand_names(k, v, at, depth + 1)
+    if not subs:
+        return node
+    from .base import rewrite as _rw
+    if isinstance(node, cst.Name):
+        return subs.get(node, node)
+    wrapped = cst.Module(body=[cst.SimpleStatementLine([cst.Expr(node)])])
+    try:
+        out = _rw(wrapped, {n: (lambda _u, v=v: v) for n, v in subs.items()})
+    except Exception:
+        return node
+    return out.body[0].body[0].value
+
+
+def _scalar(k: Kernel, node: cst.BaseExpression, at) -> cst.BaseExpression:
+    dd = _data_dependent(k, node, at)
+    if dd:
+        raise _NotAffine(f"index `{code(node)}` is data-dependent (loaded from memory by {dd})")
+    return node
+
+
+def affine_gather_form(k: Kernel, call: cst.Call) -> AffineGather | str:
+    """The tile form of a ``ct.gather``/``ct.scatter``, or a one-line reason why it has none.
+
+    Index components may be scalars (a row id, ``ct.full((T,), row)``) or contiguous tiles
+    ``b * T + ct.arange(T)`` (names resolved through their reaching assignment; a 2-D
+    index as ``rows[:, None]``, ``cols[None, :]``).  Masks and padding are the caller's
+    business (see ``bounds_mask_axes``)."""
+    kind = k.ct.called(call)
+    pos = positional(call)
+    need = 2 if kind == "gather" else 3
+    if kind not in ("gather", "scatter") or len(pos) != need:
+        return "unexpected arguments"
+    idx = _resolve(k, pos[1].value, call)
+    comps = list(idx.elements) if isinstance(idx, cst.Tuple) else None
+    try:
+        if comps is None:
+            axes = (_axis(k, pos[1].value, call),)
+        else:
+            axes = tuple(_axis(k, el.value, call) for el in comps)
+    except _NotAffine as e:
+        return str(e)
+    vec = [a for a in axes if a.tile is not None]
+    if not vec:
+        return "every index component is a scalar (one element): nothing to tile"
+    if len(vec) == 2:
+        if [a.expand for a in vec] not in (["row", "col"], ["row", None]):
+            return "a 2-D index that is not rows[:, None] by cols[None, :] (transposed or unbroadcast)"
+    elif len(vec) > 2:
+        return "more than two tiled index components"
+    for a in axes:
+        for part in (a.block, a.tile):
+            if part is not None:
+                dd = _data_dependent(k, part, call)
+                if dd:
+                    return f"index `{code(part)}` is data-dependent (loaded from memory by {dd})"
+    return AffineGather(call=call, kind=kind, array=pos[0].value, axes=axes,
+                        value=pos[2].value if kind == "scatter" else None)
+
+
+def bounds_mask_axes(k: Kernel, form: AffineGather, mask: cst.BaseExpression,
+                     extent_of=None) -> str | None:
+    """None when ``mask`` only drops out-of-bounds lanes of ``form`` (``v < A.shape[d]``, or
+    ``v < N`` with ``extent_of(N, d)`` true; ``&`` of such terms), else why not."""
+    at = form.call
+    terms = []
+
+    def split(e):
+        e = _resolve(k, e, at)
+        if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, cst.BitAnd):
+            split(e.left)
+            split(e.right)
+        else:
+            terms.append(e)
+    split(mask)
+    for t in terms:
+        if isinstance(t, cst.Subscript) and _is_expand(t):
+            t = _resolve(k, t.value, at)
+        if not (isinstance(t, cst.Comparison) and len(t.comparisons) == 1
+                and isinstance(t.comparisons[0].operator, cst.LessThan)):
+            return f"mask term `{code(t)}` is not `index < extent`"
+        lhs, rhs = t.left, t.comparisons[0].comparator
+        lhs_r = _resolve(k, lhs, at)
+        if isinstance(lhs_r, cst.Subscript) and _is_expand(lhs_r):
+            lhs = lhs_r.value
+        try:
+            b, tile = _tile_vector(k, lhs, at)
+        except _NotAffine:
+            return f"mask term `{code(t)}` does not compare a tile index"
+        dims = [d for d, a in enumerate(form.axes)
+                if a.tile is not None and _same(a.tile, tile) and _same(a.block, b)]
+        if not dims:
+            return f"mask term `{code(t)}` is not on an index component"
+        d = dims[0]
+        rhs_r = _resolve(k, rhs, at)
+        ok = False
+        if isinstance(rhs_r, cst.Subscript) and isinstance(rhs_r.value, cst.Attribute) \
+                and rhs_r.value.attr.value == "shape" and _same(rhs_r.value.value, form.array):
+            ok = int_value(rhs_r.slice[0].slice.value) == d if isinstance(rhs_r.slice[0].slice, cst.Index) else False
+        elif isinstance(rhs_r, cst.Name) and extent_of is not None:
+            ok = extent_of(rhs_r.value, code(form.array), d)
+        if not ok:
+            return (f"mask term `{code(t)}`: cannot prove `{code(rhs)}` is "
+                    f"{code(form.array)}.shape[{d}] (the array's extent)")
+    return None
+
+
+def launch_extent(k: Kernel):
+    """``extent_of(param, array, dim)``: every launch passes ``<array arg>.shape[dim]`` as ``param``."""
+    sites = find_launches(k).sites
+    names = k.param_names
+
+    def extent_of(param: str, array: str, dim: int) -> bool:
+        if param not in names or array not in names or not sites:
+            return False
+        pi, ai = names.index(param), names.index(array)
+        for s in sites:
+            if s.args is None or len(s.args) <= max(pi, ai):
+                return False
+            v = s.args[pi]
+            if isinstance(v, cst.Name):
+                b = s.binds.get(v.value, [])
+                v = b[0].value if len(b) == 1 and b[0].value is not None else v
+            if "".join(code(v).split()) not in {f"{a}.shape[{dim}]" for a in same_shape_args(s, s.args[ai])}:
+                return False
+        return True
+    return extent_of
+
+
+def same_shape_args(site: LaunchSite, arr: cst.BaseExpression) -> set[str]:
+    """Wrapper names provably of ``arr``'s shape: itself, and what it was made ``*_like``."""
+    out = {code(arr)}
+    if isinstance(arr, cst.Name):
+        b = site.binds.get(arr.value, [])
+        v = b[0].value if len(b) == 1 else None
+        if isinstance(v, cst.Call) and (code(v.func).split(".")[-1] in ("empty_like", "zeros_like",
+                                                                         "ones_like", "full_like")) \
+                and v.args and isinstance(v.args[0].value, cst.Name):
+            out.add(v.args[0].value.value)
+    return out

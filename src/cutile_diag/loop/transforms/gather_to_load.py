@@ -1,18 +1,22 @@
-"""Playbook A: ``ct.gather`` / ``ct.scatter`` on a block-contiguous index -> ``ct.load`` / ``ct.store``.
+"""Playbook A: tile-shaped ``ct.gather`` / ``ct.scatter`` -> ``ct.load`` / ``ct.store``.
 
-A gather whose index is provably one contiguous, tile-aligned block —
-``b * T + ct.arange(T)`` (either operand order) with the same ``T`` — reads exactly tile
-``b`` of a 1-D array, so it becomes a tile-indexed (TMA-eligible) load::
+A gather whose index is, per array dimension, a scalar (a row id, ``ct.full((T,), row)``)
+or one contiguous, tile-aligned block ``b * T + ct.arange(T)`` (spelt inline, through
+``offs = j * T + offsets``, or broadcast as ``rows[:, None]`` / ``cols[None, :]``) reads
+exactly one tile of the array, so it becomes a tile-indexed (TMA-eligible) load::
 
-    ct.gather(x, b * T + ct.arange(T, dtype=ct.int32))
-      -> ct.load(x, index=(b,), shape=(T,), padding_mode=ct.PaddingMode.ZERO)
-    ct.scatter(y, idx, v)  ->  ct.store(y, index=(b,), tile=v)
+    ct.gather(x, (row, j * T + ct.arange(T)))
+      -> ct.reshape(ct.load(x, index=(row, j), shape=(1, T), padding_mode=ct.PaddingMode.ZERO), (T,))
+    ct.gather(w, offs)              ->  ct.load(w, index=(j,), shape=(T,), padding_mode=...ZERO)
+    ct.scatter(y, (row, offs), v)   ->  ct.store(y, index=(row, j), tile=ct.reshape(v, (1, T)))
 
-Out-of-bounds behaviour matches: a bounds-checked gather yields its padding value 0
-(ZERO padding), a bounds-checked scatter drops out-of-range lanes (``ct.store`` clips).
-``latency`` and ``check_bounds`` carry over.  Refused per call: a ``mask``, a non-zero
-``padding_value``, an index that is not of that form (or is built from names that are
-reassigned, so its value at the call is not provably the same).
+Out-of-bounds behaviour matches: a bounds-checked gather yields its padding value 0 (ZERO
+padding), a bounds-checked scatter drops out-of-range lanes (``ct.store`` clips).  A mask
+is dropped only when it is a bounds mask (``cols < x.shape[1]``, or ``cols < N`` where every
+launch passes ``x.shape[1]`` as ``N``).  ``latency`` and ``check_bounds`` carry over.
+Refused per call, with the reason: data-dependent indices (loaded from memory), strided or
+unaligned ones, other masks, a non-zero ``padding_value``, names whose value at the call
+is not provable.  Index variables left unused are removed.
 """
 from __future__ import annotations
 
@@ -21,62 +25,48 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import assignments, single_value, taken_names
-from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, int_value, kwarg,
-                   lines_text, literal_value, names_in, positional, refuse, rewrite, stmt)
+from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
+                       taken_names)
+from .tma_padding import ensure_import_math, valid_mask
+from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, kwarg, lines_text,
+                   literal_value, names_in, parse_module, positional, refuse, rewrite, stmt)
+
+_PURE = {"bid", "arange", "full", "cdiv", "num_blocks"}
 
 
-def _norm(node: cst.CSTNode) -> str:
-    return "".join(code(node).split())
-
-
-def contiguous_block(k: Kernel, node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """``(b, T)`` when ``node`` is ``b * T + ct.arange(T)`` (or a permutation of it)."""
-    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
-        return None
-    for ar, other in ((node.right, node.left), (node.left, node.right)):
-        if not (isinstance(ar, cst.Call) and k.ct.called(ar) == "arange"):
-            continue
-        pos = positional(ar)
-        if len(pos) != 1:
-            continue
-        start, step = kwarg(ar, "start"), kwarg(ar, "step")
-        if (start is not None and int_value(start.value) != 0) or (step is not None and int_value(step.value) != 1):
-            continue
-        size = pos[0].value
-        if not (isinstance(other, cst.BinaryOperation) and isinstance(other.operator, cst.Multiply)):
-            continue
-        for b, t in ((other.left, other.right), (other.right, other.left)):
-            if _norm(t) == _norm(size):
-                return b, size
+def _data_free(k: Kernel, pad: cst.BaseExpression) -> str | None:
+    """Why a padding value cannot be restored with ``ct.where`` after a ZERO load, or None."""
+    if any(isinstance(c, cst.Call) for c in find_all(pad, lambda x: isinstance(x, cst.Call))):
+        return "is computed by a call (kept as a gather)"
     return None
 
 
-def _stable(k: Kernel, node: cst.BaseExpression, binds) -> bool:
-    """Every name in ``node`` is bound once (parameters included) and no load feeds it."""
-    for n in names_in(node):
-        if n == k.ct.prefix.split(".")[0] or n in ("min", "max"):
-            continue
-        if len(binds.get(n, [])) > 1:
-            return False
-    return not any(k.ct.called(c) in ("load", "gather", "arange", "full")
-                   for c in find_all(node, lambda x: isinstance(x, cst.Call)))
+def _tuple(items: list[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
 
-@dataclass
-class _Site:
-    call: cst.Call
-    kind: str                       # "gather" / "scatter"
-    block: cst.BaseExpression
-    tile: cst.BaseExpression
-    via: str | None                 # the index variable, if the index is a name
+def _stable_names(k: Kernel, form: AffineGather, binds) -> str | None:
+    """Names copied into the new index must mean at the call what they meant at their use
+    in the index: bound once, or the variable of a loop around the call not rebound in it."""
+    loops = [a for a in k.ancestors(form.call) if isinstance(a, cst.For)]
+    for a in form.axes:
+        for part in (a.block, a.tile):
+            if part is None:
+                continue
+            for n in names_in(part):
+                if n == k.ct.prefix.split(".")[0] or len(binds.get(n, [])) <= 1:
+                    continue
+                own = [lp for lp in loops if n in names_in(lp.target)]
+                if not own or len(assignments(own[0].body).get(n, [])) > 0:
+                    return f"`{n}` is reassigned, so the index at the call is not provable"
+    return None
 
 
 @dataclass(frozen=True)
 class GatherToLoad(Transform):
     name: str = "gather_to_load"
     playbook_id: str = "A"
-    summary: str = "ct.gather/ct.scatter on b*T + arange(T) -> tile-indexed ct.load/ct.store"
+    summary: str = "tile-shaped ct.gather/ct.scatter (row ids, b*T + arange(T)) -> ct.load/ct.store"
     PARAMS: ClassVar[dict[str, Any]] = {}
 
     def _plan(self, k: Kernel, params) -> Plan:
@@ -84,104 +74,136 @@ class GatherToLoad(Transform):
         if not calls:
             refuse(f"{k.name} has no ct.gather / ct.scatter")
         binds = assignments(k.func)
-        sites: list[_Site] = []
+        extent_of = launch_extent(k)
+        sites: list[AffineGather] = []
         problems: list[str] = []
         for c in calls:
             kind = k.ct.called(c)
-            pos = positional(c)
             where = f"ct.{kind} at line {k.line(c)}"
-            need = 2 if kind == "gather" else 3
-            if len(pos) != need:
-                problems.append(f"{where}: unexpected arguments")
+            form = affine_gather_form(k, c)
+            if isinstance(form, str):
+                problems.append(f"{where}: {form}")
                 continue
-            if kwarg(c, "mask") is not None:
-                problems.append(f"{where} has a mask")
-                continue
+            mask = kwarg(c, "mask")
+            if mask is not None:
+                why = bounds_mask_axes(k, form, mask.value, extent_of)
+                if why:
+                    problems.append(f"{where} has a mask that is not a bounds mask ({why})")
+                    continue
             if kind == "gather":
                 pad = kwarg(c, "padding_value")
                 pv = literal_value(pad.value) if pad is not None else 0
-                if type(pv) not in (int, float) or pv != 0:
-                    problems.append(f"{where} pads with {code(pad.value)}, not 0")
+                if pad is not None and not (type(pv) in (int, float) and pv == 0) \
+                        and _data_free(k, pad.value) is not None:
+                    problems.append(f"{where} pads with {code(pad.value)}, which {_data_free(k, pad.value)}")
                     continue
-            idx = pos[1].value
-            via = None
-            if isinstance(idx, cst.Name):
-                via = idx.value
-                v = single_value(binds, via)
-                if v is None:
-                    problems.append(f"{where}: index `{via}` is not assigned exactly once")
-                    continue
-                idx = v
-            if isinstance(idx, cst.Tuple):
-                problems.append(f"{where}: multi-dimensional index")
+            why = _stable_names(k, form, binds)
+            if why:
+                problems.append(f"{where}: {why}")
                 continue
-            found = contiguous_block(k, idx)
-            if found is None:
-                problems.append(f"{where}: index `{code(idx)}` is not `b * T + ct.arange(T)`")
-                continue
-            b, t = found
-            if not (_stable(k, b, binds) and _stable(k, t, binds)):
-                problems.append(f"{where}: the index is built from reassigned names")
-                continue
-            sites.append(_Site(c, kind, b, t, via))
+            sites.append(form)
         if not sites:
             refuse("; ".join(problems))
 
-        # a block expression that is not a plain name gets a variable when the index variable
-        # is removed (one ct.bid per kernel instead of one per call)
         edits: dict = {}
         taken = taken_names(k)
-        var_binding: dict[str, str] = {}
-        replaced_uses: dict[str, int] = {}
-        for s in sites:
-            if s.via:
-                replaced_uses[s.via] = replaced_uses.get(s.via, 0) + 1
-        for var, n_replaced in replaced_uses.items():
-            b = binds[var][0]
-            uses = sum(1 for n in find_all(k.func.body, lambda x: isinstance(x, cst.Name) and x.value == var)) - 1
-            site = next(s for s in sites if s.via == var)
-            assign_stmt = k.statement_of(b.node)
-            simple = isinstance(site.block, (cst.Name, cst.Integer))
-            if not simple:
-                blk = fresh_name(taken, "bid" if k.ct.called(site.block) == "bid" else "block")
-                taken.add(blk)
-                var_binding[var] = blk
-            if uses == n_replaced and isinstance(assign_stmt, cst.SimpleStatementLine) and len(assign_stmt.body) == 1:
-                if simple:
-                    edits[assign_stmt] = lambda node: cst.RemoveFromParent()
-                else:
-                    new = stmt(f"{var_binding[var]} = {code(site.block)}")
-                    edits[assign_stmt] = lambda node, new=new: new.with_changes(leading_lines=node.leading_lines)
-            elif not simple:
-                new = stmt(f"{var_binding[var]} = {code(site.block)}")
-                edits[assign_stmt] = lambda node, new=new: cst.FlattenSentinel([new, node])
+        hoisted: dict[str, str] = {}      # block expression text -> variable
+        body, skip = k.body_statements()
+        for name, bl in binds.items():     # reuse `row = ct.bid(0)` when the kernel has one
+            if len(bl) == 1 and bl[0].value is not None and isinstance(bl[0].value, cst.Call) \
+                    and k.ct.called(bl[0].value) == "bid" and k.statement_of(bl[0].node) in body:
+                hoisted.setdefault("".join(code(bl[0].value).split()), name)
+        new_vars: list[cst.BaseStatement] = []
+
+        def block_text(b: cst.BaseExpression) -> str:
+            key = "".join(code(b).split())
+            if isinstance(b, cst.Call) and k.ct.called(b) == "bid":
+                if key not in hoisted:
+                    v = fresh_name(taken, "bid")
+                    taken.add(v)
+                    hoisted[key] = v
+                    new_vars.append(stmt(f"{v} = {code(b)}"))
+                return hoisted[key]
+            return code(b)
 
         zero = k.ct.ref("PaddingMode.ZERO")
+        needs_math = False
         lines = {"gather": [], "scatter": []}
         for s in sites:
-            block = var_binding.get(s.via) if s.via else None
-            block = block or code(s.block)
-            tile = code(s.tile)
-            extra = []
-            for kw in ("check_bounds", "latency"):
-                a = kwarg(s.call, kw)
-                if a is not None:
-                    extra.append(f"{kw}={code(a.value)}")
-            arr = code(positional(s.call)[0].value)
+            index = _tuple([block_text(a.block) for a in s.axes])
+            shape = _tuple(s.load_shape)
+            need_reshape = s.result_shape != s.load_shape
+            res = _tuple(s.result_shape)
+            extra = [f"{kw}={code(a.value)}" for kw in ("check_bounds", "latency")
+                     if (a := kwarg(s.call, kw)) is not None]
+            arr = code(s.array)
             if s.kind == "gather":
-                text = (f"{k.ct.ref('load')}({arr}, index=({block},), shape=({tile},), "
+                text = (f"{k.ct.ref('load')}({arr}, index={index}, shape={shape}, "
                         f"padding_mode={zero}" + "".join(", " + e for e in extra) + ")")
+                if need_reshape:
+                    text = f"{k.ct.ref('reshape')}({text}, {res})"
+                pad = kwarg(s.call, "padding_value")
+                if pad is not None and literal_value(pad.value) != 0:
+                    # TMA pads with zeros only: pad with zeros, then put the value back (playbook P)
+                    positions = [(d, block_text(a.block), code(a.tile) if a.tile is not None else "1",
+                                  s.result_axis(d)) for d, a in enumerate(s.axes)]
+                    mask = valid_mask(k, arr, positions, len(s.result_shape), extent_of)
+                    if mask is not None:
+                        text = f"{k.ct.ref('where')}({mask}, {text}, {code(pad.value)})"
+                        needs_math |= "math" in names_in(pad.value)
             else:
-                val = code(positional(s.call)[2].value)
-                text = (f"{k.ct.ref('store')}({arr}, index=({block},), tile={val}"
+                val = code(s.value)
+                if need_reshape:
+                    val = f"{k.ct.ref('reshape')}({val}, {shape})"
+                text = (f"{k.ct.ref('store')}({arr}, index={index}, tile={val}"
                         + "".join(", " + e for e in extra) + ")")
             new_call = expr(text)
             edits[s.call] = lambda node, new=new_call: new.with_changes(lpar=node.lpar, rpar=node.rpar)
             lines[s.kind].append(k.line(s.call))
+        if new_vars:
+            first = body[skip] if len(body) > skip else None
+            if first is None:
+                refuse("empty kernel body")
+            edits[first] = lambda node: cst.FlattenSentinel(
+                [new_vars[0].with_changes(leading_lines=node.leading_lines), *new_vars[1:],
+                 node.with_changes(leading_lines=())])
+        module = rewrite(k.module, edits)
+        module = _drop_dead_index_vars(module, k, set(binds))
+        if needs_math:
+            module = ensure_import_math(module)
         parts = []
         if lines["gather"]:
             parts.append(f"ct.gather -> ct.load ({lines_text(lines['gather'])})")
         if lines["scatter"]:
             parts.append(f"ct.scatter -> ct.store ({lines_text(lines['scatter'])})")
         return Plan(description="; ".join(parts) + " with a tile index and ZERO padding",
-                    params={}, module=rewrite(k.module, edits), notes=problems)
+                    params={}, module=module, notes=problems)
+
+
+def _drop_dead_index_vars(module: cst.Module, k: Kernel, were_bound: set[str]) -> cst.Module:
+    """Remove ``name = <pure index math>`` statements of the kernel the rewrite left unread."""
+    func_name = k.func.name.value
+    for _ in range(6):
+        func = next(s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == func_name)
+        reads: dict[str, int] = {}
+        keywords = {id(a.keyword) for a in find_all(func.body, lambda x: isinstance(x, cst.Arg)) if a.keyword}
+        for n in find_all(func.body, lambda x: isinstance(x, cst.Name) and id(x) not in keywords):
+            reads[n.value] = reads.get(n.value, 0) + 1
+        dead = {}
+        for st in find_all(func.body, lambda x: isinstance(x, cst.SimpleStatementLine)):
+            if len(st.body) != 1 or not isinstance(st.body[0], cst.Assign):
+                continue
+            a = st.body[0]
+            if len(a.targets) != 1 or not isinstance(a.targets[0].target, cst.Name):
+                continue
+            name = a.targets[0].target.value
+            pure = all(k.ct.called(c) in _PURE for c in find_all(a.value, lambda x: isinstance(x, cst.Call)))
+            # the target itself is one read of the name in the count above
+            if name in were_bound and pure and reads.get(name, 0) == sum(
+                    1 for s2 in find_all(func.body, lambda x: isinstance(x, cst.Assign))
+                    if any(isinstance(t.target, cst.Name) and t.target.value == name for t in s2.targets)):
+                dead[st] = lambda node: cst.RemoveFromParent()
+        if not dead:
+            return module
+        module = rewrite(module, dead)
+    return module

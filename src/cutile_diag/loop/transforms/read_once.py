@@ -1,0 +1,185 @@
+"""Read once: a row loaded in every pass of a multi-pass kernel is loaded once when the
+pass loops run once (extent <= tile).
+
+Two- and three-pass row kernels (RMS/layer norm: statistics, then normalise) loop over
+the row's column tiles in each pass, loading the same tile again each time.  When the
+whole row fits one tile, every pass loop runs exactly once and the second and third
+loads re-read DRAM/L2 for data the block already holds.  The rewrite keeps the general
+loops and adds a one-pass path selected by the (compile-time) pass count::
+
+    if num_tiles == 1:            # the row fits one tile: load it once
+        j = 0
+        x_tile = ct.load(x, index=(row, j), ...)
+        <pass 1 body, the load replaced by x_tile>
+        <statements between the passes>
+        <pass 2 body, the load replaced by x_tile>
+    else:
+        <the original passes>
+
+Applicable when two or more consecutive ``for j in range(0, n)`` loops (same ``n``, same
+loop variable) contain the same ``ct.load`` (same array, index, shape and options), the
+array is not written in the region, the load depends only on names bound before the
+loops, and ``n`` is ``ct.cdiv(A, B)`` of constants (so cuTile picks the path when it
+compiles; no run-time branch).  Otherwise it refuses and says which condition failed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from .analysis import assignments, reaching_value, taken_names
+from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, lines_text, names_in, positional,
+                   refuse, rewrite, stmt)
+
+
+def _norm(node: cst.CSTNode) -> str:
+    return "".join(code(node).split())
+
+
+def _range_count(f: cst.For) -> cst.BaseExpression | None:
+    """``n`` of ``for v in range(n)`` / ``range(0, n)``."""
+    it = f.iter
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
+        return None
+    args = [a.value for a in it.args]
+    if len(args) == 1:
+        return args[0]
+    if len(args) == 2 and code(args[0]) == "0":
+        return args[1]
+    return None
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, texts: dict[str, str]):
+        super().__init__()
+        self.texts = texts
+
+    def leave_Call(self, original, updated):
+        name = self.texts.get(_norm(original))
+        return cst.Name(name) if name else updated
+
+
+@dataclass(frozen=True)
+class ReadOnce(Transform):
+    name: str = "read_once"
+    playbook_id: str = "W"
+    summary: str = "multi-pass row kernels: load the row once when every pass loop runs once (extent <= tile)"
+    PARAMS: ClassVar[dict[str, Any]] = {}
+
+    def _plan(self, k: Kernel, params) -> Plan:
+        why_not: list[str] = []
+        for block in [k.func.body] + [s.body for s in find_all(k.func.body, lambda x: isinstance(x, cst.For))]:
+            plan = self._plan_block(k, block, why_not)
+            if plan is not None:
+                return plan
+        refuse("; ".join(why_not) if why_not else
+               f"{k.name} has no two consecutive pass loops over the same range loading the same tile")
+
+    def _plan_block(self, k: Kernel, block: cst.IndentedBlock, why_not: list[str]) -> Plan | None:
+        body = list(block.body)
+        loops = [i for i, s in enumerate(body) if isinstance(s, cst.For) and _range_count(s) is not None]
+        # group loops over the same count and variable, separated only by straight-line code
+        groups: list[list[int]] = []
+        for i in loops:
+            f = body[i]
+            if groups:
+                g = groups[-1]
+                prev = body[g[-1]]
+                between = body[g[-1] + 1:i]
+                if _norm(_range_count(prev)) == _norm(_range_count(f)) and _norm(prev.target) == _norm(f.target) \
+                        and all(isinstance(s, cst.SimpleStatementLine) for s in between):
+                    g.append(i)
+                    continue
+            groups.append([i])
+        for g in groups:
+            if len(g) < 2:
+                continue
+            fors = [body[i] for i in g]
+            lines = lines_text(k.line(f) for f in fors)
+            loads: dict[str, cst.Call] = {}
+            seen_in: dict[str, set[int]] = {}
+            for n, f in enumerate(fors):
+                for c in k.calls("load", root=f.body):
+                    t = _norm(c)
+                    loads.setdefault(t, c)
+                    seen_in.setdefault(t, set()).add(n)
+            shared = [t for t, ns in seen_in.items() if len(ns) >= 2]
+            if not shared:
+                gathers = {}
+                for n, f in enumerate(fors):
+                    for c in k.calls("gather", root=f.body):
+                        gathers.setdefault(_norm(c), set()).add(n)
+                if any(len(ns) >= 2 for ns in gathers.values()):
+                    why_not.append(f"the pass loops at {lines} gather the same elements with ct.gather: "
+                                   f"convert them to tile loads first (gather_to_load)")
+                else:
+                    why_not.append(f"the pass loops at {lines} load no tile in common")
+                continue
+            region = body[g[0]:g[-1] + 1]
+            inner_bound = set()
+            for s in region:
+                if isinstance(s, cst.For):
+                    inner_bound |= set(assignments(s.body))
+            written = {code(positional(c)[0].value) for s in region for c in k.calls("store", "scatter", root=s)
+                       if positional(c)}
+            keep = []
+            for t in shared:
+                c = loads[t]
+                arr = code(positional(c)[0].value)
+                if arr in written:
+                    why_not.append(f"{arr} is written between its loads at {lines}: the passes must re-read it")
+                    continue
+                dep = names_in(c) & inner_bound
+                if dep:
+                    why_not.append(f"the load of {arr} at line {k.line(c)} depends on {', '.join(sorted(dep))} "
+                                   f"computed inside the pass (convert gathers with gather_to_load first)")
+                    continue
+                keep.append(t)
+            if not keep:
+                continue
+            n_expr = _range_count(fors[0])
+            count = n_expr
+            if isinstance(n_expr, cst.Name):
+                count = reaching_value(k, n_expr.value, fors[0]) or n_expr
+            consts = set(k.constant_params())
+            if not (isinstance(count, cst.Call) and k.ct.called(count) == "cdiv"
+                    and names_in(count) - {k.ct.prefix.split(".")[0]} <= consts):
+                why_not.append(f"the pass count `{code(n_expr)}` of the loops at {lines} is not ct.cdiv of "
+                               f"constants, so whether one pass suffices is not known at compile time")
+                continue
+            return self._build(k, block, body, g, fors, [loads[t] for t in keep], n_expr, count, lines)
+        return None
+
+    def _build(self, k, block, body, g, fors, loads, n_expr, count, lines) -> Plan:
+        taken = taken_names(k)
+        names: dict[str, str] = {}
+        hoist = []
+        for c in loads:
+            arr = code(positional(c)[0].value)
+            v = fresh_name(taken, f"{arr.lower()}_tile")
+            taken.add(v)
+            names[_norm(c)] = v
+            hoist.append(stmt(f"{v} = {code(c)}"))
+        var = code(fors[0].target)
+        fast: list[cst.BaseStatement] = [stmt(f"{var} = 0"), *hoist]
+        for s in body[g[0]:g[-1] + 1]:
+            if isinstance(s, cst.For):
+                fast.extend(st.visit(_Replace(names)) for st in s.body.body)
+            else:
+                fast.append(s.visit(_Replace(names)))
+        fast[0] = fast[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            f"# {code(count)} == 1: the row fits one tile, so it is loaded once (read_once)"))])
+        orig = list(body[g[0]:g[-1] + 1])
+        first_lead = orig[0].leading_lines
+        orig[0] = orig[0].with_changes(leading_lines=())
+        new_if = cst.If(test=expr(f"{code(n_expr)} == 1"), body=cst.IndentedBlock(body=fast),
+                        orelse=cst.Else(body=cst.IndentedBlock(body=orig)), leading_lines=first_lead)
+        edits = {body[g[0]]: (lambda node: new_if)}
+        for s in body[g[0] + 1:g[-1] + 1]:
+            edits[s] = lambda node: cst.RemoveFromParent()
+        arrays = sorted({code(positional(c)[0].value) for c in loads})
+        return Plan(description=f"the pass loops at {lines} load {', '.join(arrays)} once when "
+                                f"{code(count)} == 1 (extent <= tile); the loops stay for longer rows",
+                    params={}, module=rewrite(k.module, edits))

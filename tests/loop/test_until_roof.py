@@ -1,0 +1,66 @@
+"""--until-roof: the loop goes on past small steps while the kept version is below F of the
+measured ceiling (each continuation recorded); the default stop message reports % of roof."""
+from __future__ import annotations
+
+from looptools import FakeTransform, RankedDiagnoser, make_loop, rec
+
+from cutile_diag.loop.decide import roof_pct_of, stop_rules
+from cutile_diag.loop.runner import LoopError, LoopOptions
+
+import pytest
+
+
+def test_stop_rules_with_headroom():
+    tiny = {"improved": False, "stop": True}
+    chk = stop_rules([tiny], roof_pct=40.0, until_roof=0.9)
+    assert not chk.stop and chk.rule == "until-roof"
+    assert "at 40.0% of the measured ceiling, below --until-roof 0.9: going on" in chk.reason
+    assert not stop_rules([tiny, tiny], roof_pct=40.0, until_roof=0.9).stop        # past no-improvement too
+    chk = stop_rules([tiny], roof_pct=93.0, until_roof=0.9)
+    assert chk.stop and chk.rule == "below-threshold" and "93.0% of the measured ceiling" in chk.reason
+    assert stop_rules([tiny], roof_pct=None, until_roof=0.9).stop                  # no ceiling: the recipe rule
+    assert stop_rules([tiny] * 25, roof_pct=10.0, until_roof=0.9).rule == "max-iterations"
+    # default: the recipe's rule, with the % of roof and the option when the headroom is large
+    chk = stop_rules([tiny], roof_pct=40.0)
+    assert chk.stop and "40% of the measured ceiling — large headroom: `--until-roof 0.9`" in chk.reason
+    assert stop_rules([tiny], roof_pct=88.0).reason.endswith("88% of the measured ceiling (go on with --continue)")
+    assert stop_rules([tiny]).reason == "the last step gained less than 2% (go on with --continue)"
+
+
+def test_roof_pct_is_the_worst_valid_config():
+    pts = {"a": {"pct_measured": 70.0}, "b": {"pct_measured": 45.0}, "c": {"pct_measured": 20.0, "valid": False},
+           "d": {"pct_measured": None, "pct_datasheet": 10.0}}
+    assert roof_pct_of(pts) == (45.0, "measured ceiling") and roof_pct_of({})[0] is None
+    assert roof_pct_of({"a": {"pct_measured": None, "pct_datasheet": 30.0}}) == (30.0, "datasheet roof")
+    with pytest.raises(LoopError, match="--until-roof"):
+        LoopOptions(until_roof=1.5)
+
+
+def _spec(backend_cls, pct: float) -> dict:
+    """A simulated kernel that sits at ``pct`` % of the H200's measured DRAM ceiling."""
+    probe = backend_cls({"configs": {"large": 0.4}, "bytes": {"large": 1e9}})
+    p = probe.roofline(None, {"large": 0.4})["large"]
+    return {"configs": {"large": 0.4}, "bytes": {"large": 1e9 * pct / roof_pct_of({"large": p})[0]}}
+
+
+def test_loop_goes_on_below_the_roof_and_says_so(repo):
+    from cutile_diag.loop.backends import SimulatedBackend
+    spec = {**_spec(SimulatedBackend, 40.0),
+            "effects": {"tiny": 0.995, "tiny2": 0.996, "good": 0.80}}
+
+    def run(**opts):
+        ts = {n: FakeTransform(n, i) for n, i in (("tiny", "A"), ("tiny2", "B"), ("good", "C"))}
+        r = make_loop(repo, spec, recs=[rec("A", "tiny"), rec("B", "tiny2"), rec("C", "good")], transforms=ts,
+                      branch=f"b{len(opts)}", **opts)
+        return r, r.start(), ts
+
+    r, res, ts = run()
+    assert res.stop_rule == "below-threshold" and ts["good"].applied == 0
+    assert "% of the datasheet roof — large headroom: `--until-roof 0.9`" in res.stop_reason
+    r, res, ts = run(until_roof=0.9)
+    assert ts["good"].applied == 1 and res.stop_rule == "exhausted"
+    rules = [it["decision"]["rule"] for it in r.led.iterations]
+    # the small step did not stop the loop: the 20 % step came after it
+    assert rules[1] == "keep-stop" and "keep-baseline" in rules[2:]
+    cont = [x for x in r.led.records if x["type"] == "continue"]
+    assert cont and all("below --until-roof 0.9: going on" in c["reason"] for c in cont)

@@ -1,0 +1,73 @@
+"""read_once: two- and three-pass row kernels load the row once when it fits one tile."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cutile_diag.loop.transforms import GatherToLoad, ReadOnce
+
+from .tf_support import emulated, op_counts
+
+R = ReadOnce()
+SRC = (Path(__file__).parent / "fixtures" / "row_kernels.py").read_text()
+LN_SPEC = '"N": 1000, "EPS": 1e-5, "TILE": 1024'
+
+
+@pytest.fixture(scope="module")
+def three_pass():
+    return R.apply(SRC, "layer_norm_rows")
+
+
+def test_three_pass_norm_loads_the_row_once_when_it_fits(compiler, three_pass):
+    assert three_pass.description.startswith("the pass loops at lines 109, 114, 120 load X once when "
+                                             "ct.cdiv(N, TILE) == 1")
+    new = three_pass.new_source
+    assert "    if num_tiles == 1:\n" in new and new.count("x_tile = ct.load(X, index=(row, j)") == 1
+    assert new.count("        xt = x_tile\n") == 3
+    # cuTile resolves the branch at compile time: 3 X loads + W + B -> 1 X load + W + B
+    assert op_counts(compiler.tileir(SRC, "layer_norm_rows"))["load_view_tko"] == 5
+    assert op_counts(compiler.tileir(new, "layer_norm_rows"))["load_view_tko"] == 3
+    # a row longer than the tile compiles the original passes
+    longer = new.replace(LN_SPEC, LN_SPEC.replace("1024", "256"))
+    assert op_counts(compiler.tileir(longer, "layer_norm_rows"))["load_view_tko"] == 5
+
+
+def test_two_pass_norm_after_gather_to_load(compiler):
+    src = GatherToLoad().apply(SRC, "rms_norm_rows").new_source
+    res = R.apply(src, "rms_norm_rows")
+    assert "load x once" in res.description
+    fits = res.new_source.replace('"N": 1000, "EPS": 1e-6, "TILE": 256', '"N": 1000, "EPS": 1e-6, "TILE": 1024')
+    before = src.replace(
+        '"N": 1000, "EPS": 1e-6, "TILE": 256', '"N": 1000, "EPS": 1e-6, "TILE": 1024')
+    assert op_counts(compiler.tileir(before, "rms_norm_rows"))["load_view_tko"] == 3
+    assert op_counts(compiler.tileir(fits, "rms_norm_rows"))["load_view_tko"] == 2
+
+
+@pytest.mark.parametrize("cols, tile", [(300, 512), (300, 128), (512, 512)])
+def test_same_result_one_pass_and_several(emu_dir, three_pass, cols, tile):
+    import torch
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, cols) * 3 + 1, torch.randn(cols), torch.randn(cols)
+    outs = [emulated(emu_dir, s, "ln").layer_norm(x, w, b, 1e-5, tile, stream=object()).numpy()
+            for s in (SRC, three_pass.new_source)]
+    np.testing.assert_array_equal(outs[1], outs[0])
+    ref = torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5)
+    np.testing.assert_allclose(outs[0], ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_refusals_say_why_not(three_pass):
+    ok, why = R.applicable(SRC, "rms_norm_rows")
+    assert not ok and "gather the same elements with ct.gather: convert them to tile loads first" in why
+    ok, why = R.applicable(SRC.replace("    num_tiles = ct.cdiv(N, TILE)\n    acc = ct.zeros",
+                                       "    num_tiles = ct.cdiv(X.shape[1], TILE)\n    acc = ct.zeros"),
+                           "layer_norm_rows")
+    assert not ok and "pass count `num_tiles`" in why and "not known at compile time" in why
+    ok, why = R.applicable(SRC.replace("        acc += d * d\n", "        acc += d * d\n"
+                                       "        ct.store(X, index=(row, j), tile=xt)\n"), "layer_norm_rows")
+    assert not ok and "X is written between its loads" in why
+    ok, why = R.applicable(three_pass.new_source, "layer_norm_rows")
+    assert not ok and "no two consecutive pass loops" in why
+    ok, why = R.applicable(SRC, "row_max")
+    assert not ok
