@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The GPU acceptance runs of issues #10-#15 in two device calls of < 10 min each:
+#   bench/gpu/acceptance.sh a    loop_capture (#15), roofline_any (#12), diagnose_ncu (#13)
+#   bench/gpu/acceptance.sh b    structural_suite (#10), calibrate_suite (#11)
+# Needs .device/ (the toolchain bundle) and .gpu/tilegym.tar.xz (a trimmed TileGym checkout)
+# carried along; each suite's folder comes back as $OUT/<suite>.tgz (the device returns 8 files).
+set -u
+source .device/setup.sh
+TG=/tmp/TileGym; mkdir -p "$TG"; tar -xJf .gpu/tilegym.tar.xz -C "$TG"
+W=/tmp/acceptance; mkdir -p "$W"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+run() {   # run SUITE WALL_LIMIT_S ARGS...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 10 "$limit" python bench/gpu/"$name".py --out "$W/$name" --tilegym "$TG" "$@" >"$W/$name.log" 2>&1
+  echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n 8 "$W/$name.log"
+  tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
+}
+case "${1:-}" in
+  a) run loop_capture 185 --budget-s 150
+     run roofline_any 175 --budget-s 145
+     run diagnose_ncu 200 --budget-s 165 ;;
+  b) run structural_suite 330 --budget-s 270 --kernel-timeout 80
+     run calibrate_suite 245 --budget-s 215 ;;
+  *) echo "usage: $0 a|b" >&2; exit 2 ;;
+esac
