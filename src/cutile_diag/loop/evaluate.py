@@ -294,7 +294,7 @@ class Evaluation:
             return [], info
         for r in info:
             r["chosen"] = r["label"] == ranked[0].version.label
-        self.backend.retain([a, *ranked])
+        self.backend.retain([a, *(c.version for c in ranked)])
         return ranked, info
 
     def _guard(self) -> None:
