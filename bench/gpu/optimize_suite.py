@@ -37,6 +37,9 @@ EXAMPLES = {
     "vector_add": ("vector_add.py", "vector_add", "examples:vector_add", "16M-f32"),
     "matmul_f32": ("matmul.py", "matmul_f32", "examples:matmul_f32", "2048-f32"),
     "softmax": ("softmax.py", "softmax", "examples:softmax", "32768x1024-f16"),
+    # spec-less, in the styles of real libraries (2-D gathers in two passes; NEG_INF-padded row loads)
+    "row_norm": ("row_norm.py", "row_norm", "examples:row_norm", "16384x1000-f16"),
+    "row_lse": ("row_lse.py", "row_lse", "examples:row_lse", "16384x3000-f32"),
     "matmul": ("matmul.py", "matmul", "examples:matmul", "4096-f16"),
 }
 # name -> (file in the checkout, kernel, workload, configuration, class)

@@ -8,12 +8,16 @@ failed and why, from the ledger) and the kept diff of each loop branch.
     python bench/gpu/structural_suite.py --out $OUT/structural --tilegym /tmp/TileGym [--budget-s 480]
     python bench/gpu/structural_suite.py --out /tmp/structural-dry --tilegym /tmp/tg --dry-run   # CPU
 
-Kernels (one configuration each, small timing budgets, a per-kernel deadline):
+Kernels (one configuration each, small timing budgets; each loop runs under its own
+``optimize --time-limit`` share, so it stops by itself with a resumable record):
 
-    gather_scale, softmax, vector_add     examples (naive on purpose)
-    tilegym_rms_norm_gather               TileGym rms_norm, mode multi_wave_reload (_rms_norm_kernel_gather)
-    tilegym_softmax_tma                   TileGym softmax, use_tma=True (_softmax_kernel_tma, NEG_INF padding)
+    softmax, row_norm, row_lse,           examples (naive on purpose; row_norm and row_lse have no
+    gather_scale, vector_add              CAPTURE_SPECS and are written like real library code)
+    tilegym_softmax                       TileGym softmax, use_tma=False (_softmax_kernel: 2-D gathers)
+    tilegym_softmax_tma                   TileGym softmax, use_tma=True (_softmax_kernel_tma: NEG_INF padding)
+    tilegym_softmax_chunked               TileGym softmax, use_chunked=True (_softmax_kernel_chunked: three passes)
 
+The TileGym kernels ship no CAPTURE_SPECS: the loop captures them from the workload's run.
 Every kernel is optimised in a throw-away git repository (a copy of the example file, or a
 local clone of the TileGym checkout, which is never modified).  ``--dry-run`` replaces the
 GPU with the simulated backend (``optimize --simulate``) and keeps everything else — the
@@ -43,17 +47,16 @@ import optimize_suite as base  # noqa: E402  (shared repo/optimize/summary helpe
 ROOT = base.ROOT
 UNTIL_ROOF = 0.9
 TARGET_PCT = 85.0
-EXAMPLES = ("gather_scale", "softmax", "vector_add")
-# name -> (file in the checkout, kernel, workload, configuration, AOT capture args)
+# name -> share of the suite's time (the loop's --time-limit is the share of what is left)
+EXAMPLES = {"softmax": 3.0, "row_norm": 2.0, "row_lse": 2.0, "gather_scale": 0.8, "vector_add": 0.8}
+# name -> (file in the checkout, kernel, workload, configuration, share)
 TILEGYM = {
-    "tilegym_rms_norm_gather": (
-        "src/tilegym/ops/cutile/rms_norm.py", "_rms_norm_kernel_gather", "tilegym:rms_norm",
-        "16384x4096-bf16-multiwave",
-        ["x=bf16[16384,4096]", "w=bf16[4096]", "out=bf16[16384,4096]", "Rstd=f32[16384]", "N=4096",
-         "EPS=1e-06", "OFFSET=0.0", "TILE_SIZE=2048"]),
-    "tilegym_softmax_tma": (
-        "src/tilegym/ops/cutile/softmax.py", "_softmax_kernel_tma", "tilegym:softmax", "16384x1024-bf16-tma",
-        ["output=bf16[16384,1024]", "input=bf16[16384,1024]", "N_ROWS=16384", "N_COLS=1024", "TILE_SIZE=1024"]),
+    "tilegym_softmax": ("src/tilegym/ops/cutile/softmax.py", "_softmax_kernel", "tilegym:softmax",
+                        "4096x4096-f16", 3.0),
+    "tilegym_softmax_tma": ("src/tilegym/ops/cutile/softmax.py", "_softmax_kernel_tma", "tilegym:softmax",
+                            "4096x4096-f16-tma", 3.0),
+    "tilegym_softmax_chunked": ("src/tilegym/ops/cutile/softmax.py", "_softmax_kernel_chunked",
+                                "tilegym:softmax", "4096x4096-f16-chunked", 3.0),
 }
 # --dry-run: a simulated GPU where the structural steps pay off (the loop's decisions and
 # the --until-roof continuations are exercised; the numbers mean nothing)
@@ -142,7 +145,8 @@ def report(rows: list[dict], args, started: float, command: str) -> str:
            f"- versions: {json.dumps(versions())}",
            f"- command: `{command}`",
            f"- per kernel: <= {args.iterations} iterations, {args.rounds} interleaved rounds, sweeps <= "
-           f"{args.max_sweep}, {args.budget:.0f} s per iteration, rep 30 ms / warm-up 20 ms, one configuration",
+           f"{args.max_sweep}, {args.budget:.0f} s per iteration, rep 30 ms / warm-up 20 ms, one configuration; "
+           f"each loop's --time-limit is its share of the suite's {args.budget_s:.0f} s",
            "", f"| kernel | start ms | final ms | speedup | % of {basis} start → final | ≥ 85 % | "
            "iterations | stop |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -170,9 +174,10 @@ def main() -> int:
     ap.add_argument("--tilegym", help="TileGym checkout root (src/tilegym, tests/); without it only the examples run")
     ap.add_argument("--only", help="comma-separated kernel names")
     ap.add_argument("--budget-s", type=float, default=380.0,
-                    help="start no kernel after this many seconds (a started one ends by its --kernel-timeout)")
-    ap.add_argument("--kernel-timeout", type=float, default=90.0, help="kill one kernel's loop after this many s")
-    ap.add_argument("--iterations", type=int, default=5)
+                    help="the suite's time: each loop gets its share of what is left as --time-limit")
+    ap.add_argument("--grace-s", type=float, default=40.0,
+                    help="kill a loop this long after its --time-limit (a hung step; the ledger keeps what finished)")
+    ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-sweep", type=int, default=3)
     ap.add_argument("--budget", type=float, default=100.0, help="per-iteration budget, s (a sweep point gets its share)")
@@ -186,6 +191,7 @@ def main() -> int:
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    shares = {**EXAMPLES, **{k: v[-1] for k, v in TILEGYM.items()}}
     names = list(EXAMPLES) + (list(TILEGYM) if args.tilegym else [])
     if args.only:
         want = {n.strip() for n in args.only.split(",") if n.strip()}
@@ -204,21 +210,22 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="cutile-diag-structural-"))
     tg_repo = tg_branch = None
     try:
-        for name in names:
-            if time.monotonic() - started > args.budget_s:
-                rows.append({"kernel": name, "note": "skipped: the suite's --budget-s deadline was reached"})
+        for i, name in enumerate(names):
+            left = args.budget_s - (time.monotonic() - started)
+            share = left * shares[name] / sum(shares[n] for n in names[i:])
+            if share < 20:
+                rows.append({"kernel": name, "note": f"skipped: {max(left, 0):.0f} s of the suite's --budget-s left"})
                 continue
             dest = out / name
             dest.mkdir(parents=True, exist_ok=True)
-            left = args.budget_s + 60 - (time.monotonic() - started)
-            timeout = max(45.0, min(args.kernel_timeout, left))
+            timeout = share + args.grace_s
             if name in EXAMPLES:
                 f, kernel, wl, cfg = base.EXAMPLES[name]
                 repo = base.example_repo(work, name)
                 target = [f"{repo / f}::{kernel}"]
                 kenv = env
             else:
-                f, kernel, wl, cfg, cap_args = TILEGYM[name]
+                f, kernel, wl, cfg, _ = TILEGYM[name]
                 if tg_repo is None:
                     tg_repo = base.tilegym_repo(work, Path(args.tilegym).resolve())
                     tg_branch = base.current_branch(tg_repo)
@@ -227,12 +234,12 @@ def main() -> int:
                 kenv["PYTHONPATH"] = os.pathsep.join([str(tg_repo / "src"), env["PYTHONPATH"]])
                 kenv["TILEGYM_DISABLE_AUTOTUNE"] = "1"
                 target = [f"{repo / f}::{kernel}", "--branch", f"cutile-perf-{name}"]
-                for a in cap_args:
-                    target += ["--capture-arg", a]
-            measure = ["--simulate", str(sim_spec(work / f"{name}.sim.json", cfg))] if args.dry_run else \
+            measure = ["--simulate", str(sim_spec(work / f"{name}.sim.json", cfg)), "--capture-workload", wl] \
+                if args.dry_run else \
                 ["--workload", wl, "--configs", cfg]
-            print(f"[structural] {name}: timeout {timeout:.0f} s", flush=True)
-            res, note = base.run_optimize([*target, *measure, *common], repo, kenv, timeout, dest / "stderr.txt")
+            print(f"[structural] {name}: --time-limit {share:.0f} s", flush=True)
+            res, note = base.run_optimize([*target, *measure, *common, "--time-limit", f"{share:.0f}"], repo, kenv,
+                                          timeout, dest / "stderr.txt")
             state = repo / "cutile-diag-out" / "optimize" / kernel
             row = base.summarize(name, res, note, state, dest)
             row["pct_start"] = pct_measured(row, "baseline", state)

@@ -110,6 +110,23 @@ def test_bad_workloads_say_which_way_they_failed():
         launch_from_workload(wl, "softmax")
 
 
+def test_the_configuration_that_launches_the_kernel_is_found():
+    """One op, two kernels (TileGym's softmax: use_tma picks the kernel): the configuration asked
+    for launches the other one, so the workload's other configurations are tried."""
+    from cutile_diag.examples import row_lse
+    x = lambda i: i["x"]
+    wl = workload(name="two", configs=[{"name": "tma", "params": {"k": "softmax"}},
+                                       {"name": "plain", "params": {"k": "lse"}}],
+                  make_inputs=lambda cfg, seed, device="cuda": {"x": torch.zeros(8, 8, device=device), "k": cfg["k"]},
+                  run=lambda i: softmax.launch(x(i), x(i)) if i["k"] == "softmax" else
+                  row_lse.launch(x(i), torch.zeros(8, device=x(i).device)),
+                  reference=lambda i: None, flops=lambda c: 1, bytes=lambda c: 1)
+    rec, cfg = launch_from_workload(wl, "row_lse", config="tma")
+    assert cfg == "plain" and rec.kernel == "row_lse"
+    with pytest.raises(LaunchNotSeen, match=r"launches softmax, not matmul \(configuration tma\) \(nor in its 1 other"):
+        launch_from_workload(wl, "matmul", config="tma")
+
+
 def test_every_source_failing_lists_real_parameter_kinds(tmp_path):
     ref = f"{EXAMPLES_DIR / 'row_norm.py'}::row_norm"
     with pytest.raises(UsageError) as ei:

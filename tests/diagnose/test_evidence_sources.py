@@ -435,3 +435,32 @@ def test_the_loops_state_folder_here_calibrates_by_default(multipass, tmp_path, 
     d = json.loads(out)
     assert rc == 0 and {p["entry"] for p in d["past"]} == {"B", "C"}
     assert any("calibrated by 2 measured step(s)" in n for n in d["notes"])
+
+
+def test_ncu_report_is_found_where_the_cuda_wrapper_finds_ncu(tmp_path, monkeypatch):
+    """CUDA's bin/ncu is a shell script choosing an install under /opt/nvidia/nsight-compute/<ver>
+    (the H200 machine's layout): the reader is taken from the newest install's extras/python."""
+    import sys
+
+    from cutile_diag.roofline import ncu
+
+    bin_dir = tmp_path / "cuda" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "ncu").write_text("#!/bin/sh\nexec /opt/nvidia/nsight-compute/2025.3.1/ncu \"$@\"\n")
+    (bin_dir / "ncu").chmod(0o755)
+    installs = tmp_path / "opt"
+    for ver, tag in (("2025.1.0", "old"), ("2025.3.1", "new")):
+        d = installs / ver / "extras" / "python"
+        d.mkdir(parents=True)
+        (d / "ncu_report.py").write_text(f"WHICH = {tag!r}\n")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(ncu, "NCU_INSTALLS", installs)
+    monkeypatch.delitem(sys.modules, "ncu_report", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    mod = ncu.ncu_report_module()
+    assert mod is not None and mod.WHICH == "new"
+    sys.modules.pop("ncu_report", None)
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.startswith(str(tmp_path))])
+    monkeypatch.setattr(ncu, "NCU_INSTALLS", tmp_path / "none")
+    assert ncu.ncu_report_module() is None

@@ -89,3 +89,32 @@ def test_cli_bad_input_is_one_line(argv, msg, tmp_path, capsys):
     rc = main(["calibrate", *[str(spec) if a == "SPEC" else a for a in argv]])
     err = capsys.readouterr().err
     assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_worker_rounds_follow_the_other_worker_every_time(monkeypatch, tmp_path):
+    """Workload mode measures A B A B after an unrecorded lead-in of B, so every recorded
+    measurement follows the other worker (on the H200, following the other process costs a
+    fixed 0.7-0.8 % and A B B A gave it to the second of each round)."""
+    from cutile_diag.loop import proc
+    from cutile_diag.loop.backends import Version, Workspace, WorkloadBackend
+
+    log = []
+
+    class FakeWorker:
+        loaded = {"ok": True, "passed": True}
+
+        def __init__(self, label):
+            self.label = label
+
+        def request(self, req, timeout, what):
+            log.append((self.label, req["config"]))
+            return {"ok": True, "stats": {"median": 1.0 + 0.01 * len(log)}}
+
+    be = WorkloadBackend("examples:vector_add", configs=["c1", "c2"])
+    monkeypatch.setattr(be, "_worker", lambda v, ws, deadline: FakeWorker(v.label))
+    a, b = Version("A", {}), Version("B", {"k.py": "x"})
+    out = be.measure([a, b], Workspace(tmp_path, tmp_path, []), proc.Deadline(None), 2)
+    assert log == [("B", "c1"), ("A", "c1"), ("B", "c1"), ("A", "c2"), ("B", "c2"),
+                   ("A", "c1"), ("B", "c1"), ("A", "c2"), ("B", "c2")]
+    assert [len(out[v][c]) for v in "AB" for c in ("c1", "c2")] == [2, 2, 2, 2]
+    assert out["A"]["c1"][0].median == 1.02          # the lead-in (1.01) is not recorded

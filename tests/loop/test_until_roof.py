@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from looptools import FakeTransform, RankedDiagnoser, make_loop, rec
 
+from cutile_diag.loop import budget
 from cutile_diag.loop.decide import roof_pct_of, stop_rules
 from cutile_diag.loop.runner import LoopError, LoopOptions
 
@@ -65,3 +66,35 @@ def test_loop_goes_on_below_the_roof_and_says_so(repo):
     assert rules[1] == "insignificant" and "keep-baseline" in rules[2:]
     cont = [x for x in r.led.records if x["type"] == "continue"]
     assert cont and all("below --until-roof 0.9: going on" in c["reason"] for c in cont)
+
+
+def test_time_limit_stops_before_a_step_that_does_not_fit(repo, monkeypatch):
+    """--time-limit: the baseline runs, then no step starts that the time left cannot hold; the
+    stop is recorded (rule time-limit, % of roof, how to go on) and the option is per run."""
+    from cutile_diag.loop.backends import SimulatedBackend
+    from cutile_diag.loop.runner import Runner
+    spec = {**_spec(SimulatedBackend, 40.0), "effects": {"good": 0.80}}
+    ts = {"good": FakeTransform("good", "C")}
+    r = make_loop(repo, spec, recs=[rec("C", "good")], transforms=ts, until_roof=0.9, time_limit_s=300.0)
+    # after the baseline 20 s are left; one check and one comparison cost about 5 + 2 x 2 x 3 s
+    monkeypatch.setattr(Runner, "time_left", lambda self: 25.0)
+    monkeypatch.setattr(Runner, "costs", lambda self: budget.Costs(verify_s=5.0, run_s=6.0))
+    res = r.start()
+    assert res.stop_rule == "time-limit"
+    assert "--time-limit 300 s: 25 s left" in res.stop_reason and "% of the" in res.stop_reason
+    assert "--time-limit 300 s" in res.stop_reason and "go on with --resume" in res.stop_reason
+    assert [it["iteration"] for it in r.led.iterations] == [0]
+    assert r.led.records[-1]["type"] == "stop" and r.led.records[-1]["rule"] == "time-limit"
+    assert LoopOptions.from_json(r.opt.to_json()).time_limit_s is None          # not inherited by --resume
+    with pytest.raises(LoopError, match="--time-limit"):
+        LoopOptions(time_limit_s=0)
+
+
+def test_time_limit_cuts_the_iteration_budget(repo, monkeypatch):
+    from cutile_diag.loop.runner import Runner
+    r = make_loop(repo, {}, recs=[], transforms={}, time_limit_s=50.0, iteration_budget_s=600.0)
+    assert 49.0 < r.budget_s() <= 50.0
+    monkeypatch.setattr(Runner, "time_left", lambda self: -3.0)
+    assert r.budget_s() == 0.0
+    res = r.start()
+    assert res.stop_rule == "time-limit" and "reached" in res.stop_reason

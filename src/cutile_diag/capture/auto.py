@@ -77,10 +77,34 @@ def _costliest(wl):
     return max(wl.configs, key=cost)
 
 
+def config_order(wl, config: str | None) -> list:
+    """The configurations to take a launch from: the one asked for (else the costliest), then the
+    others, costliest first — a workload's configurations may launch different kernels of one op."""
+    def cost(c):
+        try:
+            return float(wl.bytes(c)) + float(wl.flops(c))
+        except Exception:
+            return 0.0
+    first = wl.config(config) if config else _costliest(wl)
+    return [first, *sorted((c for c in wl.configs if c.name != first.name), key=cost, reverse=True)]
+
+
 def launch_from_workload(wl, kernel: str, *, config: str | None = None, seed: int = 0,
                          sm_count: int = DEFAULT_SMS) -> tuple[LaunchRecord, str]:
-    """Run ``wl`` on CPU inputs with ``ct.launch`` intercepted; (the launch of ``kernel``, config)."""
-    cfg = wl.config(config) if config else _costliest(wl)
+    """Run ``wl`` on CPU inputs with ``ct.launch`` intercepted; (the launch of ``kernel``, config).
+    When the configuration launches other kernels, the workload's other configurations are tried."""
+    first_err: LaunchNotSeen | None = None
+    for cfg in config_order(wl, config):
+        try:
+            return _launch_from_config(wl, kernel, cfg, seed, sm_count)
+        except LaunchNotSeen as e:
+            first_err = first_err or e
+    assert first_err is not None
+    more = f" (nor in its {len(wl.configs) - 1} other configuration(s))" if len(wl.configs) > 1 else ""
+    raise LaunchNotSeen(first_err.one_line() + more)
+
+
+def _launch_from_config(wl, kernel: str, cfg, seed: int, sm_count: int) -> tuple[LaunchRecord, str]:
     name = getattr(wl, "ref", None) or wl.name
     try:
         inputs = wl.make_inputs(cfg, seed, device="cpu")

@@ -54,6 +54,9 @@ def register(sub) -> None:
     lp.add_argument("--max-iterations", type=int, default=None, help="stop after N iterations (1..25, default 25)")
     lp.add_argument("--budget", type=float, default=None, metavar="S",
                     help="time budget per iteration in seconds (default 600); a hang is killed and recorded as crash")
+    lp.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="wall time for this run in seconds: no step starts that would not fit, and the loop "
+                         "stops with a resumable record (rule time-limit); not inherited by --resume")
     lp.add_argument("--rounds", type=int, default=None, help="interleaved measurement rounds per comparison (default 3)")
     lp.add_argument("--continue", dest="keep_going", action="store_true",
                     help="go on after a step that gained < 2 %% (the recipe stops there)")
@@ -93,6 +96,8 @@ def request(args):
         over["keep_going"] = True
     if args.until_roof is not None:
         over["until_roof"] = args.until_roof
+    if getattr(args, "time_limit", None) is not None:
+        over["time_limit_s"] = args.time_limit
     if args.no_capture:
         over["capture"] = False
     if args.arch:

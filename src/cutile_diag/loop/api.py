@@ -178,7 +178,8 @@ def plan(req: OptimizeRequest) -> Plan:
         cap = None
         if opts.capture:
             from .evidence import capture_sources
-            backend = {"backend": "workload", "workload": m.workload, "kwargs": kw} if m.workload else \
+            backend = {"backend": "workload", "workload": m.workload, "kwargs": kw, "configs": m.configs} \
+                if m.workload else \
                 {"backend": "command", "test_cmd": m.test_cmd} if m.test_cmd else {}
             cap = capture_version(path, name, hashlib.sha256(source.encode()).hexdigest(), Path(tmp),
                                   archs=opts.archs, args=opts.capture_args,

@@ -1,8 +1,8 @@
 """A/A calibration: how much does the loop's measurement move when nothing changed?
 
 ``calibrate(backend, n=20, rounds=3)`` measures one version against an identical copy of
-itself — two workers (or two runs of the user's command), interleaved ``A A' A' A ...`` the
-way the loop measures a candidate — ``n * rounds`` rounds in one sitting, then cuts them into
+itself — two workers (``A A' A A' ...`` after a lead-in) or two runs of the user's command
+(``A A' A' A ...``), interleaved the way the loop measures a candidate — ``n * rounds`` rounds in one sitting, then cuts them into
 ``n`` A/A comparisons of ``rounds`` rounds each (what one loop decision sees) and applies the
 loop's own decision rule to each.  It reports
 
@@ -64,6 +64,7 @@ class Calibration:
     false_keeps: int
     false_reverts: int
     decisions: list[dict] = field(default_factory=list)
+    rounds_detail: dict[str, list[dict]] = field(default_factory=dict)   # per config: every round, in order
     gpu_s: float = 0.0                   # wall seconds spent measuring
     per_config: dict[str, dict] = field(default_factory=dict)
     saved_to: str | None = None
@@ -145,19 +146,25 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
                 progress(done, n)
         gpu_s = time.monotonic() - t0
     return summarize(runs[a.label], runs[b.label], n=done, rounds=rounds, machine=machine_key(backend),
-                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=noise_floor)
+                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=noise_floor,
+                     alternates=getattr(backend, "alternates", True))
 
 
 def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, list[stats.RunStat]], *, n: int,
               rounds: int, machine: str | None, what: str, backend: str, gpu_s: float = 0.0,
-              noise_floor: float | None = None) -> Calibration:
-    """The calibration from ``n * rounds`` interleaved rounds of A and its copy."""
+              noise_floor: float | None = None, alternates: bool = True) -> Calibration:
+    """The calibration from ``n * rounds`` interleaved rounds of A and its copy (``alternates``:
+    the backend's round order, for the record of who went first)."""
     configs = sorted(a_runs)
-    per_config, floors = {}, []
+    per_config, floors, detail = {}, [], {}
     for c in configs:
         logs = [math.log(y.median / x.median) for x, y in zip(a_runs[c], b_runs[c])]
         sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
         floors.append(sd / math.sqrt(2.0))
+        # every round as measured (who went first: round_order, restarting per decision)
+        detail[c] = [{"a_ms": x.median, "b_ms": y.median,
+                      "first": "A" if not alternates or (i % rounds) % 2 == 0 else "B",
+                      "log_ratio": round(lr, 6)} for i, (x, y, lr) in enumerate(zip(a_runs[c], b_runs[c], logs))]
         per_config[c] = {"round_sd_pct": 100 * sd, "median_ms": statistics.median(x.median for x in a_runs[c]),
                          "rel_std_pct": statistics.median(x.rel_std for x in a_runs[c] if x.rel_std is not None)
                          if any(x.rel_std is not None for x in a_runs[c]) else None}
@@ -177,7 +184,7 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
                        half_width_pct=statistics.median(halves), spread_pct=spread, noise_floor=floor,
                        false_keeps=sum(d["status"] == "keep" for d in decisions),
                        false_reverts=sum(d["rule"] in ("regression", "cumulative-regression") for d in decisions),
-                       decisions=decisions, gpu_s=gpu_s, per_config=per_config)
+                       decisions=decisions, rounds_detail=detail, gpu_s=gpu_s, per_config=per_config)
 
 
 # ---------------------------------------------------------------------------------------

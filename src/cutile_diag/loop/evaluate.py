@@ -29,8 +29,19 @@ class Evaluation:
     def costs(self) -> budget_mod.Costs:
         return budget_mod.costs_from_ledger(self.led.iterations)
 
+    def time_left(self) -> float | None:
+        """Seconds left of this invocation's --time-limit (None: no limit)."""
+        if self.opt.time_limit_s is None:
+            return None
+        return float(self.opt.time_limit_s) - (time.monotonic() - self.started)
+
+    def budget_s(self) -> float:
+        """One iteration's budget: --budget, cut to what --time-limit leaves."""
+        left = self.time_left()
+        return self.opt.iteration_budget_s if left is None else max(0.0, min(self.opt.iteration_budget_s, left))
+
     def plan(self, n_points: int) -> budget_mod.Plan:
-        return budget_mod.plan(n_points, self.costs(), self.opt.iteration_budget_s, rounds=self.opt.rounds,
+        return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.opt.rounds,
                                screen_rounds=self.opt.screen_rounds)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
@@ -47,7 +58,7 @@ class Evaluation:
         self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest,
                          "entry": meta.get("entry"), "saved": str(saved) if saved else None,
                          "tried": meta.get("tried", [])})
-        deadline = proc.Deadline(self.opt.iteration_budget_s)
+        deadline = proc.Deadline(self.budget_s())
         record: dict[str, Any] = {"type": "iteration", "iteration": n, "optimization": _short(label),
                                   "latency_ms": None, "correctness": "FAIL", "status": "revert",
                                   "entry": meta.get("entry"), "diagnosis": meta.get("diagnosis"),

@@ -73,8 +73,9 @@ class LoopOptions:
     noise_source: str = "default"                      # where noise_floor came from (loop.calibrate)
 
     # given for one invocation only: a later plain --resume does not inherit them silently
-    PER_RUN = ("keep_going",)
+    PER_RUN = ("keep_going", "time_limit_s")
     until_roof: float | None = None     # go on past small steps while below this fraction of the roof
+    time_limit_s: float | None = None   # this invocation's wall time: no step starts that would not fit
 
     def __post_init__(self):
         if not 1 <= int(self.max_iterations) <= MAX_ITERATIONS:
@@ -84,6 +85,8 @@ class LoopOptions:
             raise LoopError("--rounds must be at least 1")
         if self.iteration_budget_s <= 0:
             raise LoopError("--budget must be a positive number of seconds")
+        if self.time_limit_s is not None and not float(self.time_limit_s) > 0:
+            raise LoopError(f"--time-limit must be a positive number of seconds, not {self.time_limit_s}")
         if self.until_roof is not None and not 0.0 < float(self.until_roof) <= 1.0:
             raise LoopError(f"--until-roof must be a fraction in (0, 1], not {self.until_roof}")
         self.only = [x.upper() for x in self.only]
@@ -154,6 +157,7 @@ class Runner(Evaluation):
             raise LoopError(f"internal: unknown hook point(s) {', '.join(bad)}")
         self.hooks = dict(hooks or {})
         self.echo = echo or (lambda _s: None)
+        self.started = time.monotonic()         # --time-limit counts from here (this invocation)
         self.captures: dict[str, CaptureResult] = {}
         self.capture_off_reason: str | None = None if self.opt.capture else "disabled (--no-capture)"
         base = next((r for r in ledger.iterations if r["iteration"] == 0), None)
@@ -233,7 +237,7 @@ class Runner(Evaluation):
         return info
 
     def _diagnose(self, v: Version, n: int) -> LoopDiagnosis:
-        cap = self._capture(v, proc.Deadline(self.opt.iteration_budget_s))
+        cap = self._capture(v, proc.Deadline(self.budget_s()))
         kept = self.led.last_kept()
         ctx = DiagnoseContext(path=self.s.kernel_path, kernel=self.s.kernel, source=v.files[self.s.kernel_file],
                               capture=cap.path if cap and cap.ok else None, arch=self.opt.archs[0],
@@ -353,6 +357,9 @@ class Runner(Evaluation):
                 chk = self.check_stop()
                 if chk.stop:
                     raise _Stop(chk.rule, chk.reason)
+                left = self.time_left()
+                if left is not None and left <= 0:
+                    raise _Stop("time-limit", f"--time-limit {self.opt.time_limit_s:g} s reached; go on with --resume")
                 n = self.led.next_iteration()
                 a = self.kept_version()
                 if self.git.dirty_files():
@@ -406,6 +413,14 @@ class Runner(Evaluation):
         if choice.transform.name != rec.transform:
             meta["entry"]["alternative_of"] = rec.transform
         label = row_label(rec.id, rec.transform, choice.transform.name, choice.candidates)
+        left, costs = self.time_left(), self.costs()
+        need = costs.iteration_s(1, self.opt.rounds)
+        if left is not None and costs.known and need > left * budget_mod.MARGIN:
+            # the last steps of a time-limited run are not measured with fewer rounds: stop instead
+            pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"))
+            at = f"; the kept version is at {pct:.0f}% of the {basis}" if pct is not None else ""
+            raise _Stop("time-limit", f"--time-limit {self.opt.time_limit_s:g} s: {left:.0f} s left, and one check "
+                        f"and comparison of {label} need about {need:.0f} s{at}; go on with --resume")
         plan = self.plan(len(choice.candidates))
         if not plan.fits:
             raise _Stop("budget", f"one check and one comparison of {label} need about "

@@ -230,22 +230,38 @@ EXPORT_METRICS = (*METRICS, "gpu__dram_throughput.avg.pct_of_peak_sustained_elap
                   "sm__maximum_warps_per_active_cycle_pct")
 
 
+NCU_INSTALLS = Path("/opt/nvidia/nsight-compute")     # where the CUDA toolkit's ncu wrapper looks too
+
+
+def _report_dirs() -> list[Path]:
+    """Where Nsight Compute keeps ``extras/python``: beside the real ``ncu`` binary, else in the
+    installs that CUDA's ``bin/ncu`` wrapper script chooses from (``<cuda>/nsight-compute-*`` and
+    ``/opt/nvidia/nsight-compute/*``), newest first."""
+    exe = shutil.which("ncu")
+    roots: list[Path] = []
+    if exe:
+        real = Path(os.path.realpath(exe))
+        roots += [real.parent, *real.parents[:3]]
+        roots += sorted(real.parent.parent.glob("nsight-compute*"), reverse=True)
+    roots += sorted(NCU_INSTALLS.glob("*"), key=lambda p: _version_key(p.name), reverse=True)
+    return [r / "extras" / "python" for r in roots]
+
+
+def _version_key(name: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in name.split("."))
+
+
 def ncu_report_module():
     """``ncu_report`` (Nsight Compute's Python report reader): importable as is (the PyPI
-    ``ncu-report`` package or PYTHONPATH), else from ``<ncu install>/extras/python`` found
-    through the ``ncu`` on PATH.  None when neither exists."""
+    ``ncu-report`` package or PYTHONPATH), else from an Nsight Compute install's
+    ``extras/python`` (``_report_dirs``).  None when neither exists."""
     try:
         import ncu_report  # type: ignore[import-not-found]
         return ncu_report
     except ImportError:
         pass
-    exe = shutil.which("ncu")
-    if not exe:
-        return None
-    real = Path(os.path.realpath(exe))
-    for root in (real.parent, *real.parents[:3]):
-        cand = root / "extras" / "python"
-        if (cand / "ncu_report.py").exists() or any(cand.glob("ncu_report*")):
+    for cand in _report_dirs():
+        if (cand / "ncu_report.py").exists():
             sys.path.insert(0, str(cand))
             try:
                 import ncu_report  # type: ignore[import-not-found]

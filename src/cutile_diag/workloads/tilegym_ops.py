@@ -103,13 +103,18 @@ class Softmax(_TileGymOp):
         WorkloadConfig("4096x4096-f16-tma", {"M": 4096, "N": 4096, "dtype": "f16", "use_tma": True}),
         WorkloadConfig("4096x4096-f16", {"M": 4096, "N": 4096, "dtype": "f16", "use_tma": False}),
         WorkloadConfig("16384x1024-bf16-tma", {"M": 16384, "N": 1024, "dtype": "bf16", "use_tma": True}),
+        # the three-pass kernel (_softmax_kernel_chunked); at N <= 8192 its chunk loops run once
+        WorkloadConfig("4096x4096-f16-chunked", {"M": 4096, "N": 4096, "dtype": "f16", "use_tma": False,
+                                                 "use_chunked": True}),
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
-        return {"x": _randn((cfg["M"], cfg["N"]), cfg["dtype"], seed, device), "_use_tma": cfg["use_tma"]}
+        return {"x": _randn((cfg["M"], cfg["N"]), cfg["dtype"], seed, device), "_use_tma": cfg["use_tma"],
+                "_use_chunked": cfg.get("use_chunked", False)}
 
     def run(self, inputs):
-        return self._fn()(inputs["x"], use_tma=inputs["_use_tma"], backend="cutile")
+        extra = {"use_chunked": True} if inputs.get("_use_chunked") else {}
+        return self._fn()(inputs["x"], use_tma=inputs["_use_tma"], backend="cutile", **extra)
 
     def reference(self, inputs):
         import torch

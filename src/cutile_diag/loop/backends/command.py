@@ -18,6 +18,7 @@ from .base import Runs, Verification, Version, Workspace, check_deadline, round_
 
 class CommandBackend:
     name = "command"
+    alternates = True
 
     def __init__(self, test_cmd: str, bench_cmd: str, *, framework: str = "cutile", direction: str = "forward",
                  env: Mapping[str, str] | None = None, log_dir: Path | None = None, cwd: Path | None = None,

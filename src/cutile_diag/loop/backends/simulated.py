@@ -79,6 +79,7 @@ def _matches(key: str, v: Version) -> bool:
 
 class SimulatedBackend:
     name = "simulated"
+    alternates = True
 
     def __init__(self, spec: SimSpec | Mapping[str, Any]):
         self.spec = spec if isinstance(spec, SimSpec) else SimSpec.from_json(spec)

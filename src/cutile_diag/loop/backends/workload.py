@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from .. import proc
 from ..errors import BackendError, CandidateCrash, LoopError, MeasurementTimeout
 from ..stats import RunStat
-from .base import CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline, round_order
+from .base import CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline, lead_in, round_order
 
 
 class _Worker:
@@ -113,6 +113,7 @@ class _Worker:
 
 class WorkloadBackend:
     name = "workload"
+    alternates = False          # A B every round after a lead-in (see base.round_order)
 
     def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
                  configs: Sequence[str] | None = None, bench_options: Mapping[str, Any] | None = None,
@@ -197,14 +198,22 @@ class WorkloadBackend:
             if not rep.get("ok") or not rep.get("passed"):
                 raise CandidateCrash(f"{v.label} did not load cleanly: {rep.get('error', 'check failed')}")
         out: Runs = {v.label: {} for v in versions}
+
+        def one(v: Version, cfg: str) -> dict:
+            check_deadline(deadline, f"measuring {v.label} on {cfg}")
+            rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options},
+                                           deadline.timeout(), f"measuring {cfg}")
+            if not rep.get("ok"):
+                raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
+            return rep
+
         for r in range(rounds):
-            for cfg in self._configs or []:
-                for v in round_order(versions, r):
-                    check_deadline(deadline, f"measuring {v.label} on {cfg}")
-                    rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options},
-                                                   deadline.timeout(), f"measuring {cfg}")
-                    if not rep.get("ok"):
-                        raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
+            for ci, cfg in enumerate(self._configs or []):
+                first = lead_in(versions) if r == ci == 0 else None
+                if first is not None:
+                    one(first, cfg)          # not recorded: the first A then follows the other worker too
+                for v in round_order(versions, r, alternate=False):
+                    rep = one(v, cfg)
                     post = rep.get("post_check")
                     if post is not None and not post.get("passed"):
                         raise CorrectnessFailure(f"{v.label} on {cfg}: outputs of the timed runs are wrong: "
