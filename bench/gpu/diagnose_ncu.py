@@ -121,8 +121,26 @@ def versions() -> dict:
     return out
 
 
-def one_op(op: str, args, clock: Clock, env: dict, tg_repo: Path, out: Path) -> dict:
+def keep_export(capture: Path, dest: Path) -> str | None:
+    """The report's export (rules, metrics, source hot spots) beside the results: what the rule
+    parsing is tested on; the .ncu-rep itself is too large to commit."""
+    found = sorted(capture.rglob("ncu-export.json"))
+    if not found:
+        return None
+    import gzip
+    data = found[0].read_bytes()
+    target = dest / "ncu-export.json"
+    if len(data) > 200_000:
+        target = dest / "ncu-export.json.gz"
+        target.write_bytes(gzip.compress(data))
+    else:
+        target.write_bytes(data)
+    return target.name
+
+
+def one_op(op: str, args, clock: Clock, env: dict, tg_repo: Path, out: Path, share_s: float) -> dict:
     rel, configs, default_kernel = OPS[op]
+    op_end = time.monotonic() + share_s
     d = out / op
     d.mkdir(parents=True, exist_ok=True)
     row: dict = {"op": op, "configs": configs, "commands": []}
@@ -137,6 +155,7 @@ def one_op(op: str, args, clock: Clock, env: dict, tg_repo: Path, out: Path) -> 
     rc, so, secs = run([sys.executable, "-m", "cutile_diag", *dx], tg_repo, env, min(clock.left(), 240.0),
                        d / "diagnose.stderr.txt")
     row["diagnose_s"] = round(secs, 1)
+    row["ncu_export"] = keep_export(d / "capture", d)
     if rc != 0:
         row["error"] = f"diagnose: {'timed out' if rc is None else f'exit {rc}'}: {last_line(d / 'diagnose.stderr.txt')}"
         return row
@@ -172,15 +191,15 @@ def one_op(op: str, args, clock: Clock, env: dict, tg_repo: Path, out: Path) -> 
     opt = ["optimize", f"{src}::{kernel}", "--workload", f"tilegym:{op}", "--configs", configs[0],
            "--max-iterations", "1", *(["--only", auto["id"]] if auto else []), "--rounds", "2", "--max-sweep", "2",
            "--budget", "100", "--rep-ms", "20", "--warmup-ms", "10", "--branch", f"cutile-perf-{op}-i13", "--json"]
-    if args.dry_run:
-        opt.append("--plan")
+    loop_s = min(clock.left(), op_end - time.monotonic())
+    opt.append("--plan" if args.dry_run else f"--time-limit={max(loop_s - 5, 1):.0f}")
     row["commands"].append(f"(in the clone {tg_repo}) cutile-diag " + shlex.join(opt))
-    if clock.left() < 45:
-        row["skipped_loop"] = "budget: no time left for the loop"
+    if loop_s < 40:
+        row["skipped_loop"] = f"budget: {max(loop_s, 0):.0f} s left for the loop"
         return row
     branch = current_branch(tg_repo)
     try:
-        rc, so, secs = run([sys.executable, "-m", "cutile_diag", *opt], tg_repo, env, min(clock.left(), 200.0),
+        rc, so, secs = run([sys.executable, "-m", "cutile_diag", *opt], tg_repo, env, loop_s + 40,
                            d / "optimize.stderr.txt")
         row["optimize_s"] = round(secs, 1)
         if so.strip():
@@ -273,7 +292,7 @@ def main() -> int:
                 rows.append({"op": op, "error": f"unknown op (known: {', '.join(OPS)})"})
                 continue
             print(f"[diagnose_ncu] {op}: {clock.left():.0f} s left", flush=True)
-            rows.append(one_op(op, args, clock, env, tg, out))
+            rows.append(one_op(op, args, clock, env, tg, out, clock.left() / (len(ops) - ops.index(op))))
             print(f"[diagnose_ncu] {op}: " + json.dumps({k: rows[-1].get(k) for k in
                                                          ("bottleneck", "comparison", "error", "skipped_loop")}),
                   flush=True)

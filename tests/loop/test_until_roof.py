@@ -98,3 +98,26 @@ def test_time_limit_cuts_the_iteration_budget(repo, monkeypatch):
     assert r.budget_s() == 0.0
     res = r.start()
     assert res.stop_rule == "time-limit" and "reached" in res.stop_reason
+
+
+def test_a_capture_cut_short_by_the_clock_is_no_compile_verdict(repo, monkeypatch):
+    """A candidate's capture killed at the time budget is recorded as `budget` (revert), never as
+    `does not compile`, and is not cached as the candidate's capture."""
+    from cutile_diag.loop.integrations import CaptureResult
+    from cutile_diag.loop.runner import Runner
+    calls = []
+
+    def fake(self, v, deadline):
+        calls.append(v.digest)
+        if v.commit:                        # the kept version captures
+            return CaptureResult(True, None)
+        return CaptureResult(False, error="capture killed after 0 s (the time budget)", timed_out=True)
+
+    monkeypatch.setattr(Runner, "_capture", fake)
+    ts = {"good": FakeTransform("good", "C")}
+    r = make_loop(repo, {"effects": {"good": 0.8}}, recs=[rec("C", "good")], transforms=ts, capture=True,
+                  max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert it["decision"]["rule"] == "budget" and "not a compile failure" in it["decision"]["reason"]
+    assert it["status"] == "revert" and it["correctness"] != "FAIL"

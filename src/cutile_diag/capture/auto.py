@@ -89,14 +89,17 @@ def config_order(wl, config: str | None) -> list:
     return [first, *sorted((c for c in wl.configs if c.name != first.name), key=cost, reverse=True)]
 
 
-def launch_from_workload(wl, kernel: str, *, config: str | None = None, seed: int = 0,
-                         sm_count: int = DEFAULT_SMS) -> tuple[LaunchRecord, str]:
+def launch_from_workload(wl, kernel: str | None, *, config: str | None = None, seed: int = 0,
+                         sm_count: int = DEFAULT_SMS, main: bool = False) -> tuple[LaunchRecord, str]:
     """Run ``wl`` on CPU inputs with ``ct.launch`` intercepted; (the launch of ``kernel``, config).
-    When the configuration launches other kernels, the workload's other configurations are tried."""
+    When the configuration launches other kernels, the workload's other configurations are tried.
+    ``main``: the configuration's own main kernel is wanted (a workload diagnosis): ``kernel``
+    when it is launched, else the one kernel the configuration launches (one op's
+    configurations select different kernels), and no other configuration is tried."""
     first_err: LaunchNotSeen | None = None
-    for cfg in config_order(wl, config):
+    for cfg in (config_order(wl, config)[:1] if main else config_order(wl, config)):
         try:
-            return _launch_from_config(wl, kernel, cfg, seed, sm_count)
+            return _launch_from_config(wl, kernel, cfg, seed, sm_count, main)
         except LaunchNotSeen as e:
             first_err = first_err or e
     assert first_err is not None
@@ -104,7 +107,8 @@ def launch_from_workload(wl, kernel: str, *, config: str | None = None, seed: in
     raise LaunchNotSeen(first_err.one_line() + more)
 
 
-def _launch_from_config(wl, kernel: str, cfg, seed: int, sm_count: int) -> tuple[LaunchRecord, str]:
+def _launch_from_config(wl, kernel: str | None, cfg, seed: int, sm_count: int,
+                        main: bool = False) -> tuple[LaunchRecord, str]:
     name = getattr(wl, "ref", None) or wl.name
     try:
         inputs = wl.make_inputs(cfg, seed, device="cpu")
@@ -120,6 +124,8 @@ def _launch_from_config(wl, kernel: str, cfg, seed: int, sm_count: int) -> tuple
                                     f"{' '.join(str(e).split())[:160]})") from None
             # it raised after the launch (e.g. reading the never-written output): the launch stands
     mine = [r for r in recs if r.kernel == kernel]
+    if not mine and main and len({r.kernel for r in recs}) == 1:
+        mine = list(recs)                  # the configuration's only kernel is its main one
     if not mine:
         if not recs:
             raise LaunchNotSeen(f"workload {name} launches nothing on CPU inputs (configuration {cfg.name})")

@@ -473,12 +473,11 @@ def _collect_ncu(args, wl, cfg, out: Path, ev):
     return r.export
 def _capture_by_intercepting(args, wl, cfg, arch: str, out: Path):
     """No AOT spec and no GPU: build the inputs on the CPU, intercept the launch of the workload's
-    ``kernel_name`` and export the kernel for that signature (capture.auto)."""
+    ``kernel_name`` (else the one kernel the configuration launches) and export the kernel for
+    that signature (capture.auto)."""
     from ..capture.auto import export_launch, launch_from_workload
-    if not wl.kernel_name:
-        return None
     try:
-        rec, cfg_name = launch_from_workload(wl, wl.kernel_name, config=cfg.name)
+        rec, cfg_name = launch_from_workload(wl, wl.kernel_name, config=cfg.name, main=True)
         return export_launch(rec, cfg_name, archs=[arch], out_dir=out)
     except CutileDiagError as e:
         if not args.json:

@@ -64,7 +64,7 @@ RULES = {
     "keep-stop": f"improvement < {KEEP_DEMOTE_PCT:g} % (or not significant): keep, stop unless asked to go on",
     "insignificant": f"going on past a small step (--continue): the 95 % CI includes no change, or the gain is "
                      f"below {MIN_KEEP_PCT:g} %: revert",
-    "budget": "the iteration budget cannot fit one comparison",
+    "budget": "the time budget cannot fit one comparison, or ran out before a decision: revert",
     "regression": f"a configuration regressed by more than {REGRESSION_PCT:g} %: revert",
     "cumulative-regression": f"a configuration is more than {REGRESSION_PCT:g} % slower than iteration 0: revert",
     "correctness": "correctness failed: revert immediately",

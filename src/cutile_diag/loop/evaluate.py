@@ -116,6 +116,15 @@ class Evaluation:
             self.echo(f"  correctness FAIL after timing: {_short(e.one_line())} -> revert")
             return self._finish(record, deadline, a, keep=None)
         except (MeasurementTimeout, CandidateCrash) as e:
+            left = self.time_left()
+            if isinstance(e, MeasurementTimeout) and left is not None and left < 1.0:
+                # the run's --time-limit cut the step short: no verdict on the candidate
+                record["decision"] = decide_mod.reject("budget", f"--time-limit reached during the step "
+                                                       f"({e.one_line()})").to_json()
+                if "verification" not in record:
+                    record["correctness"] = "-"
+                self.echo(f"  stopped by --time-limit: {_short(e.one_line())} -> revert")
+                return self._finish(record, deadline, a, keep=None)
             record["status"] = "crash"
             record["decision"] = decide_mod.reject("crash", e.one_line(), status="crash").to_json()
             self._screened_latency(record)
@@ -167,6 +176,11 @@ class Evaluation:
         cap_b = self._capture(b.version, deadline)
         if cap_b is not None:
             record["capture"] = cap_b.to_json()
+            if cap_b.timed_out:            # the clock, not the kernel: no compile verdict
+                record["decision"] = decide_mod.reject("budget", f"the candidate's capture ran past the time "
+                                                       f"budget ({cap_b.error}); not a compile failure").to_json()
+                record["correctness"] = "-"
+                return None
             if not cap_b.ok:
                 record["decision"] = decide_mod.reject("compile", f"the candidate does not compile: {cap_b.error}"
                                                        ).to_json()
@@ -246,6 +260,9 @@ class Evaluation:
             self._guard()
             share = self._share(deadline, len(todo) - i + 1)     # + 1: what the full comparison needs
             cap = self._capture(c.version, share)
+            if cap is not None and cap.timed_out:
+                row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {cap.error}", "budget"
+                continue
             if cap is not None and not cap.ok:
                 row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
                 continue

@@ -27,6 +27,7 @@ class CaptureResult:
     cached: bool = False
     source: str = ""                       # specs | workload-run | workload-cpu | command-run
     tried: list = field(default_factory=list)   # sources that did not work, one line each
+    timed_out: bool = False                # killed at the time budget: says nothing about the kernel
 
     # what the loop does without it (bad input: the loop goes on with less evidence, on the record)
     FALLBACK = ("the loop goes on without IR evidence: the diagnosis ranks the transforms that apply to "
@@ -82,7 +83,8 @@ def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, 
     child_env.update(env or {})
     res = proc.run(argv, cwd=cwd, env=child_env, timeout=timeout)
     if res.timed_out:
-        return CaptureResult(False, error=f"capture killed after {timeout:.0f} s", seconds=res.wall_s)
+        return CaptureResult(False, error=f"capture killed after {timeout:.0f} s (the time budget)",
+                             seconds=res.wall_s, timed_out=True)
     if res.returncode != 0 or not (folder / "manifest.json").exists():
         err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
         msg = err[-1] if err else f"exit {res.returncode}"

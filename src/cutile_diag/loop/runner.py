@@ -201,7 +201,8 @@ class Runner(Evaluation):
                                   cwd=self.ws.root, env=self.ws.env(v),
                                   sources=self.ws.remap(capture_sources(self.s.backend, self.opt.capture_workload,
                                                                         kernel_file=self.s.kernel_path)))
-        self.captures[v.digest] = res
+        if not res.timed_out:             # a capture cut short by the clock is tried again
+            self.captures[v.digest] = res
         return res
 
     def _points_of(self, rec: dict | None) -> list[dict]:
