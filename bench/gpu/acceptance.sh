@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU acceptance runs of issues #10-#15 in two device calls of < 10 min each:
-#   bench/gpu/acceptance.sh a    loop_capture (#15), roofline_any (#12), diagnose_ncu (#13)
-#   bench/gpu/acceptance.sh b    structural_suite (#10), calibrate_suite (#11)
+# The GPU acceptance runs of issues #10, #11, #13, #15 in three device calls of < 10 min each:
+#   bench/gpu/acceptance.sh c1   calibrate_suite (#11), loop_capture in command mode (#15)
+#   bench/gpu/acceptance.sh c2   diagnose_ncu (#13)
+#   bench/gpu/acceptance.sh c3   structural_suite (#10)
 # Needs .device/ (the toolchain bundle) and .gpu/tilegym.tar.xz (a trimmed TileGym checkout)
 # carried along; each suite's folder comes back as $OUT/<suite>.tgz (the device returns 8 files).
 set -u
@@ -17,10 +18,9 @@ run() {   # run SUITE WALL_LIMIT_S ARGS...
   tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
 }
 case "${1:-}" in
-  a) run loop_capture 185 --budget-s 150
-     run roofline_any 175 --budget-s 145
-     run diagnose_ncu 200 --budget-s 165 ;;
-  b) run structural_suite 330 --budget-s 270 --kernel-timeout 80
-     run calibrate_suite 245 --budget-s 215 ;;
-  *) echo "usage: $0 a|b" >&2; exit 2 ;;
+  c1) run calibrate_suite 330 --budget-s 300
+      run loop_capture 240 --budget-s 180 --targets rms_norm-command --no-signatures ;;
+  c2) run diagnose_ncu 310 --budget-s 270 ;;
+  c3) run structural_suite 585 --budget-s 500 --grace-s 30 ;;
+  *) echo "usage: $0 c1|c2|c3" >&2; exit 2 ;;
 esac

@@ -46,8 +46,10 @@ WORKLOADS = [("examples:vector_add", "examples:vector_add", "16M-f32"),
              ("examples:softmax", "examples:softmax", "32768x1024-f16"),
              ("tilegym:softmax", "tilegym:softmax", "4096x4096-f16-tma")]
 REL_STD = WORKLOADS + [("tilegym:rms_norm", "tilegym:rms_norm", "16384x4096-bf16-multiwave")]
-PERF_CMD = ("{py} -m pytest tests/ops/test_rms_norm.py -q -s -x -p no:cacheprovider -p cutile_diag.pytest_plugin "
-            "-k 'test_perf and cutile and multi_wave_reload' --print-record")
+# one shape of TileGym's perf test (each run starts python, torch and TileGym: ~10 s)
+PERF_CMD = ("WARMUP=20 REP=30 {py} -m pytest tests/ops/test_rms_norm.py -q -s -x -p no:cacheprovider "
+            "-p cutile_diag.pytest_plugin -k 'test_perf and cutile and multi_wave_reload and 262144 and 1024' "
+            "--print-record")
 FAKE_BENCH = r'''
 import random
 for shape, base in (("1M", 0.05), ("16M", 0.4)):
@@ -189,7 +191,7 @@ def main() -> int:
     if not args.dry_run and not (tg and (tg / "tests" / "ops").is_dir()):
         log("no TileGym checkout (--tilegym): the TileGym items are skipped")
     # shares of the budget: 3 workload calibrations, the command one, then rel_std
-    share = {"workload": 0.14, "command": 0.38, "rel_std": 0.12}
+    share = {"workload": 0.15, "command": 0.40, "rel_std": 0.1}
     sim = out / "sim.json"
     if args.dry_run:
         sim.write_text(json.dumps({"configs": {"a": 0.05, "b": 0.4}, "noise": 0.004, "run_noise": 0.002}))
@@ -208,6 +210,9 @@ def main() -> int:
             row.update({k: doc.get(k) for k in ("n", "rounds", "half_width_pct", "spread_pct", "noise_floor",
                                                 "false_keeps", "false_reverts", "gpu_s", "machine", "configs",
                                                 "per_config")})
+            # every round's log ratio and who went first: the evidence for the measurement order
+            row["round_log_ratios"] = {c: [[r["first"], r["log_ratio"]] for r in rs]
+                             for c, rs in (doc.get("rounds_detail") or {}).items()}
         else:
             row["error"] = (r["stderr"].strip().splitlines() or ["no output"])[-1][:400]
         results["calibrations"].append(row)
