@@ -142,3 +142,16 @@ def test_recorded_h200_ceilings_are_the_committed_measurement():
     got = recorded_ceilings(preset("h200"))
     got.flops.clear()
     assert recorded_ceilings(preset("h200")).flops
+
+
+def test_one_ncu_runner_reports_permission_and_timeouts(tmp_path):
+    """Both profiling paths run ncu through one function: its failures read the same."""
+    import sys
+
+    from cutile_diag.roofline.ncu import _ncu_process
+    out, text, err = _ncu_process([sys.executable, "-c", "print('==ERROR== ERR_NVGPUCTRPERM')"], 30)
+    assert err and err.startswith("ncu has no permission for GPU performance counters")
+    out, text, err = _ncu_process([sys.executable, "-c", "import time; time.sleep(30)"], 0.5)
+    assert err == "ncu killed after 0.5 s"
+    out, text, err = _ncu_process([sys.executable, "-c", "print('a,b')"], 30)
+    assert err is None and out.strip() == "a,b"

@@ -168,15 +168,9 @@ def _ncu_exe() -> str:
         return shutil.which("ncu") or "ncu"
 
 
-def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, workload_kwargs: dict | None,
-             device: int | None, timeout_s: float) -> tuple[list[str], str, str | None, dict]:
-    """Run the workload's ``profile`` mode (one run in the NVTX range ``cutile_diag_profile``)
-    under ncu with ``ncu_args``: (command, stdout + stderr, error or None, the worker's result)."""
-    req, res = workdir / "ncu-request.json", workdir / "ncu-worker.json"
-    req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
-                               "config": config, "device": device}))
-    cmd = [_ncu_exe(), "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/", *ncu_args,
-           "--target-processes", "all", sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
+def _ncu_process(cmd: list[str], timeout_s: float | None) -> tuple[str, str, str | None]:
+    """Run one ncu command line: (stdout, stdout + stderr, error or None).  Both profiling paths
+    (a workload's profile run, a user's command) go through here."""
     env = dict(os.environ)
     env.pop("CUDA_HOME", None)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -186,11 +180,26 @@ def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, 
     except subprocess.TimeoutExpired:
         kill_group(proc)
         proc.communicate()
-        return cmd, "", f"ncu killed after {timeout_s:g} s", {}
+        return "", "", f"ncu killed after {timeout_s:g} s"
     text = out + "\n" + err
     if "ERR_NVGPUCTRPERM" in text:
-        return cmd, text, ("ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
-                           "root or allow non-admin profiling"), {}
+        return out, text, ("ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
+                           "root or allow non-admin profiling")
+    return out, text, None
+
+
+def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, workload_kwargs: dict | None,
+             device: int | None, timeout_s: float) -> tuple[list[str], str, str | None, dict]:
+    """Run the workload's ``profile`` mode (one run in the NVTX range ``cutile_diag_profile``)
+    under ncu with ``ncu_args``: (command, stdout + stderr, error or None, the worker's result)."""
+    req, res = workdir / "ncu-request.json", workdir / "ncu-worker.json"
+    req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
+                               "config": config, "device": device}))
+    cmd = [_ncu_exe(), "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/", *ncu_args,
+           "--target-processes", "all", sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
+    out, text, err = _ncu_process(cmd, timeout_s)
+    if err:
+        return cmd, text, err, {}
     worker = {}
     if res.exists():
         try:
@@ -402,28 +411,13 @@ def profile_command(command: list[str], kernel_names: list[str], *, launch_count
     why = ncu_available()
     if why:
         return NcuResult(error=why)
-    from ..toolchain import ToolNotFoundError, find_tool
-    try:
-        ncu = str(find_tool("ncu"))
-    except ToolNotFoundError:
-        ncu = shutil.which("ncu") or "ncu"
     regex = "regex:^(" + "|".join(re.escape(n) for n in sorted(set(kernel_names))) + ")"
-    cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
+    cmd = [_ncu_exe(), "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
            "--print-units", "base", "--target-processes", "all", "--kernel-name", regex,
            "--launch-count", str(int(launch_count)), *command]
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, errors="replace")
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        proc.communicate()
-        return NcuResult(error=f"ncu killed after {timeout_s:g} s", command=cmd)
-    text = out + "\n" + err
-    if "ERR_NVGPUCTRPERM" in text:
-        return NcuResult(error="ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM)", command=cmd)
+    out, text, err = _ncu_process(cmd, timeout_s)
+    if err:
+        return NcuResult(error=err, command=cmd)
     kernels = parse_ncu_csv(out)
     if not kernels:
         tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
