@@ -18,9 +18,9 @@ run() {   # run SUITE WALL_LIMIT_S ARGS...
   tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
 }
 case "${1:-}" in
-  c1) run calibrate_suite 330 --budget-s 300
-      run loop_capture 240 --budget-s 180 --targets rms_norm-command --no-signatures ;;
-  c2) run diagnose_ncu 310 --budget-s 270 ;;
-  c3) run structural_suite 585 --budget-s 500 --grace-s 30 ;;
+  c1) run calibrate_suite 300 --budget-s 270
+      run loop_capture 220 --budget-s 165 --targets rms_norm-command --no-signatures ;;
+  c2) run diagnose_ncu 290 --budget-s 245 ;;
+  c3) run structural_suite 560 --budget-s 470 --grace-s 30 ;;
   *) echo "usage: $0 c1|c2|c3" >&2; exit 2 ;;
 esac
