@@ -21,6 +21,7 @@ case "${1:-}" in
   c1) run calibrate_suite 300 --budget-s 270
       run loop_capture 220 --budget-s 165 --targets rms_norm-command --no-signatures ;;
   c2) run diagnose_ncu 290 --budget-s 245 ;;
-  c3) run structural_suite 560 --budget-s 470 --grace-s 30 ;;
+  c3) run structural_suite 560 --budget-s 470 --grace-s 30 \
+        --only softmax,row_norm,row_lse,tilegym_softmax,tilegym_softmax_tma,tilegym_softmax_chunked ;;
   *) echo "usage: $0 c1|c2|c3" >&2; exit 2 ;;
 esac
