@@ -18,10 +18,10 @@ run() {   # run SUITE WALL_LIMIT_S ARGS...
   tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
 }
 case "${1:-}" in
-  c1) run calibrate_suite 300 --budget-s 270
-      run loop_capture 220 --budget-s 165 --targets rms_norm-command --no-signatures ;;
-  c2) run diagnose_ncu 290 --budget-s 245 ;;
-  c3) run structural_suite 560 --budget-s 470 --grace-s 30 \
+  c1) run calibrate_suite 260 --budget-s 230
+      run loop_capture 190 --budget-s 140 --targets rms_norm-command --no-signatures ;;
+  c2) run diagnose_ncu 250 --budget-s 210 ;;
+  c3) run structural_suite 480 --budget-s 400 --grace-s 30 \
         --only softmax,row_norm,row_lse,tilegym_softmax,tilegym_softmax_tma,tilegym_softmax_chunked ;;
   *) echo "usage: $0 c1|c2|c3" >&2; exit 2 ;;
 esac
