@@ -191,7 +191,7 @@ def main() -> int:
     if not args.dry_run and not (tg and (tg / "tests" / "ops").is_dir()):
         log("no TileGym checkout (--tilegym): the TileGym items are skipped")
     # shares of the budget: 3 workload calibrations, the command one, then rel_std
-    share = {"workload": 0.15, "command": 0.40, "rel_std": 0.1}
+    share = {"workload": 0.16, "command": 0.42, "rel_std": 0.08}
     sim = out / "sim.json"
     if args.dry_run:
         sim.write_text(json.dumps({"configs": {"a": 0.05, "b": 0.4}, "noise": 0.004, "run_noise": 0.002}))
