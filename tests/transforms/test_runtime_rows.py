@@ -93,10 +93,26 @@ def test_broadcast_chunk_starts_become_tile_indices(compiler, chunks):
 def test_broadcast_offsets_that_are_not_tile_indices_are_refused(new, reason):
     src = CHUNKED.replace("            start = c * TILE\n", f"            start = {new}\n")
     assert src != CHUNKED
+    _refused_in_pass_one(src, reason)
+
+
+def test_loop_carried_and_2d_broadcasts_are_refused():
+    # `start += TILE` per chunk: its value at the gather is not one provable expression
+    src = CHUNKED.replace("            start = c * TILE\n", "            start += TILE\n").replace(
+        "        lanes = ct.arange(TILE, dtype=ct.int32)\n", "        lanes = ct.arange(TILE, dtype=ct.int32)\n"
+                                                          "        start = -TILE\n")
+    _refused_in_pass_one(src, "offset `ct.full((TILE,), start, dtype=ct.int32)` is not a multiple of the tile size")
+    # a broadcast over two dimensions: the gather's result is 2-D, not one row tile
+    src = CHUNKED.replace("idx = ct.full((TILE,), start, dtype=ct.int32) + lanes",
+                          "idx = ct.full((2, TILE), start, dtype=ct.int32) + lanes", 1)
+    _refused_in_pass_one(src, "`ct.full((2, TILE), start, dtype=ct.int32)` is not a 1-D broadcast of a scalar")
+
+
+def _refused_in_pass_one(src: str, reason: str):
     res = A.apply(src, "softmax_chunks")      # the other passes still convert
-    line = _line(CHUNKED, "v = ct.astype(ct.gather(inp, (r, idx)")
-    assert any(n.startswith(f"ct.gather at line {line}: ") and reason in n for n in res.notes), res.notes
-    assert "lines 34, 39" in res.description
+    lines = [i for i, ln in enumerate(src.splitlines(), 1) if "v = ct.astype(ct.gather(inp, (r, idx)" in ln]
+    assert any(n.startswith(f"ct.gather at line {lines[0]}: ") and reason in n for n in res.notes), res.notes
+    assert res.description.startswith(f"ct.gather -> ct.load (lines {lines[1]}, {lines[2]})")
 
 
 # -- A: bounds masks against a run-time extent, proven at the launches ----------------------

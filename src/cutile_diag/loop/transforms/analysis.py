@@ -837,11 +837,18 @@ def _arange_size(k: Kernel, node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _full_value(k: Kernel, node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The fill value ``s`` of ``ct.full(shape, s, ...)`` (a broadcast scalar), else None."""
+    """The fill value ``s`` of ``ct.full(shape, s, ...)`` (a broadcast scalar), else None;
+    raises for a fill over more than one dimension (the gather's result would be N-D)."""
     if not (isinstance(node, cst.Call) and k.ct.called(node) == "full"):
         return None
-    fill = kwarg(node, "fill_value")
     pos = positional(node)
+    shape = kwarg(node, "shape") or (pos[0] if pos else None)
+    v = shape.value if shape is not None else None
+    one_dim = (isinstance(v, (cst.Tuple, cst.List)) and len(v.elements) == 1) or isinstance(v, cst.Integer) \
+        or (isinstance(v, cst.Name) and k.constant_params().get(v.value) == "int")
+    if not one_dim:
+        raise _NotAffine(f"`{code(node)}` is not a 1-D broadcast of a scalar")
+    fill = kwarg(node, "fill_value")
     return fill.value if fill else (pos[1].value if len(pos) > 1 else None)
 
 
