@@ -795,7 +795,8 @@ def _data_dependent(k: Kernel, node: cst.BaseExpression, at: cst.CSTNode, seen=(
         if k.ct.called(c) in _MEMORY_CALLS or (isinstance(c.func, cst.Subscript)):
             return f"`{code(c)}`"
     for s in find_all(node, lambda x: isinstance(x, cst.Subscript)):
-        if not _is_expand(s):
+        shape = isinstance(s.value, cst.Attribute) and s.value.attr.value == "shape"    # A.shape[d]: no read
+        if not _is_expand(s) and not shape:
             return f"`{code(s)}`"
     for n in names_in(node):
         if n in seen or n == k.ct.prefix.split(".")[0]:
@@ -926,7 +927,10 @@ def _expand_names(k: Kernel, node: cst.BaseExpression, at, depth=0) -> cst.BaseE
     if depth > 6:
         return node
     subs = {}
-    for n in find_all(node, lambda x: isinstance(x, cst.Name)):
+    # `x.offsets` / `f(shape=...)`: an attribute or keyword name is not the variable
+    not_vars = {id(a.attr) for a in find_all(node, lambda x: isinstance(x, cst.Attribute))} | \
+        {id(a.keyword) for a in find_all(node, lambda x: isinstance(x, cst.Arg) and x.keyword is not None)}
+    for n in find_all(node, lambda x: isinstance(x, cst.Name) and id(x) not in not_vars):
         v = reaching_value(k, n.value, at)
         if v is not None:
             subs[n] = _expand_names(k, v, at, depth + 1)
