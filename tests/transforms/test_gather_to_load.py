@@ -1,6 +1,8 @@
 """gather_to_load: block-contiguous ct.gather/ct.scatter -> ct.load/ct.store (playbook A)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,24 @@ def test_non_zero_padding_becomes_zero_load_plus_where(compiler):
     text = compiler.tileir(new, "gather_scale")
     assert "padding_value = zero" in op_lines(text, "load_view_tko")[0]
     assert op_counts(text)["load_ptr_tko"] == 0
+
+
+def test_a_local_named_like_a_ct_function(compiler):
+    """`bid = ct.bid(0)` (as library kernels write it): the attribute `ct.bid` is not the local."""
+    src = example_source("gather_scale").replace(
+        "    idx = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)\n",
+        "    bid = ct.bid(0)\n    idx = bid * TILE + ct.arange(TILE, dtype=ct.int32)\n")
+    new = T.apply(src, "gather_scale").new_source
+    assert "v = ct.load(x, index=(bid,), shape=(TILE,), padding_mode=ct.PaddingMode.ZERO)" in new
+    assert op_counts(compiler.tileir(new, "gather_scale"))["load_view_tko"] == 1
+
+
+def test_an_array_extent_in_a_row_index_is_not_a_memory_read(compiler):
+    """`A.shape[0] - 1 - row` (rows in reverse): a shape is no data-dependent index."""
+    rows = (Path(__file__).parent / "fixtures" / "row_kernels.py").read_text()
+    src = rows.replace("    rr = ct.full((TILE,), row, dtype=ct.int32)\n",
+                      "    rr = ct.full((TILE,), x.shape[0] - 1 - row, dtype=ct.int32)\n")
+    res = T.apply(src, "scale_rows")
+    assert "ct.load(x, index=(x.shape[0] - 1 - row, 0), shape=(1, TILE)" in res.new_source
+    assert "ct.store(y, index=(x.shape[0] - 1 - row, 0)" in res.new_source
+    assert op_counts(compiler.tileir(res.new_source, "scale_rows"))["load_view_tko"] == 1

@@ -60,10 +60,15 @@ def test_same_result_one_pass_and_several(emu_dir, three_pass, cols, tile):
 def test_refusals_say_why_not(three_pass):
     ok, why = R.applicable(SRC, "rms_norm_rows")
     assert not ok and "gather the same elements with ct.gather: convert them to tile loads first" in why
-    ok, why = R.applicable(SRC.replace("    num_tiles = ct.cdiv(N, TILE)\n    acc = ct.zeros",
-                                       "    num_tiles = ct.cdiv(X.shape[1], TILE)\n    acc = ct.zeros"),
-                           "layer_norm_rows")
-    assert not ok and "pass count `num_tiles`" in why and "not known at compile time" in why
+    # a pass count known only at run time: the one-pass path is a run-time branch
+    runtime = R.apply(SRC.replace("    num_tiles = ct.cdiv(N, TILE)\n    acc = ct.zeros",
+                                  "    num_tiles = ct.cdiv(X.shape[1], TILE)\n    acc = ct.zeros"),
+                      "layer_norm_rows")
+    assert "once when ct.cdiv(X.shape[1], TILE) == 1 (extent <= tile): a run-time branch" in runtime.description
+    ok, why = R.applicable(SRC.replace("    rstd = ct.rsqrt(ct.sum(acc, axis=1, keepdims=True) / N + EPS)\n",
+                                       "    rstd = ct.rsqrt(ct.sum(acc, axis=1, keepdims=True) / N + EPS)\n"
+                                       "    num_tiles = num_tiles - 1\n"), "layer_norm_rows")
+    assert not ok and "pass count `num_tiles`" in why and "depends on num_tiles, assigned between" in why
     ok, why = R.applicable(SRC.replace("        acc += d * d\n", "        acc += d * d\n"
                                        "        ct.store(X, index=(row, j), tile=xt)\n"), "layer_norm_rows")
     assert not ok and "X is written between its loads" in why

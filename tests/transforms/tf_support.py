@@ -57,6 +57,19 @@ class Compiler:
             self.cache[key] = p.stdout
         return self.cache[key]
 
+    def aot(self, source: str, kernel: str, specs: dict | None = None) -> str:
+        """TileIR text of a full AOT capture (export, tileiras to an sm_90 cubin): the
+        rewritten kernel really compiles.  ``specs`` default to the module's CAPTURE_SPECS."""
+        key = ("aot", source, kernel, tuple(sorted((specs or {}).items())))
+        if key not in self.cache:
+            from cutile_diag.capture.aot import capture_aot
+            path = self.write(source, kernel)
+            out = path.with_suffix(f".{kernel}.aot{len(self.cache)}")
+            folder = capture_aot(f"{path}::{kernel}", specs, out_dir=out)
+            assert (folder.path / "sm_90" / "kernel.cubin").stat().st_size > 0
+            self.cache[key] = (folder.path / "kernel.tileir").read_text()
+        return self.cache[key]
+
 
 # ---------------------------------------------------------------------------------------
 # TileIR text helpers (regexes on IR text are fine here: the rewrites themselves use libcst)

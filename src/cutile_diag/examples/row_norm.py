@@ -37,5 +37,6 @@ def launch(x, y, mean, rstd, eps=1e-5, tile_n=1024, stream=None):
     import torch
     stream = stream or torch.cuda.current_stream()
     m, n = x.shape
+    assert y.shape == x.shape, "y must have x's shape"
     ct.launch(stream, (m,), row_norm, (x, y, mean, rstd, n, eps, tile_n))
     return y

@@ -795,7 +795,8 @@ def _data_dependent(k: Kernel, node: cst.BaseExpression, at: cst.CSTNode, seen=(
         if k.ct.called(c) in _MEMORY_CALLS or (isinstance(c.func, cst.Subscript)):
             return f"`{code(c)}`"
     for s in find_all(node, lambda x: isinstance(x, cst.Subscript)):
-        if not _is_expand(s):
+        shape = isinstance(s.value, cst.Attribute) and s.value.attr.value == "shape"    # A.shape[d]: no read
+        if not _is_expand(s) and not shape:
             return f"`{code(s)}`"
     for n in names_in(node):
         if n in seen or n == k.ct.prefix.split(".")[0]:
@@ -836,6 +837,22 @@ def _arange_size(k: Kernel, node: cst.BaseExpression) -> cst.BaseExpression:
     return pos[0].value
 
 
+def _full_value(k: Kernel, node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The fill value ``s`` of ``ct.full(shape, s, ...)`` (a broadcast scalar), else None;
+    raises for a fill over more than one dimension (the gather's result would be N-D)."""
+    if not (isinstance(node, cst.Call) and k.ct.called(node) == "full"):
+        return None
+    pos = positional(node)
+    shape = kwarg(node, "shape") or (pos[0] if pos else None)
+    v = shape.value if shape is not None else None
+    one_dim = (isinstance(v, (cst.Tuple, cst.List)) and len(v.elements) == 1) or isinstance(v, cst.Integer) \
+        or (isinstance(v, cst.Name) and k.constant_params().get(v.value) == "int")
+    if not one_dim:
+        raise _NotAffine(f"`{code(node)}` is not a 1-D broadcast of a scalar")
+    fill = kwarg(node, "fill_value")
+    return fill.value if fill else (pos[1].value if len(pos) > 1 else None)
+
+
 def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:
     return "".join(code(a).split()) == "".join(code(b).split())
 
@@ -860,6 +877,9 @@ def _tile_vector(k: Kernel, node: cst.BaseExpression, at) -> tuple[cst.BaseExpre
             if isinstance(ar_r, cst.Call) and k.ct.called(ar_r) == "arange":
                 size = _arange_size(k, ar_r)
                 base_r = _resolve(k, base, at)
+                fill = _full_value(k, base_r)
+                if fill is not None:      # ct.full((T,), s) + arange(T): the broadcast scalar s is the offset
+                    base_r = _resolve(k, fill, at)
                 if isinstance(base_r, cst.BinaryOperation) and isinstance(base_r.operator, cst.Multiply):
                     for b, t in ((base_r.left, base_r.right), (base_r.right, base_r.left)):
                         if _same(t, size) or _same(_resolve(k, t, at), _resolve(k, size, at)):
@@ -890,9 +910,7 @@ def _axis(k: Kernel, node: cst.BaseExpression, at) -> IndexAxis:
         node = positional(node)[0].value
     node = _resolve(k, node, at)
     if isinstance(node, cst.Call) and k.ct.called(node) == "full":
-        pos = positional(node)
-        fill = kwarg(node, "fill_value")
-        val = fill.value if fill else (pos[1].value if len(pos) > 1 else None)
+        val = _full_value(k, node)
         if val is None:
             raise _NotAffine(f"`{code(node)}`: unexpected arguments")
         return IndexAxis(block=_scalar(k, val, at), tile=None)
@@ -909,7 +927,10 @@ def _expand_names(k: Kernel, node: cst.BaseExpression, at, depth=0) -> cst.BaseE
     if depth > 6:
         return node
     subs = {}
-    for n in find_all(node, lambda x: isinstance(x, cst.Name)):
+    # `x.offsets` / `f(shape=...)`: an attribute or keyword name is not the variable
+    not_vars = {id(a.attr) for a in find_all(node, lambda x: isinstance(x, cst.Attribute))} | \
+        {id(a.keyword) for a in find_all(node, lambda x: isinstance(x, cst.Arg) and x.keyword is not None)}
+    for n in find_all(node, lambda x: isinstance(x, cst.Name) and id(x) not in not_vars):
         v = reaching_value(k, n.value, at)
         if v is not None:
             subs[n] = _expand_names(k, v, at, depth + 1)
@@ -973,7 +994,7 @@ def affine_gather_form(k: Kernel, call: cst.Call) -> AffineGather | str:
 
 
 def bounds_mask_axes(k: Kernel, form: AffineGather, mask: cst.BaseExpression,
-                     extent_of=None) -> str | None:
+                     extent_of: "LaunchExtent | None" = None) -> str | None:
     """None when ``mask`` only drops out-of-bounds lanes of ``form`` (``v < A.shape[d]``, or
     ``v < N`` with ``extent_of(N, d)`` true; ``&`` of such terms), else why not."""
     at = form.call
@@ -1007,48 +1028,149 @@ def bounds_mask_axes(k: Kernel, form: AffineGather, mask: cst.BaseExpression,
             return f"mask term `{code(t)}` is not on an index component"
         d = dims[0]
         rhs_r = _resolve(k, rhs, at)
-        ok = False
+        ok, why = False, ""
         if isinstance(rhs_r, cst.Subscript) and isinstance(rhs_r.value, cst.Attribute) \
                 and rhs_r.value.attr.value == "shape" and _same(rhs_r.value.value, form.array):
             ok = int_value(rhs_r.slice[0].slice.value) == d if isinstance(rhs_r.slice[0].slice, cst.Index) else False
         elif isinstance(rhs_r, cst.Name) and extent_of is not None:
-            ok = extent_of(rhs_r.value, code(form.array), d)
+            failed = extent_of.why_not(rhs_r.value, code(form.array), d, len(form.axes))
+            ok, why = failed is None, f": {failed}" if failed else ""
         if not ok:
             return (f"mask term `{code(t)}`: cannot prove `{code(rhs)}` is "
-                    f"{code(form.array)}.shape[{d}] (the array's extent)")
+                    f"{code(form.array)}.shape[{d}] (the array's extent){why}")
     return None
 
 
-def launch_extent(k: Kernel):
-    """``extent_of(param, array, dim)``: every launch passes ``<array arg>.shape[dim]`` as ``param``."""
-    sites = find_launches(k).sites
-    names = k.param_names
+class LaunchExtent:
+    """``extent_of(param, array, dim)``: true when every launch of the kernel in its file
+    passes ``<the argument for array>.shape[dim]`` as ``param`` — inline, or through a name
+    bound in the wrapper (``m, n = x.shape``, ``n = x.shape[1]``, ``x.shape[-1]``,
+    ``x.size(1)``).  ``why_not`` names the first launch that does not prove it."""
 
-    def extent_of(param: str, array: str, dim: int) -> bool:
-        if param not in names or array not in names or not sites:
-            return False
+    def __init__(self, k: Kernel):
+        self.k = k
+        self.sites = find_launches(k).sites
+
+    def __call__(self, param: str, array: str, dim: int, rank: int | None = None) -> bool:
+        return self.why_not(param, array, dim, rank) is None
+
+    def why_not(self, param: str, array: str, dim: int, rank: int | None = None) -> str | None:
+        k, names = self.k, self.k.param_names
+        missing = [n for n in (param, array) if n not in names]
+        if missing:
+            return f"`{missing[0]}` is not a parameter of {k.name}"
+        if not self.sites:
+            return f"no ct.launch of {k.name} in this file"
         pi, ai = names.index(param), names.index(array)
-        for s in sites:
+        for s in self.sites:
             if s.args is None or len(s.args) <= max(pi, ai):
-                return False
-            v = s.args[pi]
-            if isinstance(v, cst.Name):
-                b = s.binds.get(v.value, [])
-                v = b[0].value if len(b) == 1 and b[0].value is not None else v
-            if "".join(code(v).split()) not in {f"{a}.shape[{dim}]" for a in same_shape_args(s, s.args[ai])}:
-                return False
-        return True
-    return extent_of
+                return f"the launch at line {s.line} has no literal argument tuple"
+            got = _shape_read(k, s, s.args[pi], rank)
+            if got is None or got[1] != dim or got[0] not in same_shape_args(k, s, s.args[ai]):
+                return (f"the launch at line {s.line} passes `{code(s.args[pi])}` for {param}, "
+                        f"not provably {code(s.args[ai])}.shape[{dim}]")
+        return None
 
 
-def same_shape_args(site: LaunchSite, arr: cst.BaseExpression) -> set[str]:
-    """Wrapper names provably of ``arr``'s shape: itself, and what it was made ``*_like``."""
-    out = {code(arr)}
-    if isinstance(arr, cst.Name):
-        b = site.binds.get(arr.value, [])
-        v = b[0].value if len(b) == 1 else None
-        if isinstance(v, cst.Call) and (code(v.func).split(".")[-1] in ("empty_like", "zeros_like",
-                                                                         "ones_like", "full_like")) \
+def launch_extent(k: Kernel) -> LaunchExtent:
+    return LaunchExtent(k)
+
+
+_SHAPE_KEEPING = ("contiguous", "to", "float", "half", "bfloat16", "detach", "clone", "cuda")
+
+
+def _dim(node: cst.BaseExpression | None, rank: int | None) -> int | None:
+    d = int_value(node)
+    if d is not None and d < 0:
+        return rank + d if rank is not None and rank + d >= 0 else None
+    return d
+
+
+def _shape_read(k: Kernel, site: LaunchSite, v: cst.BaseExpression, rank: int | None,
+                depth: int = 0) -> tuple[str, int] | None:
+    """(array name, dim) when ``v`` at the launch is ``array.shape[dim]``, else None."""
+    if isinstance(v, cst.Subscript) and isinstance(v.value, cst.Attribute) and v.value.attr.value == "shape" \
+            and len(v.slice) == 1 and isinstance(v.slice[0].slice, cst.Index):
+        d = _dim(v.slice[0].slice.value, rank)
+        return (code(v.value.value), d) if d is not None else None
+    if isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value == "size" \
+            and len(v.args) == 1:
+        d = _dim(v.args[0].value, rank)
+        return (code(v.func.value), d) if d is not None else None
+    if not isinstance(v, cst.Name) or depth > 4:
+        return None
+    if site.func is not None:
+        a = reaching_assign(k, v.value, site.call, site.func)
+    else:
+        b = site.binds.get(v.value, [])
+        a = b[0].node if len(b) == 1 and isinstance(b[0].node, cst.Assign) else None
+    if a is None or len(a.targets) != 1:
+        return None
+    t = a.targets[0].target
+    if isinstance(t, cst.Name):
+        got = _shape_read(k, site, a.value, rank, depth + 1)
+    elif isinstance(t, (cst.Tuple, cst.List)) and all(isinstance(e.value, cst.Name) for e in t.elements):
+        # `m, n = x.shape` (or `x.size()`): the position is the dim, the length the rank
+        src = a.value
+        if isinstance(src, cst.Call) and isinstance(src.func, cst.Attribute) and src.func.attr.value == "size" \
+                and not src.args:
+            src = src.func
+        if not (isinstance(src, cst.Attribute) and src.attr.value in ("shape", "size")):
+            return None
+        pos = [e.value.value for e in t.elements].index(v.value)
+        got = (code(src.value), pos)
+    else:
+        return None
+    if got is None or site.func is None:
+        return got
+    # the array the shape was read from must be the one passed: not rebound in between
+    arr = got[0]
+    binds = [b for b in site.binds.get(arr, []) if isinstance(b.node, cst.Assign)]
+    if binds and not all(_keeps_shape(b.value, arr) for b in binds) \
+            and reaching_assign(k, arr, a, site.func) is not reaching_assign(k, arr, site.call, site.func):
+        return None
+    return got
+
+
+def _keeps_shape(value: cst.BaseExpression | None, of: str) -> bool:
+    """``x.contiguous()`` / ``x.to(...)``-style rebinding of ``of``: the shape is unchanged."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value in _SHAPE_KEEPING and code(value.func.value) == of
+
+
+def same_shape_args(k: Kernel, site: LaunchSite, arr: cst.BaseExpression) -> set[str]:
+    """Wrapper names provably of ``arr``'s shape: itself, what it was made ``*_like`` (or
+    the other way round), and names the wrapper asserts equal (``assert y.shape == x.shape``)."""
+    edges: list[tuple[str, str]] = []
+    for name, binds in site.binds.items():
+        if len(binds) == 1:
+            v = binds[0].value
+        else:      # `y = torch.empty_like(x)` over a parameter `y`: the binding that reaches the launch
+            a = reaching_assign(k, name, site.call, site.func) if site.func is not None else None
+            v = a.value if a is not None else None
+        if not isinstance(v, cst.Call):
+            continue
+        if code(v.func).split(".")[-1] in ("empty_like", "zeros_like", "ones_like", "full_like") \
                 and v.args and isinstance(v.args[0].value, cst.Name):
-            out.add(v.args[0].value.value)
+            edges.append((name, v.args[0].value.value))
+        elif isinstance(v.func, cst.Attribute) and v.func.attr.value in _SHAPE_KEEPING \
+                and isinstance(v.func.value, cst.Name):
+            edges.append((name, v.func.value.value))
+    if site.func is not None:
+        for a in find_all(site.func.body, lambda x: isinstance(x, cst.Assert)):
+            t = a.test
+            if isinstance(t, cst.Comparison) and len(t.comparisons) == 1 \
+                    and isinstance(t.comparisons[0].operator, cst.Equal):
+                sides = [t.left, t.comparisons[0].comparator]
+                if all(isinstance(x, cst.Attribute) and x.attr.value == "shape" and isinstance(x.value, cst.Name)
+                       for x in sides):
+                    edges.append((sides[0].value.value, sides[1].value.value))
+    out = {code(arr)}
+    grew = True
+    while grew:
+        grew = False
+        for a, b in edges:
+            if (a in out) != (b in out):
+                out |= {a, b}
+                grew = True
     return out

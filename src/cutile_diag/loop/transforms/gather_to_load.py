@@ -2,7 +2,8 @@
 
 A gather whose index is, per array dimension, a scalar (a row id, ``ct.full((T,), row)``)
 or one contiguous, tile-aligned block ``b * T + ct.arange(T)`` (spelt inline, through
-``offs = j * T + offsets``, or broadcast as ``rows[:, None]`` / ``cols[None, :]``) reads
+``offs = j * T + offsets``, as a broadcast chunk start ``ct.full((T,), start) + offsets``
+with ``start = j * T``, or broadcast as ``rows[:, None]`` / ``cols[None, :]``) reads
 exactly one tile of the array, so it becomes a tile-indexed (TMA-eligible) load::
 
     ct.gather(x, (row, j * T + ct.arange(T)))
@@ -13,7 +14,10 @@ exactly one tile of the array, so it becomes a tile-indexed (TMA-eligible) load:
 Out-of-bounds behaviour matches: a bounds-checked gather yields its padding value 0 (ZERO
 padding), a bounds-checked scatter drops out-of-range lanes (``ct.store`` clips).  A mask
 is dropped only when it is a bounds mask (``cols < x.shape[1]``, or ``cols < N`` where every
-launch passes ``x.shape[1]`` as ``N``).  ``latency`` and ``check_bounds`` carry over.
+launch in the file passes the array's ``.shape[1]`` as ``N``: inline or through the wrapper's
+``m, n = x.shape`` / ``x.shape[-1]`` / ``x.size(1)``, read from the array passed or one
+provably of its shape, ``y = torch.empty_like(x)`` or ``assert y.shape == x.shape``).
+``latency`` and ``check_bounds`` carry over.
 Refused per call, with the reason: data-dependent indices (loaded from memory), strided or
 unaligned ones, other masks, a non-zero ``padding_value``, names whose value at the call
 is not provable.  Index variables left unused are removed.

@@ -5,7 +5,7 @@ Two- and three-pass row kernels (RMS/layer norm: statistics, then normalise) loo
 the row's column tiles in each pass, loading the same tile again each time.  When the
 whole row fits one tile, every pass loop runs exactly once and the second and third
 loads re-read DRAM/L2 for data the block already holds.  The rewrite keeps the general
-loops and adds a one-pass path selected by the (compile-time) pass count::
+loops and adds a one-pass path selected by the pass count::
 
     if num_tiles == 1:            # the row fits one tile: load it once
         j = 0
@@ -18,9 +18,12 @@ loops and adds a one-pass path selected by the (compile-time) pass count::
 
 Applicable when two or more consecutive ``for j in range(0, n)`` loops (same ``n``, same
 loop variable) contain the same ``ct.load`` (same array, index, shape and options), the
-array is not written in the region, the load depends only on names bound before the
-loops, and ``n`` is ``ct.cdiv(A, B)`` of constants (so cuTile picks the path when it
-compiles; no run-time branch).  Otherwise it refuses and says which condition failed.
+array is not written in the region, the load and ``n`` depend only on names bound before
+the loops.  When ``n`` is made of ``ct.Constant`` parameters (``ct.cdiv(N, T)``,
+``(N + T - 1) // T``) cuTile picks the path when it compiles; when it depends on a
+run-time scalar the ``if`` is a run-time branch (cuTile compiles both paths and merges the
+names both assign: tiles and scalars alike, checked with tileiras).  Otherwise it refuses
+and says which condition failed.
 """
 from __future__ import annotations
 
@@ -118,10 +121,12 @@ class ReadOnce(Transform):
                     why_not.append(f"the pass loops at {lines} load no tile in common")
                 continue
             region = body[g[0]:g[-1] + 1]
-            inner_bound = set()
+            inner_bound, region_bound = set(), set()
             for s in region:
                 if isinstance(s, cst.For):
                     inner_bound |= set(assignments(s.body))
+                    region_bound |= names_in(s.target)
+                region_bound |= set(assignments(s))
             written = {code(positional(c)[0].value) for s in region for c in k.calls("store", "scatter", root=s)
                        if positional(c)}
             keep = []
@@ -140,19 +145,20 @@ class ReadOnce(Transform):
             if not keep:
                 continue
             n_expr = _range_count(fors[0])
+            # the branch tests the count once, before the passes: every pass must run it as tested
+            moved = names_in(n_expr) & region_bound
+            if moved:
+                why_not.append(f"the pass count `{code(n_expr)}` of the loops at {lines} depends on "
+                               f"{', '.join(sorted(moved))}, assigned between or inside the passes")
+                continue
             count = n_expr
             if isinstance(n_expr, cst.Name):
                 count = reaching_value(k, n_expr.value, fors[0]) or n_expr
-            consts = set(k.constant_params())
-            if not (isinstance(count, cst.Call) and k.ct.called(count) == "cdiv"
-                    and names_in(count) - {k.ct.prefix.split(".")[0]} <= consts):
-                why_not.append(f"the pass count `{code(n_expr)}` of the loops at {lines} is not ct.cdiv of "
-                               f"constants, so whether one pass suffices is not known at compile time")
-                continue
-            return self._build(k, block, body, g, fors, [loads[t] for t in keep], n_expr, count, lines)
+            static = names_in(count) - {k.ct.prefix.split(".")[0]} <= set(k.constant_params())
+            return self._build(k, block, body, g, fors, [loads[t] for t in keep], n_expr, count, lines, static)
         return None
 
-    def _build(self, k, block, body, g, fors, loads, n_expr, count, lines) -> Plan:
+    def _build(self, k, block, body, g, fors, loads, n_expr, count, lines, static) -> Plan:
         taken = taken_names(k)
         names: dict[str, str] = {}
         hoist = []
@@ -180,6 +186,8 @@ class ReadOnce(Transform):
         for s in body[g[0] + 1:g[-1] + 1]:
             edits[s] = lambda node: cst.RemoveFromParent()
         arrays = sorted({code(positional(c)[0].value) for c in loads})
+        when = "" if static else (": a run-time branch (the count depends on run-time values, so both paths "
+                                  "are compiled and the row length picks one per launch)")
         return Plan(description=f"the pass loops at {lines} load {', '.join(arrays)} once when "
-                                f"{code(count)} == 1 (extent <= tile); the loops stay for longer rows",
+                                f"{code(count)} == 1 (extent <= tile){when}; the loops stay for longer rows",
                     params={}, module=rewrite(k.module, edits))

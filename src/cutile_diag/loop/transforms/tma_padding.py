@@ -40,7 +40,7 @@ def valid_mask(k: Kernel, array: str, axes: Sequence[tuple[int, str, str, int | 
         if pos is None or int_value(expr(tile)) == 1:
             continue
         t = expr(tile)
-        if isinstance(t, cst.Name) and extent_of is not None and extent_of(t.value, array, dim):
+        if isinstance(t, cst.Name) and extent_of is not None and extent_of(t.value, array, dim, len(axes)):
             continue
         ar = f"{k.ct.ref('arange')}({tile}, dtype={k.ct.ref('int32')})"
         lanes = ar if int_value(expr(index)) == 0 else f"{_operand(index)} * {_operand(tile)} + {ar}"
