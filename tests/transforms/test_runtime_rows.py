@@ -287,3 +287,21 @@ def test_loops_not_stepping_by_the_tile_are_refused(loop):
     res = A.apply(src, "center_rows")
     assert res.notes[0] == ("ct.gather at line 53: offset `off` is not a multiple of the tile size `TILE`, "
                             "so it is not a tile index"), res.notes
+
+
+def test_read_once_on_loops_stepping_by_the_tile(aot, emu_dir):
+    a, w = _a_then_w(CHUNKED, "center_rows")
+    assert w.description.startswith("the pass loops at lines 50, 53 load X once when ct.cdiv(N, TILE) == 1 "
+                                    "(extent <= tile); the loops stay")
+    assert "    if ct.cdiv(N, TILE) == 1:\n" in w.new_source and "        off = 0\n" in w.new_source
+    fits = w.new_source.replace('"N": 1000, "TILE": 256', '"N": 1000, "TILE": 1024')
+    assert fits != w.new_source
+    assert op_counts(aot(fits, "center_rows"))["load_view_tko"] == 1
+    assert op_counts(aot(w.new_source, "center_rows"))["load_view_tko"] == 2
+    import torch
+    x = torch.randn(5, 300)
+    for tile in (128, 512):
+        outs = [emulated(emu_dir, s, "center").center(x, tile, stream=object()).numpy()
+                for s in (CHUNKED, a.new_source, w.new_source)]
+        np.testing.assert_array_equal(outs[1], outs[0])
+        np.testing.assert_array_equal(outs[2], outs[0])
