@@ -69,7 +69,7 @@ def row_norm():
 
 def test_broadcast_chunk_starts_become_tile_indices(compiler, chunks):
     a, _ = chunks
-    assert a.description.startswith("ct.gather -> ct.load (lines 28, 34, 39); ct.scatter -> ct.store (line 40)")
+    assert a.description.startswith("ct.gather -> ct.load (lines 30, 36, 41); ct.scatter -> ct.store (line 42)")
     new = a.new_source
     # `start = c * TILE`, `start = TILE * c` and the inline `c * TILE`: all tile index c
     load = ("ct.reshape(ct.load(inp, index=(r, c), shape=(1, TILE), padding_mode=ct.PaddingMode.ZERO, "
@@ -228,7 +228,7 @@ def test_read_once_with_a_runtime_pass_count_is_a_runtime_branch(aot, row_norm):
 
 def test_read_once_three_pass_chunked_softmax_is_resolved_at_compile_time(aot, chunks):
     w = chunks[1]
-    assert w.description == ("the pass loops at lines 24, 28, 32 load inp once when (N_COLS + TILE - 1) // TILE "
+    assert w.description == ("the pass loops at lines 26, 30, 34 load inp once when (N_COLS + TILE - 1) // TILE "
                              "== 1 (extent <= tile); the loops stay for longer rows")
     assert w.new_source.count("inp_tile = ct.load(inp, index=(r, c)") == 1
     assert w.new_source.count("ct.reshape(inp_tile, (TILE,))") == 3
@@ -260,3 +260,48 @@ def test_read_once_refuses_a_count_changed_between_the_passes(row_norm):
     assert src != row_norm[0].new_source
     ok, why = W.applicable(src, "row_norm")
     assert not ok and "the pass count `ct.cdiv(N, TILE_N)`" in why and "depends on N, assigned between" in why
+
+
+# -- A: loops that step by the tile ------------------------------------------------------
+
+def test_a_loop_stepping_by_the_tile_gives_the_tile_index(compiler, emu_dir):
+    res = A.apply(CHUNKED, "center_rows")
+    assert res.description.startswith("ct.gather -> ct.load (lines 53, 57); ct.scatter -> ct.store (line 58)")
+    load = "ct.load(X, index=(row, off // TILE), shape=(1, TILE), padding_mode=ct.PaddingMode.ZERO)"
+    assert res.new_source.count(load) == 2
+    assert "ct.store(Y, index=(row, off // TILE), tile=" in res.new_source
+    assert (_ops(compiler.tileir(CHUNKED, "center_rows")), _ops(compiler.tileir(res.new_source, "center_rows"))) == \
+        ((2, 0, 1, 0), (0, 2, 0, 1))
+    import torch
+    x = torch.randn(5, 300)
+    outs = [emulated(emu_dir, s, "center").center(x, 128, stream=object()).numpy() for s in (CHUNKED, res.new_source)]
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[0], (x - x.mean(1, keepdim=True)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("loop", ["range(0, N, 2 * TILE)", "range(1, N, TILE)", "range(N)"])
+def test_loops_not_stepping_by_the_tile_are_refused(loop):
+    src = CHUNKED.replace("    for off in range(0, N, TILE):\n        cols = off + ct.arange(TILE, dtype=ct.int32)\n        acc",
+                          f"    for off in {loop}:\n        cols = off + ct.arange(TILE, dtype=ct.int32)\n        acc")
+    assert src != CHUNKED
+    res = A.apply(src, "center_rows")
+    assert res.notes[0] == ("ct.gather at line 53: offset `off` is not a multiple of the tile size `TILE`, "
+                            "so it is not a tile index"), res.notes
+
+
+def test_read_once_on_loops_stepping_by_the_tile(aot, emu_dir):
+    a, w = _a_then_w(CHUNKED, "center_rows")
+    assert w.description.startswith("the pass loops at lines 50, 53 load X once when ct.cdiv(N, TILE) == 1 "
+                                    "(extent <= tile); the loops stay")
+    assert "    if ct.cdiv(N, TILE) == 1:\n" in w.new_source and "        off = 0\n" in w.new_source
+    fits = w.new_source.replace('"N": 1000, "TILE": 256', '"N": 1000, "TILE": 1024')
+    assert fits != w.new_source
+    assert op_counts(aot(fits, "center_rows"))["load_view_tko"] == 1
+    assert op_counts(aot(w.new_source, "center_rows"))["load_view_tko"] == 2
+    import torch
+    x = torch.randn(5, 300)
+    for tile in (128, 512):
+        outs = [emulated(emu_dir, s, "center").center(x, tile, stream=object()).numpy()
+                for s in (CHUNKED, a.new_source, w.new_source)]
+        np.testing.assert_array_equal(outs[1], outs[0])
+        np.testing.assert_array_equal(outs[2], outs[0])

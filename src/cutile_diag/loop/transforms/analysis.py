@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .base import (Kernel, all_names, code, dotted, find_all, int_value, kwarg, literal_value, names_in,
+from .base import (Kernel, all_names, code, dotted, expr, find_all, int_value, kwarg, literal_value, names_in,
                    positional, refuse)
 
 FLOATS = ("float16", "bfloat16", "float32", "float64", "tfloat32")
@@ -886,11 +886,27 @@ def _tile_vector(k: Kernel, node: cst.BaseExpression, at) -> tuple[cst.BaseExpre
                             return b, size
                 if int_value(base_r) == 0:
                     return cst.Integer("0"), size
+                if isinstance(base_r, cst.Name) and _steps_by_tile(k, base_r.value, size, at):
+                    return expr(f"{base_r.value} // {code(size)}"), size
                 raise _NotAffine(f"offset `{code(base)}` is not a multiple of the tile size "
                                  f"`{code(size)}`, so it is not a tile index")
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
         _strided(k, node, at)
     raise _NotAffine(f"`{code(node)}` is not `b * T + ct.arange(T)`")
+
+
+def _steps_by_tile(k: Kernel, name: str, size: cst.BaseExpression, at) -> bool:
+    """``name`` is the variable of a loop around ``at`` over ``range(0, n, T)`` with T the
+    tile size (``for off in range(0, N, T): cols = off + ct.arange(T)``): always a multiple of T."""
+    loop = next((a for a in k.ancestors(at) if isinstance(a, cst.For) and name in names_in(a.target)), None)
+    if loop is None or not isinstance(loop.target, cst.Name) or name in assignments(loop.body):
+        return False
+    it = loop.iter
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"
+            and len(it.args) == 3 and all(a.keyword is None for a in it.args)):
+        return False
+    start, step = it.args[0].value, it.args[2].value
+    return int_value(start) == 0 and (_same(step, size) or _same(_resolve(k, step, at), _resolve(k, size, at)))
 
 
 def _axis(k: Kernel, node: cst.BaseExpression, at) -> IndexAxis:

@@ -3,7 +3,8 @@
 A gather whose index is, per array dimension, a scalar (a row id, ``ct.full((T,), row)``)
 or one contiguous, tile-aligned block ``b * T + ct.arange(T)`` (spelt inline, through
 ``offs = j * T + offsets``, as a broadcast chunk start ``ct.full((T,), start) + offsets``
-with ``start = j * T``, or broadcast as ``rows[:, None]`` / ``cols[None, :]``) reads
+with ``start = j * T``, ``off + ct.arange(T)`` in ``for off in range(0, N, T)`` (tile
+``off // T``), or broadcast as ``rows[:, None]`` / ``cols[None, :]``) reads
 exactly one tile of the array, so it becomes a tile-indexed (TMA-eligible) load::
 
     ct.gather(x, (row, j * T + ct.arange(T)))

@@ -16,8 +16,8 @@ loops and adds a one-pass path selected by the pass count::
     else:
         <the original passes>
 
-Applicable when two or more consecutive ``for j in range(0, n)`` loops (same ``n``, same
-loop variable) contain the same ``ct.load`` (same array, index, shape and options), the
+Applicable when two or more consecutive ``for j in range(0, n)`` (or ``range(0, n, T)``)
+loops (same range, same loop variable) contain the same ``ct.load`` (same array, index, shape and options), the
 array is not written in the region, the load and ``n`` depend only on names bound before
 the loops.  When ``n`` is made of ``ct.Constant`` parameters (``ct.cdiv(N, T)``,
 ``(N + T - 1) // T``) cuTile picks the path when it compiles; when it depends on a
@@ -41,16 +41,18 @@ def _norm(node: cst.CSTNode) -> str:
     return "".join(code(node).split())
 
 
-def _range_count(f: cst.For) -> cst.BaseExpression | None:
-    """``n`` of ``for v in range(n)`` / ``range(0, n)``."""
+def _range_count(k: Kernel, f: cst.For) -> cst.BaseExpression | None:
+    """The trip count of ``for v in range(n)`` / ``range(0, n)`` (``n``) and of
+    ``range(0, n, T)`` (``ct.cdiv(n, T)``); the first ``v`` is 0 in each."""
     it = f.iter
-    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"
+            and all(a.keyword is None and not a.star for a in it.args)):
         return None
     args = [a.value for a in it.args]
     if len(args) == 1:
         return args[0]
-    if len(args) == 2 and code(args[0]) == "0":
-        return args[1]
+    if len(args) >= 2 and code(args[0]) == "0":
+        return args[1] if len(args) == 2 else expr(f"{k.ct.ref('cdiv')}({code(args[1])}, {code(args[2])})")
     return None
 
 
@@ -82,7 +84,7 @@ class ReadOnce(Transform):
 
     def _plan_block(self, k: Kernel, block: cst.IndentedBlock, why_not: list[str]) -> Plan | None:
         body = list(block.body)
-        loops = [i for i, s in enumerate(body) if isinstance(s, cst.For) and _range_count(s) is not None]
+        loops = [i for i, s in enumerate(body) if isinstance(s, cst.For) and _range_count(k, s) is not None]
         # group loops over the same count and variable, separated only by straight-line code
         groups: list[list[int]] = []
         for i in loops:
@@ -91,7 +93,7 @@ class ReadOnce(Transform):
                 g = groups[-1]
                 prev = body[g[-1]]
                 between = body[g[-1] + 1:i]
-                if _norm(_range_count(prev)) == _norm(_range_count(f)) and _norm(prev.target) == _norm(f.target) \
+                if _norm(_range_count(k, prev)) == _norm(_range_count(k, f)) and _norm(prev.target) == _norm(f.target) \
                         and all(isinstance(s, cst.SimpleStatementLine) for s in between):
                     g.append(i)
                     continue
@@ -144,7 +146,7 @@ class ReadOnce(Transform):
                 keep.append(t)
             if not keep:
                 continue
-            n_expr = _range_count(fors[0])
+            n_expr = _range_count(k, fors[0])
             # the branch tests the count once, before the passes: every pass must run it as tested
             moved = names_in(n_expr) & region_bound
             if moved:
