@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The GPU acceptance runs of issues #10, #11, #13, #15 in three device calls of < 10 min each:
-#   bench/gpu/acceptance.sh c1   calibrate_suite (#11), loop_capture in command mode (#15)
-#   bench/gpu/acceptance.sh c2   diagnose_ncu (#13)
-#   bench/gpu/acceptance.sh c3   structural_suite (#10)
+# The GPU acceptance runs of issues #10, #11, #13, #15 in two device calls of < 10 min each:
+#   bench/gpu/acceptance.sh a   calibrate_suite (#11), loop_capture in command mode (#15), diagnose_ncu (#13)
+#   bench/gpu/acceptance.sh b   structural_suite (#10)
 # Needs .device/ (the toolchain bundle) and .gpu/tilegym.tar.xz (a trimmed TileGym checkout)
 # carried along; each suite's folder comes back as $OUT/<suite>.tgz (the device returns 8 files).
 set -u
@@ -18,10 +17,10 @@ run() {   # run SUITE WALL_LIMIT_S ARGS...
   tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
 }
 case "${1:-}" in
-  c1) run calibrate_suite 260 --budget-s 230
-      run loop_capture 190 --budget-s 140 --targets rms_norm-command --no-signatures ;;
-  c2) run diagnose_ncu 250 --budget-s 210 ;;
-  c3) run structural_suite 480 --budget-s 400 --grace-s 30 \
-        --only softmax,row_norm,row_lse,tilegym_softmax,tilegym_softmax_tma,tilegym_softmax_chunked ;;
-  *) echo "usage: $0 c1|c2|c3" >&2; exit 2 ;;
+  a) run calibrate_suite 220 --budget-s 200
+     run loop_capture 160 --budget-s 120 --targets rms_norm-command --no-signatures
+     run diagnose_ncu 200 --budget-s 175 ;;
+  b) run structural_suite 420 --budget-s 345 --grace-s 30 \
+       --only softmax,row_norm,row_lse,tilegym_softmax,tilegym_softmax_tma,tilegym_softmax_chunked ;;
+  *) echo "usage: $0 a|b" >&2; exit 2 ;;
 esac

@@ -191,7 +191,7 @@ def main() -> int:
     if not args.dry_run and not (tg and (tg / "tests" / "ops").is_dir()):
         log("no TileGym checkout (--tilegym): the TileGym items are skipped")
     # shares of the budget: 3 workload calibrations, the command one, then rel_std
-    share = {"workload": 0.16, "command": 0.42, "rel_std": 0.08}
+    share = {"workload": 0.165, "command": 0.35, "rel_std": 0.08}
     sim = out / "sim.json"
     if args.dry_run:
         sim.write_text(json.dumps({"configs": {"a": 0.05, "b": 0.4}, "noise": 0.004, "run_noise": 0.002}))
@@ -244,7 +244,7 @@ def main() -> int:
             results["skipped"].append(f"rel_std {label}: no --tilegym")
             continue
         left = args.budget_s - elapsed()
-        if left < 25:
+        if left < 12:
             results["skipped"].append(f"rel_std {label}: over the budget")
             log(f"skip rel_std {label}: over the budget")
             continue
