@@ -21,6 +21,6 @@ case "${1:-}" in
      run loop_capture 160 --budget-s 120 --targets rms_norm-command --no-signatures
      run diagnose_ncu 200 --budget-s 175 ;;
   b) run structural_suite 420 --budget-s 345 --grace-s 30 \
-       --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
+       --max-sweep 2 --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
   *) echo "usage: $0 a|b" >&2; exit 2 ;;
 esac
