@@ -20,6 +20,7 @@ case "${1:-}" in
   a) run calibrate_suite 220 --budget-s 200
      run loop_capture 160 --budget-s 120 --targets rms_norm-command --no-signatures
      run diagnose_ncu 200 --budget-s 175 ;;
+  d) run diagnose_ncu 260 --budget-s 230 ;;
   b) run structural_suite 420 --budget-s 345 --grace-s 30 \
        --max-sweep 2 --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
   *) echo "usage: $0 a|b" >&2; exit 2 ;;

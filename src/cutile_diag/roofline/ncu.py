@@ -168,6 +168,9 @@ def _ncu_exe() -> str:
         return shutil.which("ncu") or "ncu"
 
 
+_LAST_RC = [None]
+
+
 def _ncu_process(cmd: list[str], timeout_s: float | None) -> tuple[str, str, str | None]:
     """Run one ncu command line: (stdout, stdout + stderr, error or None).  Both profiling paths
     (a workload's profile run, a user's command) go through here."""
@@ -181,6 +184,7 @@ def _ncu_process(cmd: list[str], timeout_s: float | None) -> tuple[str, str, str
         kill_group(proc)
         proc.communicate()
         return "", "", f"ncu killed after {timeout_s:g} s"
+    _LAST_RC[0] = proc.returncode
     text = out + "\n" + err
     if "ERR_NVGPUCTRPERM" in text:
         return out, text, ("ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
@@ -209,7 +213,7 @@ def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, 
     if worker.get("status") not in (None, "ok"):
         return cmd, text, f"the profiled run failed: {worker.get('error')}", worker
     tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-    return cmd, text, None, {"rc": proc.returncode, "tail": tail, "stdout": out}
+    return cmd, text, None, {"rc": _LAST_RC[0], "tail": tail, "stdout": out}
 
 
 def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None = None, device: int | None = None,
@@ -421,5 +425,5 @@ def profile_command(command: list[str], kernel_names: list[str], *, launch_count
     kernels = parse_ncu_csv(out)
     if not kernels:
         tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-        return NcuResult(error=f"ncu profiled no matching kernel (rc {proc.returncode}): {tail}", command=cmd)
+        return NcuResult(error=f"ncu profiled no matching kernel (rc {_LAST_RC[0]}): {tail}", command=cmd)
     return NcuResult(kernels=kernels, command=cmd)
