@@ -464,3 +464,22 @@ def test_ncu_report_is_found_where_the_cuda_wrapper_finds_ncu(tmp_path, monkeypa
     monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.startswith(str(tmp_path))])
     monkeypatch.setattr(ncu, "NCU_INSTALLS", tmp_path / "none")
     assert ncu.ncu_report_module() is None
+
+
+def test_a_real_h200_report_export_yields_rules_speedups_and_hot_lines():
+    """The export of a real Nsight Compute 2025.3 report (TileGym rms_norm, multi_wave_reload,
+    16384x4096 bf16 on the H200; bench/results/acceptance-h200-s2): the reader gives enum values
+    as bare ints, which become names; the rules map to playbook entries with their speedups."""
+    from cutile_diag.diagnose.ncu_rules import main_kernel
+    exp = json.loads((HERE / "data" / "ncu_export_h200_rms_norm.json").read_text())
+    k = main_kernel(exp, "_rms_norm_kernel_gather")
+    assert k["grid"] == [16384, 1, 1] and k["block"] == [128, 1, 1]
+    fs = {f.rule: f for f in findings(exp, kernel_name="_rms_norm_kernel_gather")}
+    assert {"CPIStall", "TheoreticalOccupancy", "IssueSlotUtilization", "FPInstructions"} <= set(fs)
+    assert fs["CPIStall"].speedup_type == "global" and round(fs["CPIStall"].speedup_pct, 1) == 19.4
+    assert fs["IssueSlotUtilization"].speedup_type == "local"
+    assert "W" in fs["CPIStall"].entries and "C" in fs["TheoreticalOccupancy"].entries
+    assert "rms_norm.py:84" in fs["CPIStall"].markers
+    assert all(f.type in ("OPTIMIZATION", "WARNING", "ERROR") for f in fs.values())
+    hot = k["hotspots"]
+    assert hot["metric"] == "smsp__pcsamp_sample_count" and hot["lines"][0]["line"] == 84

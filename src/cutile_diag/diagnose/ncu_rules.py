@@ -143,7 +143,11 @@ def normalize_rule(raw: Mapping[str, Any], markers: list[dict] | None = None) ->
     speed, stype = None, ""
     if isinstance(sp, Mapping):
         speed = _num(sp.get("speedup"))
-        stype = str(sp.get("type") or "").rsplit(".", 1)[-1].lower()
+        raw_type = sp.get("type")
+        # ncu_report 2025.3 gives the bare enum value: 1 local, 2 global (the UI's "Est. Local Speedup"
+        # for IssueSlotUtilization, "Est. Speedup" for CPIStall in the same H200 report)
+        stype = {1: "local", 2: "global"}.get(raw_type, "") if isinstance(raw_type, int) else \
+            str(raw_type or "").rsplit(".", 1)[-1].lower()
         stype = "global" if "global" in stype else "local" if "local" in stype else stype
     focus = []
     for fm in _payload(raw.get("focus_metrics")) or []:
