@@ -96,3 +96,27 @@ def test_a_step_with_an_empty_ir_diff_is_a_no_op(repo):
     assert it["ir_diff"]["equivalent"] is True
     assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op")   # ...not credited
     assert "not credited" in it["decision"]["reason"]
+
+
+def test_the_ir_diff_line_names_a_resident_block_collapse(tmp_path):
+    """Real AOT captures (CPU intercept of examples:row_norm): gathers -> tile loads (A) give the
+    one-row-per-block kernel a TMA pipeline (255 registers, 256 threads, ~56 KB shared memory),
+    12 -> 1 resident blocks per SM; the loop's diff line says so before any timing (the H200
+    measured that step 7.4x slower: bench/results/acceptance-h200-s2)."""
+    from cutile_diag.capture.auto import capture_auto
+    from cutile_diag.examples import EXAMPLES_DIR
+    from cutile_diag.loop.integrations import resident_change
+    from cutile_diag.loop.transforms import get
+    caps = []
+    for name in ("a", "b"):
+        f = tmp_path / name / "row_norm.py"
+        f.parent.mkdir()
+        src = (EXAMPLES_DIR / "row_norm.py").read_text()
+        f.write_text(src if name == "a" else get("gather_to_load").apply(src, "row_norm").new_source)
+        caps.append(capture_auto(f"{f}::row_norm", workload="examples:row_norm", workload_kwargs={"source": str(f)},
+                                 gpu=False, out_dir=tmp_path / name / "cap").folder.path)
+    occ = resident_change(*caps)
+    assert occ["before"] >= 8 and occ["after"] == 1 and "255 regs" in occ["after_why"]
+    line = diff_line({"equivalent": False, "summary": {"semantic_changes": 3}, "resident_ctas": occ})
+    assert f"resident blocks/SM {occ['before']} -> 1" in line
+    assert resident_change(caps[0], caps[0]) is None

@@ -490,6 +490,12 @@ def _grid_facts(folder: CaptureFolder, ev: Evidence, module, arch: str | None) -
            f"last wave holds {tiles - (full - 1) * slots} of {slots} slots")
 
 
+def resident_ctas(folder: CaptureFolder | str | Path, arch: str = "sm_90") -> tuple[int | None, str]:
+    """Resident CTAs per SM of a captured kernel (its cubin's threads, registers, shared memory and
+    occupancy hint against the arch's per-SM limits), and what limits them."""
+    return _ctas_per_sm(collect_capture(folder, arch=arch), arch)
+
+
 def _ctas_per_sm(ev: Evidence, arch: str) -> tuple[int | None, str]:
     lim = _SM_LIMITS.get(re.sub(r"[a-z]$", "", arch))
     threads, regs, smem = (ev.value("cubin.threads_per_cta"), ev.value("cubin.registers"),

@@ -67,6 +67,9 @@ def diff_line(ir_diff: Mapping[str, Any] | None) -> str:
             parts.append(f"{s[key]} {word}")
     first = next((c.get("detail") for c in d.get("changes") or [] if c.get("detail")), None)
     text = "IR: " + (", ".join(parts) + " change(s)" if parts else f"{d.get('n_changes', 0)} change(s)")
+    occ = d.get("resident_ctas")
+    if occ:       # first: it explains a slowdown before any other change does
+        text += f"; resident blocks/SM {occ['before']} -> {occ['after']} ({occ['after_why']})"
     return text + (f" — {first}" if first else "")
 
 

@@ -113,9 +113,27 @@ def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict
         except Exception:
             return {"skipped": f"IR diff failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"}
     changes = d.get("changes") or []
-    return {"equivalent": d.get("equivalent"), "summary": d.get("summary"), "n_changes": len(changes),
-            "changes": [_short_change(c) for c in changes[:MAX_DIFF_CHANGES]],
-            "warnings": (d.get("warnings") or [])[:10], "cubin": d.get("cubin"), "a": str(a), "b": str(b)}
+    out = {"equivalent": d.get("equivalent"), "summary": d.get("summary"), "n_changes": len(changes),
+           "changes": [_short_change(c) for c in changes[:MAX_DIFF_CHANGES]],
+           "warnings": (d.get("warnings") or [])[:10], "cubin": d.get("cubin"), "a": str(a), "b": str(b)}
+    occ = resident_change(a, b)
+    if occ:
+        out["resident_ctas"] = occ
+    return out
+
+
+def resident_change(a: Path, b: Path, arch: str = "sm_90") -> dict | None:
+    """Resident CTAs per SM before and after, when the cubin facts change them: a step that takes
+    a one-row-per-block kernel from 16 blocks per SM to 1 (a TMA pipeline's 255 registers and
+    48 KB of shared memory) is slow before it is timed — the H200 measured 7.4x."""
+    from ..diagnose.collect_capture import resident_ctas
+    try:
+        (na, why_a), (nb, why_b) = resident_ctas(a, arch), resident_ctas(b, arch)
+    except Exception:            # evidence only: a capture the collector cannot read changes nothing
+        return None
+    if na is None or nb is None or na == nb:
+        return None
+    return {"before": na, "after": nb, "before_why": why_a, "after_why": why_b}
 
 
 def _short_change(c) -> dict:
