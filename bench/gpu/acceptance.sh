@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU acceptance runs of issues #10, #11, #13, #15 in two device calls of < 10 min each:
-#   bench/gpu/acceptance.sh a   calibrate_suite (#11), loop_capture in command mode (#15), diagnose_ncu (#13)
-#   bench/gpu/acceptance.sh b   structural_suite (#10)
+# The GPU acceptance runs of issues #10, #11, #13, #15, device calls of < 10 min each:
+#   bench/gpu/acceptance.sh full1   calibrate_suite (#11), loop_capture in command mode (#15)
+#   bench/gpu/acceptance.sh full2   diagnose_ncu (#13), structural_suite on two more kernels (#10)
+#   bench/gpu/acceptance.sh full3   structural_suite (#10)
+# (a, b, d: the smaller calls session 2 could afford)
 # Needs .device/ (the toolchain bundle) and .gpu/tilegym.tar.xz (a trimmed TileGym checkout)
 # carried along; each suite's folder comes back as $OUT/<suite>.tgz (the device returns 8 files).
 set -u
@@ -17,11 +19,19 @@ run() {   # run SUITE WALL_LIMIT_S ARGS...
   tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
 }
 case "${1:-}" in
+  # session 2's calls (results in bench/results/acceptance-h200-s2): small budgets for little device time
   a) run calibrate_suite 220 --budget-s 200
      run loop_capture 160 --budget-s 120 --targets rms_norm-command --no-signatures
      run diagnose_ncu 200 --budget-s 175 ;;
-  d) run diagnose_ncu 260 --budget-s 230 ;;
   b) run structural_suite 420 --budget-s 345 --grace-s 30 \
        --max-sweep 2 --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
-  *) echo "usage: $0 a|b" >&2; exit 2 ;;
+  d) run diagnose_ncu 260 --budget-s 230 ;;
+  # what each issue's acceptance needs in full (about 28 device minutes, three calls on one warm machine)
+  full1) run calibrate_suite 345 --budget-s 320
+         run loop_capture 240 --budget-s 200 --targets rms_norm-command --no-signatures ;;
+  full2) run diagnose_ncu 370 --budget-s 340
+         run structural_suite 215 --budget-s 190 --grace-s 20 --only tilegym_softmax_chunked,row_lse ;;
+  full3) run structural_suite 585 --budget-s 520 --grace-s 30 \
+           --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3" >&2; exit 2 ;;
 esac
