@@ -185,3 +185,13 @@ def test_workload_run_keeps_the_named_kernel_and_its_launch(monkeypatch, tmp_pat
     assert cap.path == tmp_path / "out" / "v1" and cap.manifest["kernel"]["function"] == "softmax"
     assert isinstance(rec, LaunchRecord) and cap.manifest["launch"]["grid"] == [64]
     assert cap.manifest["launch"]["source"] == "workload-run" and cap.manifest["launch"]["sm_count"] == 132
+
+
+def test_parameter_kinds_come_from_the_libcst_model_of_the_kernel():
+    """The hint's kinds: constants from the annotations, array ranks from the memory ops' index
+    tuples in loop.locate's model (one source model), scalars otherwise."""
+    from cutile_diag.capture.loader import load_kernel
+    from cutile_diag.capture.spec import param_kinds
+    kinds = param_kinds(load_kernel(f"{EXAMPLES_DIR / 'row_norm.py'}::row_norm"))
+    assert kinds == {"X": "2-D array", "Y": "2-D array", "Mean": "1-D array", "Rstd": "1-D array", "N": "scalar",
+                     "EPS": "ct.Constant[float]", "TILE_N": "ct.Constant[int]"}

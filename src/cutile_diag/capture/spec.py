@@ -228,17 +228,13 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     return BoundSpec(names, specs)
 
 
-_MEMORY_FNS = {"load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
-               "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "load_advanced_indexing",
-               "store_advanced_indexing"}
 
 
 def param_kinds(loaded) -> dict[str, str]:
-    """What each parameter is, read from the kernel's annotations and how its body uses it:
-    ``"constant float"``, ``"2-D array"``, ``"array"``, ``"scalar"`` (never a made-up shape)."""
-    import ast
+    """What each parameter is, read from the kernel's annotations and how its body uses it (the
+    loop's libcst model of the kernel, ``loop.locate``): ``"ct.Constant[float]"``, ``"2-D array"``,
+    ``"array"``, ``"scalar"`` (never a made-up shape)."""
     import inspect
-    import textwrap
     import typing
     names = loaded.param_names
     consts = loaded.constant_params()
@@ -249,25 +245,20 @@ def param_kinds(loaded) -> dict[str, str]:
             args = typing.get_args(sig.parameters[n].annotation)
             t = getattr(args[0], "__name__", None) if args else None
             out[n] = f"ct.Constant[{t}]" if t else "ct.Constant"
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(loaded.pyfunc)))
-    except (OSError, TypeError, SyntaxError):
-        tree = None
     rank: dict[str, int] = {}
     arrays: set[str] = set()
-    for node in ast.walk(tree) if tree is not None else ():
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in ("shape", "dtype"):
-            arrays.add(node.value.id)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MEMORY_FNS \
-                and node.args and isinstance(node.args[0], ast.Name):
-            arr = node.args[0].id
-            arrays.add(arr)
-            idx = node.args[1] if len(node.args) > 1 else next(
-                (k.value for k in node.keywords if k.arg in ("index", "indices")), None)
-            if isinstance(idx, ast.Tuple):
-                rank[arr] = len(idx.elts)
-            elif idx is not None and node.func.attr in ("gather", "scatter") and arr not in rank:
-                rank[arr] = 1
+    try:
+        from ..loop.locate import locate
+        loc = locate(inspect.getsourcefile(loaded.pyfunc) or loaded.path, loaded.function_name)
+    except Exception:           # a kernel built at run time has no source to read: kinds from annotations
+        loc = None
+    if loc is not None:
+        arrays |= set(loc.shape_reads)
+        for op in loc.memory_ops:
+            arrays.add(op.array)
+            if op.index_rank is not None and (op.kind not in ("gather", "scatter") or op.index_rank > 1
+                                              or op.array not in rank):
+                rank[op.array] = op.index_rank
     for n in names:
         if n in out:
             continue

@@ -26,7 +26,7 @@ from .transforms.base import CtNames, TransformError, dotted, module_assignments
 _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "scatter",
            "load_advanced_indexing": "load", "store_advanced_indexing": "store",
            "atomic_add": "atomic", "atomic_max": "atomic", "atomic_min": "atomic", "atomic_cas": "atomic",
-           "atomic_xchg": "atomic"}
+           "atomic_xchg": "atomic", "atomic_and": "atomic", "atomic_or": "atomic", "atomic_xor": "atomic"}
 _AUTOTUNE = {"exhaustive_search": 3, "autotune_launch": 2}     # call name -> index of the kernel argument
 
 
@@ -77,6 +77,7 @@ class MemoryOp:
     in_loop: bool
     latency: str | None = None
     allow_tma: str | None = None
+    index_rank: int | None = None      # components of the index tuple (a gather's bare index: 1)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class KernelLocation:
     memory_ops: list[MemoryOp]
     capture_specs: bool
     notes: list[str] = field(default_factory=list)
+    shape_reads: list[str] = field(default_factory=list)   # names whose .shape / .dtype the kernel reads
 
     @property
     def kernel(self) -> KernelFunction:
@@ -347,7 +349,8 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
         notes.append(f"no host function in {path.name} launches {target}: give the launch wrapper with --wrapper")
     return KernelLocation(path=path, name=kernel_name, function=target, line=f.line(kfn.name), kernels=kernels,
                           launches=launches, registrations=registrations, autotune=autotune,
-                          memory_ops=_memory_ops(f, kfn), capture_specs=capture_specs, notes=notes)
+                          memory_ops=_memory_ops(f, kfn), capture_specs=capture_specs, notes=notes,
+                          shape_reads=_shape_reads(kfn))
 
 
 def _space(f: _File, fn: cst.FunctionDef, node: cst.BaseExpression) -> AutotuneSpace:
@@ -474,10 +477,18 @@ def _memory_ops(f: _File, fn: cst.FunctionDef) -> list[MemoryOp]:
             continue
         kw = {a.keyword.value: f.code(a.value) for a in call.args if a.keyword is not None}
         args = _positional(call)
+        idx = args[1] if len(args) > 1 else (_keyword(call, "index") or _keyword(call, "indices"))
+        rank = len(idx.elements) if isinstance(idx, cst.Tuple) else \
+            1 if idx is not None and _MEMORY[m] in ("gather", "scatter") else None
         op = MemoryOp(_MEMORY[m], dotted(call.func) or m, f.line(call), f.code(args[0]) if args else "",
-                      f.text(call), f.in_loop(call, fn), kw.get("latency"), kw.get("allow_tma"))
+                      f.text(call), f.in_loop(call, fn), kw.get("latency"), kw.get("allow_tma"), rank)
         out.append((f.line(call), f.col(call), op))
     return [op for *_, op in sorted(out, key=lambda x: (x[0], x[1]))]
+
+
+def _shape_reads(fn: cst.FunctionDef) -> list[str]:
+    return list(dict.fromkeys(n.value.value for n in _walk(fn.body) if isinstance(n, cst.Attribute)
+                              and isinstance(n.value, cst.Name) and n.attr.value in ("shape", "dtype")))
 
 
 def _has_capture_specs(f: _File, name: str) -> bool:
