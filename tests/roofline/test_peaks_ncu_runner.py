@@ -149,9 +149,9 @@ def test_one_ncu_runner_reports_permission_and_timeouts(tmp_path):
     import sys
 
     from cutile_diag.roofline.ncu import _ncu_process
-    out, text, err = _ncu_process([sys.executable, "-c", "print('==ERROR== ERR_NVGPUCTRPERM')"], 30)
+    out, text, err, rc = _ncu_process([sys.executable, "-c", "print('==ERROR== ERR_NVGPUCTRPERM')"], 30)
     assert err and err.startswith("ncu has no permission for GPU performance counters")
-    out, text, err = _ncu_process([sys.executable, "-c", "import time; time.sleep(30)"], 0.5)
-    assert err == "ncu killed after 0.5 s"
-    out, text, err = _ncu_process([sys.executable, "-c", "print('a,b')"], 30)
-    assert err is None and out.strip() == "a,b"
+    out, text, err, rc = _ncu_process([sys.executable, "-c", "import time; time.sleep(30)"], 0.5)
+    assert err == "ncu killed after 0.5 s" and rc is None
+    out, text, err, rc = _ncu_process([sys.executable, "-c", "print('a,b'); raise SystemExit(3)"], 30)
+    assert err is None and out.strip() == "a,b" and rc == 3

@@ -68,25 +68,23 @@ def attach_launch(folder: CaptureFolder | Path, launch: dict) -> CaptureFolder:
     return load_capture(path)
 
 
+def _cost(wl, c) -> float:
+    try:
+        return float(wl.bytes(c)) + float(wl.flops(c))
+    except Exception:
+        return 0.0
+
+
 def _costliest(wl):
-    def cost(c):
-        try:
-            return float(wl.bytes(c)) + float(wl.flops(c))
-        except Exception:
-            return 0.0
-    return max(wl.configs, key=cost)
+    return max(wl.configs, key=lambda c: _cost(wl, c))
 
 
 def config_order(wl, config: str | None) -> list:
     """The configurations to take a launch from: the one asked for (else the costliest), then the
     others, costliest first — a workload's configurations may launch different kernels of one op."""
-    def cost(c):
-        try:
-            return float(wl.bytes(c)) + float(wl.flops(c))
-        except Exception:
-            return 0.0
     first = wl.config(config) if config else _costliest(wl)
-    return [first, *sorted((c for c in wl.configs if c.name != first.name), key=cost, reverse=True)]
+    return [first, *sorted((c for c in wl.configs if c.name != first.name), key=lambda c: _cost(wl, c),
+                           reverse=True)]
 
 
 def launch_from_workload(wl, kernel: str | None, *, config: str | None = None, seed: int = 0,

@@ -7,6 +7,7 @@ keeps is its summary, whether the two versions are equivalent, and the first cha
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import dataclass, field
@@ -122,13 +123,20 @@ def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _resident(folder: str, arch: str) -> tuple[int | None, str]:
+    """Per capture folder (one per version digest, never rewritten): the kept version's is read
+    once, not at every candidate."""
+    from ..diagnose.collect_capture import resident_ctas
+    return resident_ctas(folder, arch)
+
+
 def resident_change(a: Path, b: Path, arch: str = "sm_90") -> dict | None:
     """Resident CTAs per SM before and after, when the cubin facts change them: a step that takes
     a one-row-per-block kernel from 16 blocks per SM to 1 (a TMA pipeline's 255 registers and
     48 KB of shared memory) is slow before it is timed — the H200 measured 7.4x."""
-    from ..diagnose.collect_capture import resident_ctas
     try:
-        (na, why_a), (nb, why_b) = resident_ctas(a, arch), resident_ctas(b, arch)
+        (na, why_a), (nb, why_b) = _resident(str(a), arch), _resident(str(b), arch)
     except Exception:            # evidence only: a capture the collector cannot read changes nothing
         return None
     if na is None or nb is None or na == nb:

@@ -1,9 +1,9 @@
 """Is the candidate faster than the baseline?  Paired, interleaved rounds, per configuration.
 
 Both versions are measured in the same sitting, in rounds, in the order the backend chooses
-(``backends.base.round_order``: ``A B`` then ``B A`` for runs of a command, which cancels a
-linear drift; ``A B`` every round for worker processes, where following the other process
-costs the next measurement a fixed amount).  Each round ``r`` yields one
+(``A B`` then ``B A`` for runs of a command, which cancels a linear drift; ``A B`` every round
+for worker processes, where following the other process costs the next measurement a fixed
+amount: ``backends.base.round_order``, ``WorkloadBackend.measure``).  Each round ``r`` yields one
 median per version; the estimate for a configuration is the geometric mean of the paired
 ratios ``B_r / A_r`` and its uncertainty on the log scale is the largest of
 

@@ -168,12 +168,9 @@ def _ncu_exe() -> str:
         return shutil.which("ncu") or "ncu"
 
 
-_LAST_RC = [None]
-
-
-def _ncu_process(cmd: list[str], timeout_s: float | None) -> tuple[str, str, str | None]:
-    """Run one ncu command line: (stdout, stdout + stderr, error or None).  Both profiling paths
-    (a workload's profile run, a user's command) go through here."""
+def _ncu_process(cmd: list[str], timeout_s: float | None) -> tuple[str, str, str | None, int | None]:
+    """Run one ncu command line: (stdout, stdout + stderr, error or None, exit code).  Both
+    profiling paths (a workload's profile run, a user's command) go through here."""
     env = dict(os.environ)
     env.pop("CUDA_HOME", None)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -183,13 +180,12 @@ def _ncu_process(cmd: list[str], timeout_s: float | None) -> tuple[str, str, str
     except subprocess.TimeoutExpired:
         kill_group(proc)
         proc.communicate()
-        return "", "", f"ncu killed after {timeout_s:g} s"
-    _LAST_RC[0] = proc.returncode
+        return "", "", f"ncu killed after {timeout_s:g} s", None
     text = out + "\n" + err
     if "ERR_NVGPUCTRPERM" in text:
         return out, text, ("ncu has no permission for GPU performance counters (ERR_NVGPUCTRPERM): run as "
-                           "root or allow non-admin profiling")
-    return out, text, None
+                           "root or allow non-admin profiling"), proc.returncode
+    return out, text, None, proc.returncode
 
 
 def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, workload_kwargs: dict | None,
@@ -201,7 +197,7 @@ def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, 
                                "config": config, "device": device}))
     cmd = [_ncu_exe(), "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/", *ncu_args,
            "--target-processes", "all", sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
-    out, text, err = _ncu_process(cmd, timeout_s)
+    out, text, err, rc = _ncu_process(cmd, timeout_s)
     if err:
         return cmd, text, err, {}
     worker = {}
@@ -213,7 +209,7 @@ def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, 
     if worker.get("status") not in (None, "ok"):
         return cmd, text, f"the profiled run failed: {worker.get('error')}", worker
     tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-    return cmd, text, None, {"rc": _LAST_RC[0], "tail": tail, "stdout": out}
+    return cmd, text, None, {"rc": rc, "tail": tail, "stdout": out}
 
 
 def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None = None, device: int | None = None,
@@ -419,11 +415,11 @@ def profile_command(command: list[str], kernel_names: list[str], *, launch_count
     cmd = [_ncu_exe(), "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv", "--page", "raw",
            "--print-units", "base", "--target-processes", "all", "--kernel-name", regex,
            "--launch-count", str(int(launch_count)), *command]
-    out, text, err = _ncu_process(cmd, timeout_s)
+    out, text, err, rc = _ncu_process(cmd, timeout_s)
     if err:
         return NcuResult(error=err, command=cmd)
     kernels = parse_ncu_csv(out)
     if not kernels:
         tail = " ".join([ln for ln in text.splitlines() if ln.strip()][-3:])[:400]
-        return NcuResult(error=f"ncu profiled no matching kernel (rc {_LAST_RC[0]}): {tail}", command=cmd)
+        return NcuResult(error=f"ncu profiled no matching kernel (rc {rc}): {tail}", command=cmd)
     return NcuResult(kernels=kernels, command=cmd)

@@ -129,7 +129,7 @@ Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one
 
 class Backend(Protocol):
     name: str
-    alternates: bool        # rounds go A B, B A, ... (else A B every round, see round_order)
+    alternates: bool        # rounds go A B, B A, ... (round_order); else A B every round
 
     def describe(self) -> dict: ...
     def configs(self) -> list[str] | None: ...          # None: discovered by the first measurement
@@ -154,19 +154,10 @@ def closing(backend: Backend):
     backend.close()
 
 
-def round_order(versions: Sequence[Version], r: int, *, alternate: bool = True) -> list[Version]:
+def round_order(versions: Sequence[Version], r: int) -> list[Version]:
     """A B, then B A, ...: alternating the order cancels a linear drift (a run of the user's
-    command per measurement).  ``alternate=False``: A B every round, for versions that live in
-    long-lived worker processes: there the measurement right after the *other* process is slower
-    (0.7-0.8 % for a 50 us kernel on the H200, 20 ms of warm-up notwithstanding), so A B B A
-    made the second version of each round pay it and biased odd round counts; with a lead-in
-    measurement of the last version (``lead_in``) every recorded one follows the other."""
-    return list(versions) if (not alternate or r % 2 == 0) else list(reversed(versions))
-
-
-def lead_in(versions: Sequence[Version]) -> Version | None:
-    """The unrecorded measurement before A B A B ...: the last version, so the first A follows it."""
-    return versions[-1] if len(versions) > 1 else None
+    command per measurement; worker processes use another order, see WorkloadBackend.measure)."""
+    return list(versions) if r % 2 == 0 else list(reversed(versions))
 
 
 def check_deadline(deadline: proc.Deadline, what: str) -> None:
