@@ -33,5 +33,14 @@ case "${1:-}" in
          run structural_suite 215 --budget-s 190 --grace-s 20 --only tilegym_softmax_chunked,row_lse ;;
   full3) run structural_suite 585 --budget-s 520 --grace-s 30 \
            --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3" >&2; exit 2 ;;
+  # session 3: the same suites fitted into 30 device minutes (rel_std is already in s2; S3C_BUDGET
+  # = what is left for the last call)
+  s3a) run calibrate_suite 345 --budget-s 330 --no-rel-std
+       run loop_capture 235 --budget-s 205 --targets rms_norm-command --no-signatures ;;
+  s3b) run diagnose_ncu 440 --budget-s 420
+       run structural_suite 140 --budget-s 125 --grace-s 10 --only row_lse ;;
+  s3c) b=${S3C_BUDGET:-520}
+       run structural_suite $((b + 40)) --budget-s "$b" --grace-s 30 \
+         --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c" >&2; exit 2 ;;
 esac

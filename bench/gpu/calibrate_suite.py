@@ -171,6 +171,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=345.0, help="wall-clock deadline for the whole suite")
     ap.add_argument("--dry-run", action="store_true", help="simulated backends and a fake command: no GPU")
     ap.add_argument("--decisions", type=int, default=20, help="A/A decisions per workload kernel")
+    ap.add_argument("--command-s", type=float, default=175.0,
+                    help="seconds kept for the command-mode calibration (at least 2 decisions of 4 runs)")
+    ap.add_argument("--no-rel-std", action="store_true",
+                    help="skip the roofline rel_std before/after step (its time goes to command mode)")
     ap.add_argument("--rel-std-child", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
     ap.add_argument("--runs", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -190,8 +194,13 @@ def main() -> int:
     tg = Path(args.tilegym) if args.tilegym else None
     if not args.dry_run and not (tg and (tg / "tests" / "ops").is_dir()):
         log("no TileGym checkout (--tilegym): the TileGym items are skipped")
-    # shares of the budget: 3 workload calibrations, the command one, then rel_std
-    share = {"workload": 0.165, "command": 0.35, "rel_std": 0.08}
+    # shares of the budget: command mode needs --command-s (a pytest run takes ~17 s on an H200 and
+    # a decision is 4 runs: 2 decisions ~140 s), rel_std ~40 s; the workload calibrations split the
+    # rest (each stops at --decisions or its share) and what they leave goes to command mode
+    rel_std_reserve = 0.0 if args.no_rel_std or args.dry_run else 40.0     # 4 children, ~7 s each on an H200
+    command_s = 60.0 if args.dry_run else args.command_s
+    share = {"workload": max(20.0, (args.budget_s - command_s - rel_std_reserve) / len(WORKLOADS)) / args.budget_s,
+             "rel_std": 0.08}
     sim = out / "sim.json"
     if args.dry_run:
         sim.write_text(json.dumps({"configs": {"a": 0.05, "b": 0.4}, "noise": 0.004, "run_noise": 0.002}))
@@ -232,11 +241,14 @@ def main() -> int:
     elif tg is not None and (tg / "tests" / "ops").is_dir():
         calibrate("tilegym:rms_norm (pytest perf test, command)", ["--bench-cmd", PERF_CMD.format(py=py), "-n", "20",
                                                                   "--rounds", "2"],
-                  args.budget_s * share["command"], cwd=tg, mode="command")
+                  args.budget_s - elapsed() - rel_std_reserve, cwd=tg, mode="command")
     else:
         results["skipped"].append("calibrate tilegym:rms_norm (command): no --tilegym")
     # 3. roofline rel_std before/after the timing change
     for label, wl, cfg in REL_STD:
+        if args.no_rel_std:
+            results["skipped"].append(f"rel_std {label}: --no-rel-std")
+            continue
         if args.dry_run:
             results["skipped"].append(f"rel_std {label}: dry run (no GPU)")
             continue

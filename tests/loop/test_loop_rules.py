@@ -243,11 +243,25 @@ def test_a_hanging_sweep_point_fails_alone(repo):
     t0 = time.monotonic()
     r.start()
     it = r.led.iterations[1]
-    # the hung point was killed at its share of the budget; the others were screened and the best kept
+    # the hung point was killed at its share of the budget (a budget skip, not a crash verdict);
+    # the others were screened and the best kept
     assert (it["status"], it["applied"]) == ("keep", ['occ{"v": 3}']) and time.monotonic() - t0 < 15
     hung = next(p for p in it["sweep"] if p["params"] == {"v": 2})
-    assert hung["result"].startswith("crash in screening") and "killed" in hung["result"]
+    assert hung["result"].startswith("skipped (budget) in screening") and "killed" in hung["result"]
+    assert hung["failure"] == "budget"
     assert [p["params"] for p in it["sweep"] if p.get("chosen")] == [{"v": 3}]
+
+
+def test_a_sweep_point_killed_while_checking_is_a_budget_skip_not_a_crash(repo):
+    # one point's check outlives its share of the iteration: the ledger says it ran out of time
+    ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}])}
+    spec = {"effects": {'occ{"v": 1}': 0.9}, "hang": ['occ{"v": 2}'], "hang_in": "verify"}
+    r = make_loop(repo, spec, recs=[rec("C", "occ")], transforms=ts, max_iterations=1, iteration_budget_s=4)
+    r.start()
+    it = r.led.iterations[1]
+    hung = next(p for p in it["sweep"] if p["params"] == {"v": 2})
+    assert hung["failure"] == "budget" and hung["result"].startswith("skipped (budget)")
+    assert it["status"] == "keep" and it["applied"] == ['occ{"v": 1}']
 
 
 def test_sweep_screening_goes_through_the_roofline_guard(repo):

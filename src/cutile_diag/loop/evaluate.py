@@ -268,7 +268,11 @@ class Evaluation:
                 continue
             try:
                 ver = self.backend.verify(c.version, self.ws, share)
-            except (MeasurementTimeout, CandidateCrash) as e:
+            except MeasurementTimeout as e:
+                # killed at its share of the iteration's time: no verdict on the point, not a crash
+                row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {e.one_line()}", "budget"
+                continue
+            except CandidateCrash as e:
                 row["result"], row["failure"] = f"crash: {e.one_line()}", "crash"
                 continue
             row["verification"] = ver.summary
@@ -292,7 +296,10 @@ class Evaluation:
                 share = self._share(deadline, len(passing) - i + 1)
                 try:
                     runs = self.backend.measure([a, c.version], self.ws, share, plan.screen_rounds)
-                except (MeasurementTimeout, CandidateCrash) as e:
+                except MeasurementTimeout as e:
+                    row["result"], row["failure"] = f"{budget_mod.SKIPPED} in screening: {e.one_line()}", "budget"
+                    continue
+                except CandidateCrash as e:
                     row["result"], row["failure"] = f"crash in screening: {e.one_line()}", "crash"
                     continue
                 except CorrectnessFailure as e:
