@@ -42,5 +42,11 @@ case "${1:-}" in
   s3c) b=${S3C_BUDGET:-520}
        run structural_suite $((b + 40)) --budget-s "$b" --grace-s 30 \
          --only softmax,row_norm,tilegym_softmax,tilegym_softmax_tma ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c" >&2; exit 2 ;;
+  # the last call of session 3: the two #13 loops that s3b's sweep shares starved (diagnoses reused
+  # from s3b's committed results), the command-mode loop with room for one iteration, row_norm
+  s3d) run diagnose_ncu 215 --budget-s 200 --only rms_norm,softmax \
+         --reuse-diagnosis bench/results/acceptance-h200-s3/diagnose_ncu
+       run loop_capture 250 --budget-s 235 --targets rms_norm-command --no-signatures
+       run structural_suite 110 --budget-s 95 --grace-s 10 --only row_norm ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d" >&2; exit 2 ;;
 esac

@@ -149,16 +149,22 @@ def one_op(op: str, args, clock: Clock, env: dict, tg_repo: Path, out: Path, sha
           "--out", str(d / "capture")]
     dx += ["--static", "--ncu", str(DRY_NCU)] if args.dry_run else ["--ncu"]
     row["commands"].append("cutile-diag " + shlex.join(dx))
-    if clock.left() < 30:
-        row["skipped"] = "budget: no time left for the diagnosis"
-        return row
-    rc, so, secs = run([sys.executable, "-m", "cutile_diag", *dx], tg_repo, env, min(clock.left(), 240.0),
-                       d / "diagnose.stderr.txt")
-    row["diagnose_s"] = round(secs, 1)
-    row["ncu_export"] = keep_export(d / "capture", d)
-    if rc != 0:
-        row["error"] = f"diagnose: {'timed out' if rc is None else f'exit {rc}'}: {last_line(d / 'diagnose.stderr.txt')}"
-        return row
+    reused = Path(args.reuse_diagnosis) / op / "diagnose.json" if args.reuse_diagnosis else None
+    if reused is not None and reused.is_file():
+        # the diagnosis of an earlier run of this suite (same GPU): only the loop runs now
+        so = reused.read_text()
+        row["diagnosis_reused"] = str(reused)
+    else:
+        if clock.left() < 30:
+            row["skipped"] = "budget: no time left for the diagnosis"
+            return row
+        rc, so, secs = run([sys.executable, "-m", "cutile_diag", *dx], tg_repo, env, min(clock.left(), 240.0),
+                           d / "diagnose.stderr.txt")
+        row["diagnose_s"] = round(secs, 1)
+        row["ncu_export"] = keep_export(d / "capture", d)
+        if rc != 0:
+            row["error"] = f"diagnose: {'timed out' if rc is None else f'exit {rc}'}: {last_line(d / 'diagnose.stderr.txt')}"
+            return row
     diag = json.loads(so)
     (d / "diagnose.json").write_text(json.dumps(diag))
     top, auto = top_automatic(diag)
@@ -268,6 +274,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=300.0, help="total wall budget; later items are skipped")
     ap.add_argument("--only", help="comma-separated ops (default: rms_norm,softmax,silu_and_mul)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: static diagnosis + committed ncu export, loop --plan")
+    ap.add_argument("--reuse-diagnosis", metavar="DIR",
+                    help="an earlier run's --out: take <op>/diagnose.json from it instead of diagnosing again")
     args = ap.parse_args()
     clock = Clock(args.budget_s)
     out = Path(args.out).resolve()

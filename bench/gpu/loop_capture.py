@@ -210,7 +210,8 @@ def main() -> int:
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    common = ["--max-iterations", str(args.iterations), "--rounds", "2", "--max-sweep", "1", "--budget", "100",
+    # --budget 150: one command-mode check + comparison at 2 rounds is ~116 s on an H200 (17-20 s a pytest run)
+    common = ["--max-iterations", str(args.iterations), "--rounds", "2", "--max-sweep", "1", "--budget", "150",
               "--continue"]
     rows, cmds = [], []
     sig = [] if args.no_signatures else \

@@ -231,3 +231,22 @@ def test_a_step_that_cannot_fit_the_budget_stops_the_loop_instead_of_crashing(re
     assert res.stop_rule == "budget" and "raise it with --budget" in res.stop_reason
     assert len(r.led.iterations) == 1 and not [b for b in r.led.of_type("begin") if b["iteration"] == 1]
     assert dirty(r.s.worktree) == [] and untouched(repo, r)
+
+
+def test_a_sweep_point_gets_the_time_its_capture_and_check_need(repo):
+    """H200, TileGym rms_norm: a 2-point occupancy sweep with ~26 s per point check and ~25 s
+    left was planned down to one point, which was then killed at half of what was left.
+    A point now gets what is left minus the estimated cost of the work after it."""
+    from cutile_diag.loop import budget as budget_mod, proc
+    r = make_loop(repo)
+    r.costs = lambda: budget_mod.Costs(verify_s=8.0, run_s=0.1, capture_s=18.0)
+    plan = budget_mod.plan(1, r.costs(), 30.0, rounds=2, margin=1.0)
+    share = r._share(proc.Deadline(30.0), 2, r._after_s(plan, 0, 0))
+    assert share.remaining() > 28.0                     # the old equal share: 15 s
+    # three points: the first may not eat the time the other two checks are estimated to need
+    plan3 = budget_mod.plan(3, r.costs(), 100.0, rounds=2, margin=1.0)
+    first = r._share(proc.Deadline(100.0), 4, r._after_s(plan3, 2, 3))
+    assert 25.0 <= first.remaining() <= 100.0 - 2 * 26.0
+    # without baseline costs: the equal share, as before
+    r.costs = lambda: budget_mod.Costs()
+    assert r._share(proc.Deadline(40.0), 4, r._after_s(plan, 0, 0)).remaining() <= 10.0

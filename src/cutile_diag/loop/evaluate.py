@@ -228,11 +228,25 @@ class Evaluation:
                   f"{d.status} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
         return d
 
-    @staticmethod
-    def _share(deadline: proc.Deadline, parts: int) -> proc.Deadline:
-        """An equal share of what is left of the budget: one hung sweep point cannot eat the others'."""
+    def _share(self, deadline: proc.Deadline, parts: int, after_s: float | None = None) -> proc.Deadline:
+        """What one sweep step may use: what is left minus the baseline-timed cost of the work
+        after it (``after_s``), and never less than an equal share of it (``parts``).  A hung
+        point cannot eat the others' time, and a slow but working point is not killed at an
+        equal share that its capture and check (tens of seconds) never fitted."""
         left = deadline.remaining()
-        return proc.Deadline(None if left is None else left / max(1, parts))
+        if left is None:
+            return proc.Deadline(None)
+        equal = left / max(1, parts)
+        return proc.Deadline(equal if after_s is None else max(equal, left - after_s))
+
+    def _after_s(self, plan: budget_mod.Plan, checks: int, screens: int) -> float | None:
+        """Estimated seconds for ``checks`` more point checks, ``screens`` more screenings and
+        the confirmation (None: no baseline costs to estimate with)."""
+        c = self.costs()
+        if not c.known:
+            return None
+        return (checks * (c.capture_s + c.verify_s) + screens * 2 * plan.screen_rounds * c.run_s
+                + c.confirm_s(plan.confirm_rounds))
 
     def _screened_latency(self, record: dict) -> None:
         """A row whose full comparison never finished shows the chosen point's screening latency."""
@@ -258,7 +272,9 @@ class Evaluation:
             info.append(row)
             self.ws.write(c.version.files)
             self._guard()
-            share = self._share(deadline, len(todo) - i + 1)     # + 1: what the full comparison needs
+            # + 1: what the full comparison needs
+            share = self._share(deadline, len(todo) - i + 1,
+                                self._after_s(plan, len(todo) - i - 1, len(todo) if len(todo) > 1 else 0))
             cap = self._capture(c.version, share)
             if cap is not None and cap.timed_out:
                 row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {cap.error}", "budget"
@@ -293,7 +309,7 @@ class Evaluation:
             screened = []
             for i, c in enumerate(passing):
                 row = next(r for r in info if r["label"] == c.version.label)
-                share = self._share(deadline, len(passing) - i + 1)
+                share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1))
                 try:
                     runs = self.backend.measure([a, c.version], self.ws, share, plan.screen_rounds)
                 except MeasurementTimeout as e:
