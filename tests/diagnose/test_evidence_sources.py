@@ -483,3 +483,16 @@ def test_a_real_h200_report_export_yields_rules_speedups_and_hot_lines():
     assert all(f.type in ("OPTIMIZATION", "WARNING", "ERROR") for f in fs.values())
     hot = k["hotspots"]
     assert hot["metric"] == "smsp__pcsamp_sample_count" and hot["lines"][0]["line"] == 84
+
+
+def test_an_occupancy_hint_does_not_cap_resident_blocks():
+    # cuTile's occupancy hint becomes a .maxnreg budget (.minnctapersm stays 1): the registers it
+    # leaves decide residency. H200, TileGym rms_norm: occupancy=1 with 80 regs x 128 threads
+    # measured +0.8 %, where a cap would have meant 6 -> 1 resident blocks.
+    from cutile_diag.diagnose.collect_capture import _ctas_per_sm
+    ev = Evidence(kernel="x")
+    for k, v in (("cubin.threads_per_cta", 128), ("cubin.registers", 80), ("cubin.shared_bytes", 1040),
+                 ("ir.hint_occupancy", 1)):
+        ev.add(k, v, "test")
+    n, why = _ctas_per_sm(ev, "sm_90")
+    assert n == 6 and "limit: registers" in why and "occupancy hint 1" in why
