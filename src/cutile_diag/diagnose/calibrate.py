@@ -108,10 +108,13 @@ def prior_expected(low: float, high: float) -> float:
 def expected_gain(low: float, high: float, measured: list[float], ncu_gain: float | None = None) -> tuple[float, str]:
     """(expected gain, how it was reached).  The prior counts as half an observation, so one
     measurement on this machine already weighs 2/3 and three weigh 6/7; an Nsight Compute
-    estimate replaces the prior; never above ``high`` (the headroom bound)."""
+    estimate bounds the range from above (it is a best case: on the H200 its estimates of +15 %,
+    +20 % and +50 % for three TileGym ops measured +0.0 %, +0.8 % and +6.1 %); never above
+    ``high`` (the headroom bound)."""
     base, how = prior_expected(low, high), "prior (playbook range)"
     if ncu_gain is not None:
-        base, how = min(max(ncu_gain, 0.0), high), "Nsight Compute's estimate"
+        top = min(max(ncu_gain, 0.0), high)
+        base, how = prior_expected(min(low, top), top), "playbook range bounded by Nsight Compute's estimate"
     if measured:
         n = len(measured)
         med = statistics.median(measured)
