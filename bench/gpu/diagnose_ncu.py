@@ -154,6 +154,7 @@ def one_op(op: str, args, clock: Clock, env: dict, tg_repo: Path, out: Path, sha
         # the diagnosis of an earlier run of this suite (same GPU): only the loop runs now
         so = reused.read_text()
         row["diagnosis_reused"] = str(reused)
+        row["commands"][-1] += f"   (not run now: its result reused from {reused})"
     else:
         if clock.left() < 30:
             row["skipped"] = "budget: no time left for the diagnosis"

@@ -228,8 +228,6 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     return BoundSpec(names, specs)
 
 
-
-
 def param_kinds(loaded) -> dict[str, str]:
     """What each parameter is, read from the kernel's annotations and how its body uses it (the
     loop's libcst model of the kernel, ``loop.locate``): ``"ct.Constant[float]"``, ``"2-D array"``,

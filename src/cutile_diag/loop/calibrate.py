@@ -147,7 +147,7 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
         gpu_s = time.monotonic() - t0
     return summarize(runs[a.label], runs[b.label], n=done, rounds=rounds, machine=machine_key(backend),
                      what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=noise_floor,
-                     alternates=getattr(backend, "alternates", True))
+                     alternates=backend.alternates)
 
 
 def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, list[stats.RunStat]], *, n: int,
