@@ -48,5 +48,12 @@ case "${1:-}" in
          --reuse-diagnosis bench/results/acceptance-h200-s3/diagnose_ncu
        run loop_capture 250 --budget-s 235 --targets rms_norm-command --no-signatures
        run structural_suite 110 --budget-s 95 --grace-s 10 --only row_norm ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d" >&2; exit 2 ;;
+  # session 4 (#10): TMA off in row kernels (A/P tma="off", F loads=True, the warp-specialisation
+  # root cause), measured side by side, then the structural loops with room to stop by themselves
+  s4a) run row_variants 150 --rounds 3
+       run structural_suite 420 --budget-s 390 --grace-s 25 --only softmax,row_norm ;;
+  s4b) run structural_suite 560 --budget-s 525 --grace-s 30 --only row_lse,tilegym_softmax ;;
+  s4c) b=${S4C_BUDGET:-330}
+       run structural_suite $((b + 30)) --budget-s "$b" --grace-s 25 --only tilegym_softmax_tma ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c" >&2; exit 2 ;;
 esac

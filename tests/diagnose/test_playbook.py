@@ -77,10 +77,13 @@ def test_recipe_orders(playbook, cls):
         assert resweep and all("ir.kernel_hints_set" in c.predicate.names for c in resweep)
 
 
-def test_the_fma_fallback_is_a_root_cause(playbook):
+def test_root_causes_are_the_fma_fallback_and_tma_warp_specialisation(playbook):
     d = playbook.by_id("D")
     assert all(c.root_cause for c in d.clauses)
-    assert not any(c.root_cause for e in playbook.entries if e.id != "D" for c in e.clauses)
+    # F: TMA warp-specialises a kernel without mma down to one resident block per SM
+    f = [c for c in playbook.by_id("F").clauses if c.root_cause]
+    assert len(f) == 1 and {"cubin.warp_specialised", "cubin.resident_ctas", "ir.mma_ops"} <= f[0].predicate.names
+    assert not any(c.root_cause for e in playbook.entries if e.id not in "DF" for c in e.clauses)
 
 
 def test_predicate_keys_are_in_the_vocabulary(playbook):

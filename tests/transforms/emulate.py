@@ -121,7 +121,7 @@ def make_ct():
     ct.astype = lambda x, dtype, **_: np.asarray(x).astype(dtype)
     ct.mma = lambda x, y, acc, **_: acc + (x.astype(np.float64) @ y.astype(np.float64)).astype(acc.dtype)
     ct.sum, ct.max, ct.min = reduction(np.sum), reduction(np.max), reduction(np.min)
-    ct.exp, ct.exp2, ct.sqrt = unary(np.exp), unary(np.exp2), unary(np.sqrt)
+    ct.exp, ct.exp2, ct.sqrt, ct.log = unary(np.exp), unary(np.exp2), unary(np.sqrt), unary(np.log)
     ct.rsqrt = unary(lambda x: 1 / np.sqrt(x))
     ct.truediv = lambda x, y, **_: np.asarray(x) / y
     ct.maximum = lambda x, y, **_: np.maximum(x, y)

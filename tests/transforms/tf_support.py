@@ -60,6 +60,10 @@ class Compiler:
     def aot(self, source: str, kernel: str, specs: dict | None = None) -> str:
         """TileIR text of a full AOT capture (export, tileiras to an sm_90 cubin): the
         rewritten kernel really compiles.  ``specs`` default to the module's CAPTURE_SPECS."""
+        return (self.aot_folder(source, kernel, specs) / "kernel.tileir").read_text()
+
+    def aot_folder(self, source: str, kernel: str, specs: dict | None = None) -> Path:
+        """The capture folder of ``aot`` (cubin, remarks, resource usage under ``sm_90/``)."""
         key = ("aot", source, kernel, tuple(sorted((specs or {}).items())))
         if key not in self.cache:
             from cutile_diag.capture.aot import capture_aot
@@ -67,7 +71,7 @@ class Compiler:
             out = path.with_suffix(f".{kernel}.aot{len(self.cache)}")
             folder = capture_aot(f"{path}::{kernel}", specs, out_dir=out)
             assert (folder.path / "sm_90" / "kernel.cubin").stat().st_size > 0
-            self.cache[key] = (folder.path / "kernel.tileir").read_text()
+            self.cache[key] = folder.path
         return self.cache[key]
 
 

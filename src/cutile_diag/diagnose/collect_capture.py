@@ -213,6 +213,11 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
     except (TypeError, ValueError):
         ev.notes.append(f"{arch}: PTX directives in the manifest are not numbers: ignored")
 
+    if arch is not None and "cubin.threads_per_cta" in ev and "cubin.registers" in ev:
+        per_sm, why = _ctas_per_sm(ev, arch)
+        if per_sm is not None:
+            ev.add("cubin.resident_ctas", per_sm, f"{arch}/resource-usage.txt + elf-info", why)
+
     sass, _ = read("sass", "SASS instruction mix", lambda p: parse_sass(p.read_text(errors="replace")))
     f = _pick(sass, symbol, function)
     if f is not None:

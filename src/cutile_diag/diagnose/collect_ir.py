@@ -499,6 +499,8 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
           "view stores with allow_tma = false")
     count("ir.view_loads_allow_tma_false", [o for o in view_loads if _hint_value(o, "allow_tma") is False],
           "view loads with allow_tma = false")
+    count("ir.view_loads_allow_tma_unset", [o for o in view_loads if not _has_hint(o, "allow_tma")],
+          "view loads without allow_tma")
     padded = [o for o in view_loads if o.operand_types and (o.operand_types[0].padding or "") in _NONZERO_PADDING]
     count("ir.nonzero_padding_loads", padded, "view loads with non-zero padding",
           lambda o: f"padding_value = {o.operand_types[0].padding}: TMA pads only with zero")

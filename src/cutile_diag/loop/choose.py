@@ -26,14 +26,6 @@ class Choice:
     candidates: list[Candidate]
 
 
-# A step that needs a companion to pay off, tried as one more sweep point when the companion
-# applies to the step's result.  Tile loads (A) in a one-row-per-block kernel become a TMA
-# pipeline (255 registers, ~50 KB shared memory: one resident block per SM on sm_90); only a
-# persistent grid keeps loads in flight then.  On the H200 A gained 11 % on TileGym's persistent
-# softmax and lost 3.8-7.4x on one-row-per-block rms_norm / row_norm (bench/results/acceptance-h200*).
-COMPANIONS = {"gather_to_load": "persistent_grid"}
-
-
 def transform_key(name: str, params: Mapping[str, Any]) -> str:
     return name + (json.dumps(dict(params), sort_keys=True, default=str) if params else "")
 
@@ -86,10 +78,6 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                 cands.append(Candidate(v, res, dict(params)))
                 if len(cands) >= max_sweep:
                     break
-            if cands and len(cands) < max_sweep:
-                joint = _with_companion(cands[0], tname, a, kernel_file, kernel, transforms, attempted)
-                if joint is not None:
-                    cands.append(joint)
             if cands:
                 return Choice(rec, t, cands), manual, skipped
             skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
@@ -110,31 +98,3 @@ def row_label(entry: str, planned: str, ran: str, cands: Sequence[Candidate]) ->
 def sweep_prefix(label: str) -> str:
     """The part of a sweep's label before the swept parameters (the chosen point's row reuses it)."""
     return label.rsplit(": ", 1)[0] if " sweep (" in label else label
-
-
-def _with_companion(first: Candidate, tname: str, a: Version, kernel_file: str, kernel: str,
-                    transforms: Mapping[str, Any], attempted: set) -> Candidate | None:
-    """``first`` followed by its companion transform (``COMPANIONS``), or None when there is
-    none, it does not apply to ``first``'s result, or it was tried on ``a``."""
-    name = COMPANIONS.get(tname)
-    comp = transforms.get(name) if name else None
-    if comp is None:
-        return None
-    params = {"with": name}
-    if (a.digest, tname, json.dumps(params, sort_keys=True, default=str)) in attempted:
-        return None
-    src = first.result.new_source
-    try:
-        settings = comp.candidates(src, kernel)
-        if not settings:
-            return None
-        res = comp.apply(src, kernel, **settings[0])
-    except Exception:             # the companion refuses this result: the step goes alone
-        return None
-    from .transforms.base import TransformResult
-    joint = TransformResult(transform=tname, new_source=res.new_source,
-                            description=f"{first.result.description}; with {name}: {res.description}",
-                            changed_lines=res.changed_lines, params=params)
-    files = {**a.files, kernel_file: res.new_source}
-    v = Version("", files, None, first.version.applied + (transform_key(name, res.params or settings[0]),))
-    return Candidate(v, joint, params)

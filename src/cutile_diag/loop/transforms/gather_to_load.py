@@ -18,7 +18,10 @@ is dropped only when it is a bounds mask (``cols < x.shape[1]``, or ``cols < N``
 launch in the file passes the array's ``.shape[1]`` as ``N``: inline or through the wrapper's
 ``m, n = x.shape`` / ``x.shape[-1]`` / ``x.size(1)``, read from the array passed or one
 provably of its shape, ``y = torch.empty_like(x)`` or ``assert y.shape == x.shape``).
-``latency`` and ``check_bounds`` carry over.
+``latency`` and ``check_bounds`` carry over.  ``tma="off"`` writes the tile loads/stores with
+``allow_tma=False``: on sm_90 a TMA load or store warp-specialises a one-row-per-block kernel
+(256 threads, 255 registers, ~50 KB of shared memory: one resident block per SM), while the
+same view ops without TMA stay at 128 threads and tens of registers; ``candidates`` offers both.
 Refused per call, with the reason: data-dependent indices (loaded from memory), strided or
 unaligned ones, other masks, a non-zero ``padding_value``, names whose value at the call
 is not provable.  Index variables left unused are removed.
@@ -32,7 +35,7 @@ import libcst as cst
 
 from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
                        taken_names)
-from .tma_padding import ensure_import_math, valid_mask
+from .tma_padding import TMA_OFF_NOTE, ensure_import_math, tma_setting, valid_mask
 from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, kwarg, lines_text,
                    literal_value, names_in, parse_module, positional, refuse, rewrite, stmt)
 
@@ -72,9 +75,14 @@ class GatherToLoad(Transform):
     name: str = "gather_to_load"
     playbook_id: str = "A"
     summary: str = "tile-shaped ct.gather/ct.scatter (row ids, b*T + arange(T)) -> ct.load/ct.store"
-    PARAMS: ClassVar[dict[str, Any]] = {}
+    PARAMS: ClassVar[dict[str, Any]] = {"tma": "auto"}
+
+    def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        ok, _ = self.applicable(source, kernel_name)
+        return [{}, {"tma": "off"}] if ok else []
 
     def _plan(self, k: Kernel, params) -> Plan:
+        tma_off = tma_setting(params)
         calls = k.calls("gather", "scatter")
         if not calls:
             refuse(f"{k.name} has no ct.gather / ct.scatter")
@@ -140,7 +148,7 @@ class GatherToLoad(Transform):
             need_reshape = s.result_shape != s.load_shape
             res = _tuple(s.result_shape)
             extra = [f"{kw}={code(a.value)}" for kw in ("check_bounds", "latency")
-                     if (a := kwarg(s.call, kw)) is not None]
+                     if (a := kwarg(s.call, kw)) is not None] + (["allow_tma=False"] if tma_off else [])
             arr = code(s.array)
             if s.kind == "gather":
                 text = (f"{k.ct.ref('load')}({arr}, index={index}, shape={shape}, "
@@ -181,8 +189,9 @@ class GatherToLoad(Transform):
             parts.append(f"ct.gather -> ct.load ({lines_text(lines['gather'])})")
         if lines["scatter"]:
             parts.append(f"ct.scatter -> ct.store ({lines_text(lines['scatter'])})")
-        return Plan(description="; ".join(parts) + " with a tile index and ZERO padding",
-                    params={}, module=module, notes=problems)
+        return Plan(description="; ".join(parts) + " with a tile index and ZERO padding"
+                    + (TMA_OFF_NOTE if tma_off else ""),
+                    params={"tma": "off"} if tma_off else {}, module=module, notes=problems)
 
 
 def _drop_dead_index_vars(module: cst.Module, k: Kernel, were_bound: set[str]) -> cst.Module:

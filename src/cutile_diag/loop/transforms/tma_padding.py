@@ -14,7 +14,8 @@ load whose padded lanes are replaced afterwards::
 Only axes whose tile can overhang get a mask term (a literal size-1 axis indexes one
 row; an axis whose tile size is passed as ``A.shape[d]`` at every launch never overhangs),
 so a tile that equals the extent everywhere needs no mask at all.  ``import math`` is
-added when the file lacks it.
+added when the file lacks it.  ``tma="off"`` also sets ``allow_tma=False`` on the rewritten
+load (see ``TMA_OFF_NOTE``); ``candidates`` offers both.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import libcst as cst
 
 from .analysis import launch_extent
 from .base import (Kernel, Plan, Transform, code, dotted, expr, int_value, kwarg, lines_text, positional,
-                   refuse, rewrite, stmt)
+                   refuse, rewrite, set_kwargs, stmt)
 
 # padding mode -> the Python value the masked lanes get
 FILL = {"NEG_INF": "-math.inf", "POS_INF": "math.inf", "NAN": "math.nan", "NEG_ZERO": "-0.0"}
@@ -77,14 +78,32 @@ def ensure_import_math(module: cst.Module) -> cst.Module:
     return module.with_changes(body=body)
 
 
+TMA_OFF_NOTE = ("; allow_tma=False (plain vector loads/stores: on sm_90 TMA warp-specialises a "
+                "one-row-per-block kernel to 255 registers and one resident block per SM)")
+
+
+def tma_setting(params) -> bool:
+    """True for ``tma="off"``; the parameter takes "auto" (TMA where tileiras can) or "off"."""
+    v = params.get("tma", "auto")
+    if v not in ("auto", "off"):
+        from .base import TransformParamError
+        raise TransformParamError(f"tma must be 'auto' or 'off', not {v!r}")
+    return v == "off"
+
+
 @dataclass(frozen=True)
 class TmaZeroPadding(Transform):
     name: str = "tma_zero_padding"
     playbook_id: str = "P"
     summary: str = "non-zero-padded ct.load (NEG_INF, ...) -> ZERO-padded (TMA) load + ct.where on padded lanes"
-    PARAMS: ClassVar[dict[str, Any]] = {}
+    PARAMS: ClassVar[dict[str, Any]] = {"tma": "auto"}
+
+    def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        ok, _ = self.applicable(source, kernel_name)
+        return [{}, {"tma": "off"}] if ok else []
 
     def _plan(self, k: Kernel, params) -> Plan:
+        tma_off = tma_setting(params)
         loads = k.calls("load")
         if not loads:
             refuse(f"{k.name} has no ct.load")
@@ -122,6 +141,8 @@ class TmaZeroPadding(Transform):
                 args = [a.with_changes(value=zero) if a.keyword is not None and a.keyword.value == "padding_mode"
                         else a for a in node.args]
                 new = node.with_changes(args=args)
+                if tma_off:
+                    new = set_kwargs(new, [("allow_tma", expr("False"))])
                 if mask is None:
                     return new
                 return expr(f"{k.ct.ref('where')}({mask}, __LOAD__, {fill})").with_changes(
@@ -138,8 +159,8 @@ class TmaZeroPadding(Transform):
         desc = (f"{', '.join(sorted({m for _l, m, _h in done}))} padding -> ZERO on the ct.load at "
                 f"{lines_text(ln for ln, _m, _h in done)}" +
                 (f"; padded lanes masked with ct.where ({lines_text(masked)})" if masked else
-                 "; no mask needed (the tile equals the extent at every launch)"))
-        return Plan(description=desc, params={}, module=module, notes=problems)
+                 "; no mask needed (the tile equals the extent at every launch)")) + (TMA_OFF_NOTE if tma_off else "")
+        return Plan(description=desc, params={"tma": "off"} if tma_off else {}, module=module, notes=problems)
 
 
 class _Swap(cst.CSTTransformer):
