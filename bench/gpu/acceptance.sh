@@ -50,8 +50,12 @@ case "${1:-}" in
        run structural_suite 110 --budget-s 95 --grace-s 10 --only row_norm ;;
   # session 4 (#10): TMA off in row kernels (A/P tma="off", F loads=True, the warp-specialisation
   # root cause), measured side by side, then the structural loops with room to stop by themselves
-  s4a) run row_variants 150 --rounds 3
-       run structural_suite 420 --budget-s 390 --grace-s 25 --only softmax,row_norm ;;
+  s4a) t0=$SECONDS
+       timeout -k 5 100 python -m pytest -q -m gpu -p no:cacheprovider tests/transforms/test_gpu_rows.py \
+         -k "off or loads" >"$OUT/gpu_rows.txt" 2>&1
+       echo "== gpu_rows rc=$? in $((SECONDS - t0)) s"; tail -n 3 "$OUT/gpu_rows.txt"
+       run row_variants 120 --rounds 3
+       run structural_suite 330 --budget-s 305 --grace-s 20 --only softmax,row_norm ;;
   s4b) run structural_suite 560 --budget-s 525 --grace-s 30 --only row_lse,tilegym_softmax ;;
   s4c) b=${S4C_BUDGET:-330}
        run structural_suite $((b + 30)) --budget-s "$b" --grace-s 25 --only tilegym_softmax_tma ;;
