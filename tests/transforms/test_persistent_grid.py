@@ -133,3 +133,35 @@ def test_candidates():
     assert T.candidates(example_source("vector_add"), "vector_add") == [
         {}, {"blocks_per_sm": 1}, {"blocks_per_sm": 2}, {"blocks_per_sm": 4}, {"blocks_per_sm": 8}]
     assert T.candidates(example_source("matmul"), "matmul") == []
+
+
+def test_the_loops_sweep_starts_at_the_blocks_the_kernel_keeps_resident():
+    """With the capture's resident blocks per SM the sweep is a full wave, half of it, then the
+    default: on the H200 a grid of 4 blocks per SM made 16-resident row kernels 23-97 % slower."""
+    src = example_source("softmax")
+    plain = T.candidates(src, "softmax")
+    assert T.candidates_for(src, "softmax", {}) == plain
+    assert T.candidates_for(src, "softmax", {"cubin.resident_ctas": 16})[:3] == [
+        {"blocks_per_sm": 16}, {"blocks_per_sm": 8}, {}]
+    # a kernel at one resident block: one per SM first, the default (4) right after, no repeats
+    one = T.candidates_for(src, "softmax", {"cubin.resident_ctas": 1})
+    assert one[:2] == [{"blocks_per_sm": 1}, {}] and len(one) == len({str(p) for p in one})
+    # the decorator's occupancy is the default: resident 2 -> [2, 1, {}] with {} = occupancy 8
+    hinted = src.replace("@ct.kernel\n", "@ct.kernel(occupancy=8)\n", 1)
+    assert T.candidates_for(hinted, "softmax", {"cubin.resident_ctas": 2})[:3] == [
+        {"blocks_per_sm": 2}, {"blocks_per_sm": 1}, {}]
+    assert T.candidates_for(src, "softmax", {"cubin.resident_ctas": True}) == plain       # not a count
+
+
+def test_choose_hands_the_diagnosis_evidence_to_the_transform():
+    from cutile_diag.loop.backends import Version
+    from cutile_diag.loop.choose import choose
+    from cutile_diag.loop.diagnosis import LoopDiagnosis, Rec
+    from cutile_diag.loop.transforms import TRANSFORMS
+    a = Version("baseline", {"softmax.py": example_source("softmax")}, "c0")
+    d = LoopDiagnosis(bottleneck="memory-bound", recommendations=[Rec(id="B", name="B", transform="persistent_grid")],
+                      evidence=[{"key": "cubin.resident_ctas", "value": 16, "source": "sm_90"}])
+    choice, _, _ = choose(d, a, kernel_file="softmax.py", kernel="softmax", transforms=TRANSFORMS,
+                          attempted=set(), max_sweep=3)
+    assert [c.params for c in choice.candidates] == [{"blocks_per_sm": 16}, {"blocks_per_sm": 8}, {}]
+    assert "num_sms * 16" in choice.candidates[0].version.files["softmax.py"]

@@ -36,6 +36,7 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
     """The next automatic step, the manual entries ranked above it, and why entries were skipped.
     ``attempted``: (base digest, transform, params json) already tried (``Ledger.attempted``)."""
     source = a.files[kernel_file]
+    facts = {e.get("key"): e.get("value") for e in diag.evidence if isinstance(e, dict)}
     manual: list[dict] = []
     skipped: list[str] = []
     for rec in diag.recommendations:
@@ -54,7 +55,7 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
             if getattr(t, "kind", "source") != "source":
                 continue        # hint-only transforms have a source twin the loop commits
             try:
-                params_list = t.candidates(source, kernel)
+                params_list = t.candidates_for(source, kernel, facts)
                 if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
                     skipped.append(f"{rec.id}/{tname}: {t.why_no_candidates(source, kernel) or 'nothing to change'}")
                     continue

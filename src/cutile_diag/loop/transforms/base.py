@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -685,6 +685,11 @@ class Transform:
         """Parameter sets worth measuring, most promising first; [] if none applies."""
         ok, _ = self.applicable(source, kernel_name)
         return [{}] if ok else []
+
+    def candidates_for(self, source: str, kernel_name: str, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``candidates`` given the diagnosis's evidence facts of the version (``cubin.resident_ctas``
+        ...); transforms whose settings depend on the compiled kernel override it."""
+        return self.candidates(source, kernel_name)
 
     def why_no_candidates(self, source: str, kernel_name: str) -> str:
         """Why ``candidates`` came back empty (ask only then: it does not compute them again)."""
