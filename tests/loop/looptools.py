@@ -64,6 +64,9 @@ class FakeTransform:
             return [{"i": n}]
         return [p for p in self.params if self._marker(p) not in source]
 
+    def candidates_for(self, source: str, kernel: str, facts) -> list[dict]:
+        return self.candidates(source, kernel)
+
     def applicable(self, source, kernel, **params):
         return (self._marker(params) not in source, "")
 

@@ -250,3 +250,30 @@ def test_a_sweep_point_gets_the_time_its_capture_and_check_need(repo):
     # without baseline costs: the equal share, as before
     r.costs = lambda: budget_mod.Costs()
     assert r._share(proc.Deadline(40.0), 4, r._after_s(plan, 0, 0)).remaining() <= 10.0
+
+
+def test_a_screened_point_killed_while_confirming_is_out_of_time_not_a_crash(repo):
+    """H200, TileGym softmax: a latency sweep's winner measured fine in screening, then its
+    confirmation ran into the iteration's budget and was killed; that is the clock, not a hang of
+    the candidate: the row is a budget revert with the screening latency, never a crash."""
+    from cutile_diag.loop.backends import SimulatedBackend
+    sweep = FakeTransform("kernel_hints", "C", params=[{"v": 1}, {"v": 2}])
+    r = make_loop(repo, {"effects": {'kernel_hints{"v": 2}': 0.9}}, recs=[rec("C", "kernel_hints")],
+                  transforms={"kernel_hints": sweep}, max_iterations=1, rounds=2)
+    screened: set[str] = set()
+    plain = SimulatedBackend.measure
+
+    def measure(versions, ws, deadline, rounds):
+        pair = tuple(v.label for v in versions)
+        if pair in screened:                    # the second sitting of a screened pair: the confirmation
+            r.backend._hang(versions[1], deadline, "measuring")
+        screened.add(pair)
+        return plain(r.backend, versions, ws, deadline, rounds)
+    r.backend.measure = measure
+    r.opt.iteration_budget_s = 6
+    r.start()
+    it = r.led.iterations[-1]
+    assert it["status"] == "revert" and it["decision"]["rule"] == "budget"
+    assert "time budget ran out while confirming" in it["decision"]["reason"]
+    assert it["latency_ms"] is not None and it["latency_source"] == "screening"
+    assert it["correctness"] == "PASS"          # the point's check passed before the clock ran out

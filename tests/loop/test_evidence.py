@@ -68,6 +68,9 @@ class _CommentInKernel:
     def candidates(self, source, kernel):
         return [] if "# a comment only" in source else [{}]
 
+    def candidates_for(self, source, kernel, facts):
+        return self.candidates(source, kernel)
+
     def why_no_candidates(self, source, kernel):
         return "done"
 

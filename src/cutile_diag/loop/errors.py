@@ -31,7 +31,12 @@ class BackendError(LoopError):
 
 
 class MeasurementTimeout(LoopError):
-    """A verification or measurement ran past the iteration's time budget and was killed."""
+    """A verification or measurement ran past the iteration's time budget and was killed.
+    ``label``: the version whose run was killed (None: the budget ran out before a run began)."""
+
+    def __init__(self, message: str, *, label: str | None = None, **kw):
+        self.label = label
+        super().__init__(message, **kw)
 
 
 class CandidateCrash(LoopError):

@@ -125,6 +125,16 @@ class Evaluation:
                     record["correctness"] = "-"
                 self.echo(f"  stopped by --time-limit: {_short(e.one_line())} -> revert")
                 return self._finish(record, deadline, a, keep=None)
+            if isinstance(e, MeasurementTimeout) and self._ran_before(e.label, a, record):
+                # a version that already ran to the end in this iteration (the kept one, a
+                # screened point) was killed by the clock, not by a hang: no verdict on the step
+                record["decision"] = decide_mod.reject("budget", f"the iteration's time budget ran out "
+                                                       f"while confirming ({e.one_line()})").to_json()
+                if "verification" not in record:
+                    record["correctness"] = "-"
+                self._screened_latency(record)
+                self.echo(f"  out of time: {_short(e.one_line())} -> revert")
+                return self._finish(record, deadline, a, keep=None)
             record["status"] = "crash"
             record["decision"] = decide_mod.reject("crash", e.one_line(), status="crash").to_json()
             self._screened_latency(record)
@@ -145,6 +155,12 @@ class Evaluation:
             # pending and --resume records the crash
             self._restore(a)
             raise
+
+    @staticmethod
+    def _ran_before(label: str | None, a: Version, record: dict) -> bool:
+        """``label`` (None: no run had begun) is A or a sweep point that screened to the end."""
+        return label is None or label == a.label or any(
+            r.get("label") == label and r.get("screen_ms") is not None for r in record.get("sweep") or [])
 
     def _confirm_fits(self, deadline: proc.Deadline, plan: budget_mod.Plan) -> bool:
         left = deadline.remaining()

@@ -90,7 +90,7 @@ class CommandBackend:
             with ws.materialize(v):
                 res = proc.run(cmd, cwd=self.cwd or ws.root, env=env, timeout=deadline.timeout(), shell=True, log=log)
             if res.timed_out:
-                raise MeasurementTimeout(f"{v.label}: {what} ran past the time budget and was killed")
+                raise MeasurementTimeout(f"{v.label}: {what} ran past the time budget and was killed", label=v.label)
             if ws.origin is not None:
                 self.imports = ws.check_imports(imports.read_audit(audit), f"{what} ({cmd})")
         finally:

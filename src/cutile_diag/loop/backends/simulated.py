@@ -115,7 +115,7 @@ class SimulatedBackend:
         # a real child that never finishes, killed at the budget like any hung kernel
         res = proc.run([sys.executable, "-c", "import time; time.sleep(3600)"], timeout=deadline.timeout(3600))
         if res.timed_out:
-            raise MeasurementTimeout(f"{v.label}: {what} hung and was killed at the time budget")
+            raise MeasurementTimeout(f"{v.label}: {what} hung and was killed at the time budget", label=v.label)
         raise CandidateCrash(f"{v.label}: the simulated hang ended by itself")  # pragma: no cover
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:

@@ -61,7 +61,7 @@ class _Worker:
             if left is not None and left <= 0:
                 self.kill()
                 raise MeasurementTimeout(f"{self.version.label}: {what} did not finish within the time budget "
-                                         f"and was killed")
+                                         f"and was killed", label=self.version.label)
             r, _, _ = select.select([fd], [], [], None if left is None else min(left, 5.0))
             if not r:
                 continue
