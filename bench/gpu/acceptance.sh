@@ -58,6 +58,6 @@ case "${1:-}" in
        run structural_suite 330 --budget-s 305 --grace-s 20 --only softmax,row_norm ;;
   s4b) run structural_suite 585 --budget-s 555 --grace-s 25 --only row_lse,tilegym_softmax,tilegym_softmax_tma ;;
   s4c) b=${S4C_BUDGET:-240}
-       run structural_suite $((b + 20)) --budget-s "$b" --grace-s 15 --only softmax ;;
+       run structural_suite $((b + 20)) --budget-s "$b" --grace-s 15 --only row_lse ;;
   *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c" >&2; exit 2 ;;
 esac

@@ -37,7 +37,7 @@ from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mas
                        taken_names)
 from .tma_padding import TMA_OFF_NOTE, ensure_import_math, tma_setting, valid_mask
 from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, kwarg, lines_text,
-                   literal_value, names_in, parse_module, positional, refuse, rewrite, stmt)
+                   literal_value, names_in, refuse, rewrite, stmt)
 
 _PURE = {"bid", "arange", "full", "cdiv", "num_blocks"}
 
