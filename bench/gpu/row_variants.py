@@ -51,6 +51,35 @@ PLANS = {
     ]),
 }
 
+FL = ("store_allow_tma_false", {"loads": True})
+# the steps after the loops' kept versions (acceptance-h200-s4), as far as the loops did not get
+FOLLOWUPS = {
+    "row_lse": ("16384x3000-f32", [
+        ("F loads", [FL]),
+        ("F loads, P", [FL, ("tma_zero_padding", {})]),
+        ("F loads, Q", [FL, ("exp_to_exp2", {})]),
+        ("F loads, Q, H", [FL, ("exp_to_exp2", {}), ("flush_to_zero", {})]),
+        ("F loads, E", [FL, ("latency_hints", {})]),
+        ("F loads, C occ2", [FL, ("kernel_hints", {"occupancy": 2})]),
+        ("F loads, B 6/SM", [FL, ("persistent_grid", {"blocks_per_sm": 6})]),
+    ]),
+    "softmax": ("32768x1024-f16", [
+        ("F loads", [FL]),
+        ("F loads, Q, R", [FL, ("exp_to_exp2", {}), ("approx_div", {})]),
+        ("F loads, Q, R, H", [FL, ("exp_to_exp2", {}), ("approx_div", {}), ("flush_to_zero", {})]),
+        ("F loads, E", [FL, ("latency_hints", {})]),
+        ("F loads, B 16/SM", [FL, ("persistent_grid", {"blocks_per_sm": 16})]),
+        ("F loads, X4", [FL, ("rows_per_block", {"rows": 4})]),
+    ]),
+    "row_norm": ("16384x1000-f16", [
+        ("base", []),
+        ("E latency 1", [("latency_hints", {})]),
+        ("B 16/SM", [("persistent_grid", {"blocks_per_sm": 16})]),
+        ("H", [("flush_to_zero", {})]),
+        ("C occ2", [("kernel_hints", {"occupancy": 2})]),
+    ]),
+}
+
 
 # AOT signatures for --dry-run's resource table (the workloads' first-or-chosen shapes)
 SPECS = {
@@ -107,6 +136,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rep-ms", type=float, default=30.0)
     ap.add_argument("--only", default="", help="comma-separated kernels")
+    ap.add_argument("--set", choices=("forms", "followups"), default="forms",
+                    help="forms: TMA on/off and the structural steps; followups: the steps after the loops' kept versions")
     ap.add_argument("--tilegym", help="unused (acceptance.sh passes it to every suite)")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build every variant and compile-check it")
     args = ap.parse_args()
@@ -114,7 +145,7 @@ def main() -> int:
     only = [s for s in args.only.split(",") if s]
     rows = []
     t0 = time.time()
-    for kernel, (config, plans) in PLANS.items():
+    for kernel, (config, plans) in (PLANS if args.set == "forms" else FOLLOWUPS).items():
         if only and kernel not in only:
             continue
         variants = []
@@ -161,7 +192,7 @@ def measure_variants(kernel, config, variants, args):
             res = measure_config(wl, cfg, opts, check=False)
             if res.status == "ok":
                 row["samples_ms"].append(res.stats.median)
-    base = next((row for label, *_rest, row in live if label == "base"), None)
+    base = next((row for label, *_rest, row in live if label in ("base", "F loads")), None)
     for label, wl, cfg, row in live:
         row["median_ms"] = statistics.median(row["samples_ms"])
         row["spread_pct"] = 100 * (max(row["samples_ms"]) - min(row["samples_ms"])) / row["median_ms"]
