@@ -1,4 +1,6 @@
 """--print-record output, as TileGym perf tests print it, parsed per test id."""
+from pathlib import Path
+
 import pytest
 
 from cutile_diag.loop.errors import BackendError
@@ -67,3 +69,27 @@ def test_records_printed_by_the_cutile_diag_pytest_plugin():
     recs = latencies(parse_records(text))
     assert list(recs) == [ok]                      # a failed perf test's record is not a latency
     assert (recs[ok].median, recs[ok].nrep) == (1.0, 48)
+
+
+def test_a_gzipped_ledger_reads_like_the_plain_one_and_is_never_written(tmp_path):
+    """Committed results keep ledgers gzipped (the device carry limit): the one ledger reader
+    reads them, finds them in folders (a plain ledger beside one wins) and refuses to append."""
+    import gzip
+    import shutil
+
+    from cutile_diag.loop.ledger import Ledger, LedgerError, find_ledgers
+    src = Path(__file__).parents[2] / "bench" / "results" / "optimize-h200" / "gather_scale"
+    state = tmp_path / "gather_scale"
+    shutil.copytree(src, state)
+    led = Ledger.load(state)
+    assert led.path.name == "ledger.jsonl.gz" and led.iterations and led.records[0]["type"] == "setup"
+    with pytest.raises(LedgerError, match="read-only"):
+        led.append({"type": "note", "text": "x"})
+    assert gzip.decompress((state / "ledger.jsonl.gz").read_bytes()).count(b"\n") == len(led.records)
+    assert find_ledgers(tmp_path) == [state / "ledger.jsonl.gz"]
+    (state / "ledger.jsonl").write_bytes(gzip.decompress((state / "ledger.jsonl.gz").read_bytes()))
+    assert find_ledgers(tmp_path) == [state / "ledger.jsonl"]
+    (state / "ledger.jsonl").unlink()
+    (state / "ledger.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(LedgerError, match="not a gzipped ledger"):
+        Ledger.load(state)

@@ -83,13 +83,14 @@ def _tried(args) -> Counter:
 def tried_from_ledger(path: str) -> Counter:
     """The entries the loop itself demotes (``Ledger.tried``: tried and not a clear win), read from
     a ledger file or a loop state folder holding ``ledger.jsonl``."""
-    from ..loop.ledger import LEDGER_FILE, Ledger
+    from ..loop.ledger import LEDGER_FILE, LEDGER_GZ, Ledger
 
     p = Path(path)
     if p.is_dir():
-        if not (p / LEDGER_FILE).is_file():
+        found = [p / f for f in (LEDGER_FILE, LEDGER_GZ) if (p / f).is_file()]
+        if not found:
             raise UsageError(f"{p}: a folder without {LEDGER_FILE} (not a loop state folder)")
-        p = p / LEDGER_FILE
+        p = found[0]
     elif not p.is_file():
         raise UsageError(f"{p}: no such ledger")
     try:    # any file name: a copied ledger reads like <state>/ledger.jsonl
@@ -159,10 +160,11 @@ def _py_target(path: Path, name: str | None, args):
 def run(args) -> int:
     from ..diagnose.calibrate import Calibration
     from ..diagnose.engine import diagnose_tileir
+    from ..loop.ledger import find_ledgers
     tried = _tried(args)
     paths = [*args.calibrate, *([args.ledger] if args.ledger else [])]
     auto = Path.cwd() / "cutile-diag-out" / "optimize"     # the loop's default state root here
-    if not paths and auto.is_dir() and any(auto.rglob("ledger.jsonl")):
+    if not paths and auto.is_dir() and find_ledgers(auto):
         paths = [auto]
     args.calibration = Calibration.from_paths(paths) if paths else None
     kind, payload = _classify_target(args)

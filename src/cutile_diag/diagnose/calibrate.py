@@ -47,14 +47,14 @@ class Calibration:
 
     @classmethod
     def from_paths(cls, paths: Iterable[str | Path]) -> "Calibration":
-        """Ledger files, loop state folders, or folders searched for ``ledger.jsonl``."""
-        from ..loop.ledger import LEDGER_FILE, Ledger, LedgerError
+        """Ledger files, loop state folders, or folders searched for ``ledger.jsonl`` (or its ``.gz``)."""
+        from ..loop.ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
         cal = cls()
         for p in map(Path, paths):
             if p.is_file():
                 files = [p]
             elif p.is_dir():
-                files = sorted(p.rglob(LEDGER_FILE))
+                files = find_ledgers(p)
                 if not files:
                     raise UsageError(f"{p}: no {LEDGER_FILE} under this folder")
             else:

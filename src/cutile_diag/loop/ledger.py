@@ -40,6 +40,7 @@ truth: the table is regenerated from it).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import time
@@ -52,6 +53,14 @@ from .errors import LoopError
 
 TABLE_FILE = "perf_results.md"
 LEDGER_FILE = "ledger.jsonl"
+LEDGER_GZ = LEDGER_FILE + ".gz"      # committed results keep ledgers gzipped: read, never written
+
+
+def find_ledgers(folder: str | Path) -> list[Path]:
+    """Every ledger under ``folder``: ``ledger.jsonl``, or its gzipped copy where no plain one sits beside it."""
+    folder = Path(folder)
+    gz = [g for g in folder.rglob(LEDGER_GZ) if not (g.parent / LEDGER_FILE).exists()]
+    return sorted([*folder.rglob(LEDGER_FILE), *gz])
 COLUMNS = ("iteration", "optimization", "latency_ms", "correctness", "status")
 STATUSES = ("keep", "revert", "crash")
 NOT_CHECKED = "-"
@@ -175,10 +184,18 @@ class Ledger:
         led = cls(state_dir)
         if file is not None:
             led.path = Path(file)
+        elif not led.path.exists() and (led.dir / LEDGER_GZ).exists():
+            led.path = led.dir / LEDGER_GZ
         if not led.path.exists():
             raise LedgerError(f"{led.path}: no ledger here", hint="start the loop with `cutile-diag optimize`")
+        data = led.path.read_bytes()
+        if led.path.name.endswith(".gz"):
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as e:
+                raise LedgerError(f"{led.path}: not a gzipped ledger ({e})") from None
         try:
-            text = led.path.read_bytes().decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise LedgerError(f"{led.path}: not UTF-8 text (byte {e.start}); expected the loop's {LEDGER_FILE}") \
                 from None
@@ -295,6 +312,9 @@ class Ledger:
         write_atomic(self.table_path, render_table(self.rows()))
 
     def append(self, record: dict) -> dict:
+        if self.path.name.endswith(".gz"):
+            raise LedgerError(f"{self.path}: a gzipped ledger is read-only",
+                              hint="gunzip it into ledger.jsonl to continue the loop")
         if "type" not in record:
             raise LedgerError("internal: ledger record without a type")
         if record["type"] == "iteration":
