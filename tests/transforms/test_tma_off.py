@@ -102,3 +102,20 @@ def test_tma_parameter_values_are_checked():
         A.apply(ROW_NORM, "row_norm", tma="never")
     with pytest.raises(TransformParamError, match="tma must be 'auto' or 'off'"):
         P.apply(ROW_LSE, "row_lse", tma=False)
+
+
+def test_stores_off_but_a_tma_load_left_is_still_fs_root_cause(compiler, cubin):
+    """TileGym's `_softmax_kernel_tma` shape after the loop kept F's store form: the ZERO-padded
+    (TMA) load alone still warp-specialises the kernel, so F is not 'already applied' and its
+    root cause ranks first; its one candidate takes the load off TMA."""
+    from cutile_diag.diagnose.engine import diagnose_capture
+    src = F.apply(P.apply(SOFTMAX, "softmax").new_source, "softmax").new_source
+    n, why, _ = cubin(src, "softmax")
+    assert n == 1 and why.startswith("256 threads, 255 regs")
+    d = diagnose_capture(compiler.aot_folder(src, "softmax"))
+    assert d.first.id == "F" and "warp-specialises this kernel without mma" in d.first.reason
+    assert "F" not in {a["id"] for a in d.already_applied}
+    assert F.candidates(src, "softmax") == [{"loads": True}]
+    off = F.apply(src, "softmax", loads=True).new_source
+    d2 = diagnose_capture(compiler.aot_folder(off, "softmax"))
+    assert "F" not in [r.id for r in d2.recommendations] and "F" in {a["id"] for a in d2.already_applied}
