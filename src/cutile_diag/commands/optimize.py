@@ -53,7 +53,9 @@ def register(sub) -> None:
     lp = p.add_argument_group("loop")
     lp.add_argument("--max-iterations", type=int, default=None, help="stop after N iterations (1..25, default 25)")
     lp.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="time budget per iteration in seconds (default 600); a hang is killed and recorded as crash")
+                    help="time budget per iteration in seconds (default 600); a candidate that hangs is killed "
+                         "and recorded as crash; a sweep point killed at its share, or a screened one "
+                         "killed while confirming, is recorded as out of time (budget)")
     lp.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="wall time for this run in seconds: no step starts that would not fit, and the loop "
                          "stops with a resumable record (rule time-limit); not inherited by --resume")
