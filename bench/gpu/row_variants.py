@@ -143,13 +143,17 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     only = [s for s in args.only.split(",") if s]
+    plans = PLANS if args.set == "forms" else FOLLOWUPS
+    unknown = sorted(set(only) - set(plans))
+    if unknown:
+        ap.error(f"--only: no kernel {', '.join(unknown)} (kernels: {', '.join(plans)})")
     rows = []
     t0 = time.time()
-    for kernel, (config, plans) in (PLANS if args.set == "forms" else FOLLOWUPS).items():
+    for kernel, (config, variants_of) in plans.items():
         if only and kernel not in only:
             continue
         variants = []
-        for label, chain in plans:
+        for label, chain in variants_of:
             path, how = build(kernel, chain, args.out / "variants")
             rows.append({"kernel": kernel, "config": config, "variant": label, "steps": how,
                          "file": path.name if path else None})

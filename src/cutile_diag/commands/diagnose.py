@@ -87,14 +87,15 @@ def tried_from_ledger(path: str) -> Counter:
 
     p = Path(path)
     if p.is_dir():
-        found = [p / f for f in (LEDGER_FILE, LEDGER_GZ) if (p / f).is_file()]
-        if not found:
+        if not any((p / f).is_file() for f in (LEDGER_FILE, LEDGER_GZ)):
             raise UsageError(f"{p}: a folder without {LEDGER_FILE} (not a loop state folder)")
-        p = found[0]
+        led = Ledger.load(p)        # ledger.jsonl, or the gzipped copy committed results keep
     elif not p.is_file():
         raise UsageError(f"{p}: no such ledger")
-    try:    # any file name: a copied ledger reads like <state>/ledger.jsonl
-        return Ledger.load(p.parent, file=p).tried()
+    else:       # any file name: a copied ledger reads like <state>/ledger.jsonl
+        led = Ledger.load(p.parent, file=p)
+    try:
+        return led.tried()
     except (KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{p}: an iteration record is malformed ({type(e).__name__}: {e}); "
                          f"expected the loop's {LEDGER_FILE}") from None

@@ -25,6 +25,9 @@ from .ledger import short_text as _short
 from .recover import save_candidates, save_files
 
 
+_CONFIRM_CUT = "the iteration's time budget ran out while confirming"
+
+
 class Evaluation:
     def costs(self) -> budget_mod.Costs:
         return budget_mod.costs_from_ledger(self.led.iterations)
@@ -116,24 +119,16 @@ class Evaluation:
             self.echo(f"  correctness FAIL after timing: {_short(e.one_line())} -> revert")
             return self._finish(record, deadline, a, keep=None)
         except (MeasurementTimeout, CandidateCrash) as e:
-            left = self.time_left()
-            if isinstance(e, MeasurementTimeout) and left is not None and left < 1.0:
-                # the run's --time-limit cut the step short: no verdict on the candidate
-                record["decision"] = decide_mod.reject("budget", f"--time-limit reached during the step "
-                                                       f"({e.one_line()})").to_json()
+            why = self._clock_kill(e, a, record)
+            if why is not None:
+                # no verdict on the candidate: the clock, not a hang, ended the step
+                record["decision"] = decide_mod.reject("budget", f"{why} ({e.one_line()})").to_json()
                 if "verification" not in record:
                     record["correctness"] = "-"
-                self.echo(f"  stopped by --time-limit: {_short(e.one_line())} -> revert")
-                return self._finish(record, deadline, a, keep=None)
-            if isinstance(e, MeasurementTimeout) and self._ran_before(e.label, a, record):
-                # a version that already ran to the end in this iteration (the kept one, a
-                # screened point) was killed by the clock, not by a hang: no verdict on the step
-                record["decision"] = decide_mod.reject("budget", f"the iteration's time budget ran out "
-                                                       f"while confirming ({e.one_line()})").to_json()
-                if "verification" not in record:
-                    record["correctness"] = "-"
-                self._screened_latency(record)
-                self.echo(f"  out of time: {_short(e.one_line())} -> revert")
+                if why == _CONFIRM_CUT:
+                    self._screened_latency(record)
+                self.echo(f"  {'stopped by --time-limit' if why != _CONFIRM_CUT else 'out of time'}: "
+                          f"{_short(e.one_line())} -> revert")
                 return self._finish(record, deadline, a, keep=None)
             record["status"] = "crash"
             record["decision"] = decide_mod.reject("crash", e.one_line(), status="crash").to_json()
@@ -156,11 +151,19 @@ class Evaluation:
             self._restore(a)
             raise
 
-    @staticmethod
-    def _ran_before(label: str | None, a: Version, record: dict) -> bool:
-        """``label`` (None: no run had begun) is A or a sweep point that screened to the end."""
-        return label is None or label == a.label or any(
-            r.get("label") == label and r.get("screen_ms") is not None for r in record.get("sweep") or [])
+    def _clock_kill(self, e: Exception, a: Version, record: dict) -> str | None:
+        """Why a timeout is the clock's doing, or None (a hang: a crash).  The run's --time-limit
+        ran out; or the killed run belongs to a version that already ran to the end in this
+        iteration (A, a screened sweep point) or to none (the budget ran out before it began)."""
+        if not isinstance(e, MeasurementTimeout):
+            return None
+        left = self.time_left()
+        if left is not None and left < 1.0:
+            return "--time-limit reached during the step"
+        if e.label is None or e.label == a.label or any(
+                r.get("label") == e.label and r.get("screen_ms") is not None for r in record.get("sweep") or []):
+            return _CONFIRM_CUT
+        return None
 
     def _confirm_fits(self, deadline: proc.Deadline, plan: budget_mod.Plan) -> bool:
         left = deadline.remaining()

@@ -55,18 +55,19 @@ TABLE_FILE = "perf_results.md"
 LEDGER_FILE = "ledger.jsonl"
 LEDGER_GZ = LEDGER_FILE + ".gz"      # committed results keep ledgers gzipped: read, never written
 
-
-def find_ledgers(folder: str | Path) -> list[Path]:
-    """Every ledger under ``folder``: ``ledger.jsonl``, or its gzipped copy where no plain one sits beside it."""
-    folder = Path(folder)
-    gz = [g for g in folder.rglob(LEDGER_GZ) if not (g.parent / LEDGER_FILE).exists()]
-    return sorted([*folder.rglob(LEDGER_FILE), *gz])
 COLUMNS = ("iteration", "optimization", "latency_ms", "correctness", "status")
 STATUSES = ("keep", "revert", "crash")
 NOT_CHECKED = "-"
 SIMULATED = "not checked (simulated)"
 CORRECTNESS = ("PASS", "FAIL", NOT_CHECKED, SIMULATED)
 SCHEMA = "cutile-diag.loop/1"
+
+
+def find_ledgers(folder: str | Path) -> list[Path]:
+    """Every ledger under ``folder``: ``ledger.jsonl``, or its gzipped copy where no plain one sits beside it."""
+    folder = Path(folder)
+    gz = [g for g in folder.rglob(LEDGER_GZ) if not (g.parent / LEDGER_FILE).exists()]
+    return sorted([*folder.rglob(LEDGER_FILE), *gz])
 
 
 class LedgerError(LoopError):

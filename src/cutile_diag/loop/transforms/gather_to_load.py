@@ -35,7 +35,7 @@ import libcst as cst
 
 from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
                        taken_names)
-from .tma_padding import TMA_OFF_NOTE, ensure_import_math, tma_setting, valid_mask
+from .tma_padding import TMA_OFF_NOTE, TmaChoice, ensure_import_math, tma_setting, valid_mask
 from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, kwarg, lines_text,
                    literal_value, names_in, refuse, rewrite, stmt)
 
@@ -71,15 +71,11 @@ def _stable_names(k: Kernel, form: AffineGather, binds) -> str | None:
 
 
 @dataclass(frozen=True)
-class GatherToLoad(Transform):
+class GatherToLoad(TmaChoice, Transform):
     name: str = "gather_to_load"
     playbook_id: str = "A"
     summary: str = "tile-shaped ct.gather/ct.scatter (row ids, b*T + arange(T)) -> ct.load/ct.store"
     PARAMS: ClassVar[dict[str, Any]] = {"tma": "auto"}
-
-    def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
-        ok, _ = self.applicable(source, kernel_name)
-        return [{}, {"tma": "off"}] if ok else []
 
     def _plan(self, k: Kernel, params) -> Plan:
         tma_off = tma_setting(params)

@@ -26,7 +26,7 @@ import libcst as cst
 from .analysis import (assignments, axis_extent, bid_calls, bid_variables, module_bindings, require_launches,
                        taken_names)
 from .base import (Kernel, Plan, Transform, TransformParamError, code, expr, find_all, fresh_name,
-                   int_value, names_in, positional, refuse, rewrite, stmt)
+                   int_value, load, names_in, positional, refuse, rewrite, stmt)
 from .group_m_swizzle import PARAM as GROUP_PARAM
 from .kernel_hints import decorator_hints
 
@@ -81,8 +81,7 @@ class PersistentGrid(Transform):
     def _plan(self, k: Kernel, params) -> Plan:
         bps = params["blocks_per_sm"]
         if bps is None:
-            occ = decorator_hints(k).get("occupancy")
-            bps = occ if isinstance(occ, int) else 4
+            bps = _default_bps(k)
         if isinstance(bps, bool) or not isinstance(bps, int) or not 1 <= bps <= 64:
             raise TransformParamError(f"{self.name}: blocks_per_sm must be an integer in 1..64, got {bps!r}")
         if k.calls("num_blocks"):
@@ -209,11 +208,17 @@ class PersistentGrid(Transform):
         resident = facts.get("cubin.resident_ctas")
         if not out or not isinstance(resident, int) or isinstance(resident, bool) or not 1 <= resident <= 64:
             return out
-        default = self.apply(source, kernel_name).params["blocks_per_sm"]
+        default = _default_bps(load(source, kernel_name))
         first = [resident, max(1, resident // 2)]
         rest = [p.get("blocks_per_sm", default) for p in out]
         order = list(dict.fromkeys(first + rest))
         return [{} if v == default else {"blocks_per_sm": v} for v in order]
+
+
+def _default_bps(k: Kernel) -> int:
+    """The decorator's literal ``occupancy``, else 4."""
+    occ = decorator_hints(k).get("occupancy")
+    return occ if isinstance(occ, int) else 4
 
 
 def _module_imports(k: Kernel):

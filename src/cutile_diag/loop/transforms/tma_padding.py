@@ -25,8 +25,8 @@ from typing import Any, ClassVar, Sequence
 import libcst as cst
 
 from .analysis import launch_extent
-from .base import (Kernel, Plan, Transform, code, dotted, expr, int_value, kwarg, lines_text, positional,
-                   refuse, rewrite, set_kwargs, stmt)
+from .base import (Kernel, Plan, Transform, TransformParamError, code, dotted, expr, int_value, kwarg,
+                   lines_text, positional, refuse, rewrite, set_kwargs, stmt)
 
 # padding mode -> the Python value the masked lanes get
 FILL = {"NEG_INF": "-math.inf", "POS_INF": "math.inf", "NAN": "math.nan", "NEG_ZERO": "-0.0"}
@@ -86,21 +86,24 @@ def tma_setting(params) -> bool:
     """True for ``tma="off"``; the parameter takes "auto" (TMA where tileiras can) or "off"."""
     v = params.get("tma", "auto")
     if v not in ("auto", "off"):
-        from .base import TransformParamError
         raise TransformParamError(f"tma must be 'auto' or 'off', not {v!r}")
     return v == "off"
 
 
-@dataclass(frozen=True)
-class TmaZeroPadding(Transform):
-    name: str = "tma_zero_padding"
-    playbook_id: str = "P"
-    summary: str = "non-zero-padded ct.load (NEG_INF, ...) -> ZERO-padded (TMA) load + ct.where on padded lanes"
-    PARAMS: ClassVar[dict[str, Any]] = {"tma": "auto"}
+class TmaChoice:
+    """A transform whose rewritten loads/stores may use TMA or not: both forms are candidates."""
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
         ok, _ = self.applicable(source, kernel_name)
         return [{}, {"tma": "off"}] if ok else []
+
+
+@dataclass(frozen=True)
+class TmaZeroPadding(TmaChoice, Transform):
+    name: str = "tma_zero_padding"
+    playbook_id: str = "P"
+    summary: str = "non-zero-padded ct.load (NEG_INF, ...) -> ZERO-padded (TMA) load + ct.where on padded lanes"
+    PARAMS: ClassVar[dict[str, Any]] = {"tma": "auto"}
 
     def _plan(self, k: Kernel, params) -> Plan:
         tma_off = tma_setting(params)
