@@ -65,6 +65,9 @@ def register(sub) -> None:
     lp.add_argument("--until-roof", type=float, default=None, metavar="F",
                     help="go on past a < 2 %% step (and past two steps without gain) while the kept "
                          "version is below F (0..1) of the measured ceiling")
+    lp.add_argument("--lookahead", type=float, default=None, metavar="F",
+                    help="with --until-roof/--continue: a structural step at most F slower (default 0.05; 0: off) "
+                         "stays a frontier for one more step, whose candidates are screened on it too")
     lp.add_argument("--max-sweep", type=int, default=None, help="parameter settings screened per sweep step (default 4)")
     lp.add_argument("--only", help="comma-separated playbook ids the loop may try (e.g. A,B,E)")
     lp.add_argument("--skip", help="comma-separated playbook ids the loop must not try")
@@ -93,7 +96,7 @@ def request(args):
     """The flags as the loop's one typed request."""
     from ..loop.api import Measurement, OptimizeRequest
     over = dict(max_iterations=args.max_iterations, iteration_budget_s=args.budget, rounds=args.rounds,
-                max_sweep=args.max_sweep)
+                max_sweep=args.max_sweep, lookahead=args.lookahead)
     if args.keep_going:
         over["keep_going"] = True
     if args.until_roof is not None:

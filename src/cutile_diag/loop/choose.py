@@ -15,8 +15,9 @@ from .diagnosis import LoopDiagnosis, Rec
 @dataclass
 class Candidate:
     version: Version
-    result: Any                  # TransformResult
+    result: Any                  # TransformResult, or a composite's (loop.composite)
     params: dict
+    transform: str = ""          # what ran, when not the choice's transform (a composite: "a+b")
 
 
 @dataclass
@@ -39,6 +40,7 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
     facts = {e.get("key"): e.get("value") for e in diag.evidence if isinstance(e, dict)}
     manual: list[dict] = []
     skipped: list[str] = []
+    from .composite import enabled_candidates
     for rec in diag.recommendations:
         if only and rec.id.upper() not in only:
             continue
@@ -47,6 +49,7 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
         if not rec.automatic:
             manual.append(rec.to_json())
             continue
+        blocked = []                # transforms that refused A: a composite may meet their precondition
         for tname in dict.fromkeys([rec.transform, *rec.alternatives]):
             t = transforms.get(tname)
             if t is None:
@@ -58,11 +61,14 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                 params_list = t.candidates_for(source, kernel, facts)
                 if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
                     skipped.append(f"{rec.id}/{tname}: {t.why_no_candidates(source, kernel) or 'nothing to change'}")
+                    blocked.append(t)
                     continue
             except Exception as e:
                 skipped.append(f"{rec.id}/{tname}: {type(e).__name__}: {e}")
+                blocked.append(t)
                 continue
             cands: list[Candidate] = []
+            refused = 0
             for params in params_list:
                 key = (a.digest, tname, json.dumps(params, sort_keys=True, default=str))
                 if key in attempted:
@@ -71,6 +77,7 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                     res = t.apply(source, kernel, **params)
                 except Exception as e:
                     skipped.append(f"{rec.id}/{tname}{params or ''}: {getattr(e, 'reason', None) or e}")
+                    refused += 1
                     continue
                 files = {**a.files, kernel_file: res.new_source}
                 v = Version("", files, None, a.applied + (transform_key(tname, res.params or params),))
@@ -81,7 +88,14 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                     break
             if cands:
                 return Choice(rec, t, cands), manual, skipped
+            if refused == len(params_list):
+                blocked.append(t)
             skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
+        for t in blocked:
+            comps = enabled_candidates(rec, t, a, kernel_file=kernel_file, kernel=kernel, transforms=transforms,
+                                       facts=facts, attempted=attempted, limit=max_sweep, skipped=skipped)
+            if comps:
+                return Choice(rec, t, comps), manual, skipped
     return None, manual, skipped
 
 
@@ -89,6 +103,11 @@ def row_label(entry: str, planned: str, ran: str, cands: Sequence[Candidate]) ->
     """What a row says it ran: the transform that really ran (an entry's alternative is named as
     such, never under the entry's own title) and, for a sweep, the parameters it varies."""
     who = f"{entry} {ran}" if ran == planned or not planned else f"{entry} {ran} (in place of {planned})"
+    if cands and all(getattr(c.result, "parts", None) for c in cands):       # composites name their steps
+        ids = sorted({c.result.ids for c in cands})
+        if len(cands) == 1:
+            return cands[0].result.description
+        return f"{'/'.join(ids)}: composite sweep ({len(cands)} settings)"
     if len(cands) == 1:
         return f"{who}: {cands[0].result.description}"
     varied = sorted({k for c in cands for k, v in c.params.items()

@@ -18,6 +18,7 @@ from . import decide as decide_mod
 from . import proc, stats
 from .backends import CorrectnessFailure, Version
 from .choose import Candidate, sweep_prefix
+from .composite import part_records, point_label
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
 from .evidence import changed_outside_kernel, diff_line, uncredit
 from .integrations import ir_diff
@@ -186,7 +187,7 @@ class Evaluation:
         before a decision (its record then carries the rejection)."""
         record["digest"] = b.version.digest
         record["applied"] = list(b.version.applied)
-        record["optimization"] = _short(label if not sweep_info else f"{sweep_prefix(label)}: {b.result.description}")
+        record["optimization"] = _short(label if not sweep_info else point_label(label, b, sweep_prefix))
         record["change"].update(self._change_info(a, b, idir))
         self.ws.write(b.version.files)
         self._guard()
@@ -207,6 +208,11 @@ class Evaluation:
             record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path)
         else:
             record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
+        if b.transform and "+" in b.transform:        # a composite: each step's own diff and IR diff
+            record["change"]["frontier"] = b.result.frontier
+            record["change"]["parts"] = part_records(a, b, self.s.kernel_file, None if cap_b is None else (
+                lambda x, y: ir_diff(*(c.path if c and c.ok else None
+                                       for c in (self._capture(x, deadline), self._capture(y, deadline))))))
         # a sweep point was checked in the sweep: the same files need no second check
         ver = self._verified.get(b.version.digest) or self.backend.verify(b.version, self.ws, deadline)
         record["verification"] = ver.to_json()

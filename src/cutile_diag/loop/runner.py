@@ -45,6 +45,7 @@ from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosi
 from .errors import LoopError
 from .evaluate import Evaluation
 from .evidence import capture_sources
+from .frontier import DEFAULT_LOOKAHEAD, lookahead_choice
 from .integrations import CaptureResult, capture_version
 from .ledger import Ledger
 from .ledger import short_text as _short
@@ -75,6 +76,7 @@ class LoopOptions:
     # given for one invocation only: a later plain --resume does not inherit them silently
     PER_RUN = ("keep_going", "time_limit_s")
     until_roof: float | None = None     # go on past small steps while below this fraction of the roof
+    lookahead: float = DEFAULT_LOOKAHEAD  # a structural step at most this much slower stays a frontier (loop.frontier)
     time_limit_s: float | None = None   # this invocation's wall time: no step starts that would not fit
 
     def __post_init__(self):
@@ -87,6 +89,8 @@ class LoopOptions:
             raise LoopError("--budget must be a positive number of seconds")
         if self.time_limit_s is not None and not float(self.time_limit_s) > 0:
             raise LoopError(f"--time-limit must be a positive number of seconds, not {self.time_limit_s}")
+        if not 0.0 <= float(self.lookahead) < 1.0:
+            raise LoopError(f"--lookahead must be a fraction in [0, 1) (0: off), not {self.lookahead}")
         if self.until_roof is not None and not 0.0 < float(self.until_roof) <= 1.0:
             raise LoopError(f"--until-roof must be a fraction in (0, 1], not {self.until_roof}")
         self.only = [x.upper() for x in self.only]
@@ -374,6 +378,7 @@ class Runner(Evaluation):
                                 + " — handing over (cutile-diag loop next shows the evidence)",
                                 [r.to_json() for r in diag.recommendations if not r.automatic])
                 choice, manual, skipped = self.choose(diag, a)
+                choice = lookahead_choice(self, a, choice, lambda fv: self.choose(diag, fv)[0])
                 for sk in skipped:
                     self.echo(f"  skip {sk}")
                 if choice is None:
@@ -407,12 +412,15 @@ class Runner(Evaluation):
         sweep = len(choice.candidates) > 1
         for i, c in enumerate(choice.candidates):
             c.version = c.version.with_label(f"iter-{n}" + (f"/{i + 1}" if sweep else ""))
-        tried = [{"transform": choice.transform.name, "params": c.params} for c in choice.candidates]
+        tried = [{"transform": c.transform or choice.transform.name, "params": c.params} for c in choice.candidates]
         meta = {"entry": {"id": rec.id, "name": rec.name, "transform": choice.transform.name, "automatic": True},
                 "diagnosis": {**diag.to_json(), "chosen": rec.to_json()},
                 "tried": tried}
         if choice.transform.name != rec.transform:
             meta["entry"]["alternative_of"] = rec.transform
+        composite = sorted({c.transform for c in choice.candidates if "+" in c.transform})
+        if composite:
+            meta["entry"]["composite"] = composite
         label = row_label(rec.id, rec.transform, choice.transform.name, choice.candidates)
         left, costs = self.time_left(), self.costs()
         need = costs.iteration_s(1, self.opt.rounds)

@@ -664,6 +664,10 @@ class Transform:
     # parameters, ``applicable`` asks whether any candidate applies
     REQUIRES_PARAMS: ClassVar[bool] = False
 
+    # transforms whose output can meet this one's precondition (read_once needs the tile loads
+    # gather_to_load writes): the loop screens them applied together (loop.composite)
+    ENABLED_BY: ClassVar[tuple[str, ...]] = ()
+
     # -- public API
     def applicable(self, source: str, kernel_name: str, **params) -> tuple[bool, str]:
         if self.REQUIRES_PARAMS and not params:

@@ -72,6 +72,7 @@ class ReadOnce(Transform):
     playbook_id: str = "W"
     summary: str = "multi-pass row kernels: load the row once when every pass loop runs once (extent <= tile)"
     PARAMS: ClassVar[dict[str, Any]] = {}
+    ENABLED_BY: ClassVar[tuple[str, ...]] = ("gather_to_load",)
 
     def _plan(self, k: Kernel, params) -> Plan:
         why_not: list[str] = []

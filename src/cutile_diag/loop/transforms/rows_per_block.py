@@ -41,6 +41,7 @@ class RowsPerBlock(Transform):
     playbook_id: str = "X"
     summary: str = "one-row-per-block row kernel -> ROWS rows per tile (shape=(ROWS, T)), grid / ROWS"
     PARAMS: ClassVar[dict[str, Any]] = {"rows": 4}
+    ENABLED_BY: ClassVar[tuple[str, ...]] = ("gather_to_load", "tma_zero_padding")
 
     def _plan(self, k: Kernel, params) -> Plan:
         r = params["rows"]

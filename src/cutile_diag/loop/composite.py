@@ -1,0 +1,159 @@
+"""Composite steps: several transforms screened and kept as one candidate.
+
+A greedy walk never measures a step whose precondition another step provides when that
+step alone is not a win: ``read_once`` (W) needs the tile loads ``gather_to_load`` (A)
+writes, and A alone may be slower.  When an entry's transform refuses the kept version,
+``enabled_candidates`` applies each transform that declares it can meet the precondition
+(``Transform.ENABLED_BY``) first and the refused one on its output — whether or not the
+enabling step was tried (and reverted) alone.  ``on_top`` builds the same kind of
+candidate on a frontier version (``loop.frontier``): its steps, then the next one.
+
+A composite is one candidate: one row ("A+W: ..."), one commit, ``applied`` naming every
+step; ``part_records`` gives the ledger each part's diff (and IR diff when captures run).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from .backends import Version
+from .choose import Candidate, transform_key
+
+
+@dataclass(frozen=True)
+class CompositeResult:
+    """What a composite did, in the shape of a ``TransformResult`` plus its ``parts``
+    (``transform``, ``params``, ``description``, ``entry`` and the kernel file's text after it)."""
+    parts: tuple[dict, ...]
+    new_source: str
+    changed_lines: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+    frontier: int | None = None          # the iteration whose reverted step this builds on
+
+    @property
+    def transform(self) -> str:
+        return "+".join(p["transform"] for p in self.parts)
+
+    @property
+    def ids(self) -> str:
+        return "+".join(p.get("entry") or "?" for p in self.parts)
+
+    @property
+    def params(self) -> dict:
+        # keyed by position: the same transform may appear twice (a step on top of itself)
+        return {f"{i + 1}:{p['transform']}": dict(p.get("params") or {}) for i, p in enumerate(self.parts)}
+
+    @property
+    def description(self) -> str:
+        return f"{self.ids}: " + "; then ".join(p.get("description") or p["transform"] for p in self.parts)
+
+
+def part(entry: str, transform: str, result: Any, params: Mapping[str, Any]) -> dict:
+    return {"entry": entry, "transform": transform, "params": dict(getattr(result, "params", None) or params),
+            "description": getattr(result, "description", transform), "source": result.new_source}
+
+
+def compose(a: Version, kernel_file: str, parts: Sequence[dict], *, frontier: int | None = None) -> Candidate:
+    """The candidate that applies ``parts`` (in order, each with the source after it) to ``a``."""
+    flat: list[dict] = []
+    for p in parts:
+        inner = p.get("parts")
+        flat.extend(inner if inner else [p])
+    res = CompositeResult(tuple(flat), flat[-1]["source"], frontier=frontier)
+    applied = a.applied + tuple(transform_key(p["transform"], p.get("params") or {}) for p in flat)
+    v = Version("", {**a.files, kernel_file: res.new_source}, None, applied)
+    return Candidate(v, res, res.params, transform=res.transform)
+
+
+def enabled_candidates(rec, blocked, a: Version, *, kernel_file: str, kernel: str, transforms: Mapping[str, Any],
+                       facts: Mapping[str, Any], attempted: set, limit: int, skipped: list[str]) -> list[Candidate]:
+    """Composites (enabler, ``blocked``) for an entry whose transform refused ``a``: each
+    enabling transform's settings, then ``blocked``'s first setting that applies on its output."""
+    source = a.files[kernel_file]
+    out: list[Candidate] = []
+    for ename in getattr(blocked, "ENABLED_BY", ()):
+        e = transforms.get(ename)
+        if e is None or getattr(e, "kind", "source") != "source":
+            continue
+        try:
+            eparams = e.candidates_for(source, kernel, facts)
+        except Exception as err:
+            skipped.append(f"{rec.id}/{ename}+{blocked.name}: {type(err).__name__}: {err}")
+            continue
+        for p in eparams:
+            try:
+                r1 = e.apply(source, kernel, **p)
+                bparams = blocked.candidates_for(r1.new_source, kernel, facts)
+            except Exception as err:
+                skipped.append(f"{rec.id}/{ename}{p or ''}+{blocked.name}: {getattr(err, 'reason', None) or err}")
+                continue
+            for q in bparams[:1]:
+                try:
+                    r2 = blocked.apply(r1.new_source, kernel, **q)
+                except Exception as err:
+                    skipped.append(f"{rec.id}/{ename}{p or ''}+{blocked.name}{q or ''}: "
+                                   f"{getattr(err, 'reason', None) or err}")
+                    continue
+                c = compose(a, kernel_file, [part(getattr(e, "playbook_id", "") or ename, ename, r1, p),
+                                             part(rec.id, blocked.name, r2, q)])
+                key = (a.digest, c.transform, json.dumps(c.params, sort_keys=True, default=str))
+                if key in attempted or any(o.version.digest == c.version.digest for o in out):
+                    continue
+                out.append(c)
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def on_top(a: Version, kernel_file: str, base_parts: Sequence[dict], cands: Sequence[Candidate], *,
+           entry: str, transform: str, frontier: int, attempted: set) -> list[Candidate]:
+    """Candidates chosen on a frontier version (for ``entry`` with ``transform``), as composites
+    on ``a``: the frontier's steps (``base_parts``, already in its files), then each candidate's own."""
+    out = []
+    for c in cands:
+        res = c.result
+        mine = list(res.parts) if isinstance(res, CompositeResult) else [
+            part(entry, c.transform or transform, res, c.params)]
+        comp = compose(a, kernel_file, [*base_parts, *mine], frontier=frontier)
+        # the frontier's own steps are in c.version.applied already: keep its lineage
+        comp.version = Version("", comp.version.files, None, c.version.applied)
+        key = (a.digest, comp.transform, json.dumps(comp.params, sort_keys=True, default=str))
+        if key not in attempted and comp.version.digest != a.digest:
+            out.append(comp)
+    return out
+
+
+def point_label(label: str, cand: Candidate, prefix: Callable[[str], str]) -> str:
+    """A sweep point's row: a composite names its steps itself ("A+W: ..."), a single step
+    under the sweep's prefix."""
+    if isinstance(cand.result, CompositeResult):
+        return cand.result.description
+    return f"{prefix(label)}: {cand.result.description}"
+
+
+def part_records(a: Version, cand: Candidate, kernel_file: str,
+                 ir_diff: Callable[[Version, Version], dict] | None = None) -> list[dict]:
+    """Each part of a composite as the ledger keeps it: what ran, its own diff of the kernel
+    file, and (``ir_diff`` given: captures on) the IR diff against the version before it."""
+    res = cand.result
+    if not isinstance(res, CompositeResult):
+        return []
+    out, before = [], a
+    for i, p in enumerate(res.parts):
+        src = p.get("source")
+        rec = {k: p.get(k) for k in ("entry", "transform", "params", "description")}
+        if src is None:         # a frontier's inner step: its text is only known with the next one's
+            rec["diff"] = "(in the next part's diff)"
+            out.append(rec)
+            continue
+        after = Version(f"{cand.version.label}/part{i + 1}", {**before.files, kernel_file: src}, None)
+        rec["diff"] = "".join(difflib.unified_diff(
+            before.files[kernel_file].splitlines(True), src.splitlines(True),
+            f"a/{kernel_file}", f"b/{kernel_file}"))[:6000]
+        if ir_diff is not None:
+            rec["ir_diff"] = ir_diff(before, after)
+        out.append(rec)
+        before = after
+    return out
