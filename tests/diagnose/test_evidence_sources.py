@@ -343,6 +343,22 @@ def test_calibration_moves_entries(multipass):
     assert d.past and d.past[0]["entry"] == "B"
 
 
+def test_a_read_once_form_measured_slower_on_similar_kernels_is_no_longer_promised(multipass):
+    ev = collect_capture(multipass["layer_norm_three_pass_gather"])
+    d0 = diagnose(ev)
+    w0 = next(r for r in d0.recommendations if r.id == "W")
+    assert w0.expected_gain > 0.05
+    cls, other = d0.bottleneck, next(c for c in ("compute-bound", "memory-bound") if c != d0.bottleneck)
+    slower = [PastStep("W", "norm", 2, "revert", 1 / 1.7 - 1, cls=cls)]       # the A+W form: 1.7x slower
+    w = next(r for r in diagnose(ev, calibration=Calibration(slower)).recommendations if r.id == "W")
+    assert w.expected_gain < 0 < w0.expected_gain and "1 measured step" in w.predicted_effect["basis"]
+    assert d0.ids().index("W") <= diagnose(ev, calibration=Calibration(slower)).ids().index("W")
+    # a kernel of another evidence class is not similar: its measurement does not move W here
+    far = [PastStep("W", "gemm", 2, "revert", -0.4, cls=other)]
+    assert next(r for r in diagnose(ev, calibration=Calibration(far)).recommendations
+                if r.id == "W").expected_gain == w0.expected_gain
+
+
 def test_headroom_uses_the_measured_ceiling(multipass):
     ev = collect_capture(multipass["layer_norm_three_pass_gather"])
     ev.add("gpu.pct_of_roof", 50.0, "test")

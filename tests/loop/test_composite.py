@@ -69,6 +69,10 @@ def test_composite_lost_is_not_screened_again(repo):
     tried = [t["transform"] for it in r.led.iterations for t in it.get("change", {}).get("tried", [])]
     assert tried == ["gather+reads"] and res.stop_rule == "exhausted"
     assert r.led.iterations[1]["decision"]["rule"] == "regression"
+    # the next diagnosis ranks with what the loop measured: W (as A+W) measured slower
+    cal = r.diagnoser.calls[-1].calibration
+    assert cal.measured("W") == [cal.steps[0].measured] and cal.steps[0].measured < -0.1
+    assert cal.steps[0].cls == "memory-bound" and cal.measured("W", "compute-bound") == []
 
 
 # --- the bounded lookahead (loop.frontier) ---------------------------------------------------
@@ -110,3 +114,23 @@ def test_lookahead_is_off_without_continue_or_when_zero(repo):
     for branch, opts in (("la-off", {"lookahead": 0.0}), ("la-greedy", {"keep_going": False})):
         r, _ = _lookahead(repo, 0.90, branch, **opts)
         assert not any("follow" in it["applied"] for it in r.led.iterations), branch
+
+
+def test_the_loop_ranks_with_ledgers_committed_in_the_repository(repo):
+    """Committed ledgers (what git tracks, e.g. bench results) join the loop's own measurements."""
+    import shutil
+    from pathlib import Path
+
+    from looptools import git
+    src = Path(__file__).resolve().parents[2] / "bench" / "results" / "optimize-h200" / "gather_scale"
+    led = next(p for p in src.iterdir() if p.name.startswith("ledger.jsonl"))
+    (repo / "results").mkdir()
+    shutil.copy(led, repo / "results" / led.name)
+    git(repo, "add", "results")
+    git(repo, "commit", "-qm", "results")
+    r = make_loop(repo, {}, recs=[], transforms={})
+    (repo / "untracked").mkdir()
+    shutil.copy(led, repo / "untracked" / led.name)                   # not committed: not read
+    cal = r._calibration()
+    assert [Path(s).parent.name for s in cal.sources[1:]] == ["results"]
+    assert any(s.entry == "A" and s.kernel for s in cal.steps)

@@ -29,6 +29,7 @@ class PastStep:
     predicted_high: float | None = None
     predicted_expected: float | None = None
     ledger: str = ""
+    cls: str | None = None               # the kernel's evidence class when it was diagnosed (None: not recorded)
 
     def to_json(self) -> dict:
         return dict(vars(self))
@@ -39,8 +40,13 @@ class Calibration:
     steps: list[PastStep] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
 
-    def measured(self, entry: str) -> list[float]:
-        return [s.measured for s in self.steps if s.entry == entry and s.measured is not None]
+    def similar(self, entry: str, cls: str | None = None) -> list[PastStep]:
+        """The entry's steps on similar kernels: the same evidence class (``cls``; a step whose
+        class was not recorded counts for every class)."""
+        return [s for s in self.steps if s.entry == entry and (cls is None or s.cls in (None, cls))]
+
+    def measured(self, entry: str, cls: str | None = None) -> list[float]:
+        return [s.measured for s in self.similar(entry, cls) if s.measured is not None]
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -93,7 +99,8 @@ def steps_of(led, source: str = "") -> list[PastStep]:
         out.append(PastStep(entry=str(entry), kernel=kernel, iteration=int(r["iteration"]),
                             status=str(r.get("status")), measured=_gain_of(r),
                             predicted_low=pred.get("low"), predicted_high=pred.get("high"),
-                            predicted_expected=pred.get("expected"), ledger=source))
+                            predicted_expected=pred.get("expected"), ledger=source,
+                            cls=(r.get("diagnosis") or {}).get("bottleneck")))
     return out
 
 

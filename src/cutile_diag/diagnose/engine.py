@@ -212,13 +212,14 @@ def _ncu_gain(found: list[dict]) -> float | None:
     return 1.0 / (1.0 - p / 100.0) - 1.0
 
 
-def _calibrate(rec: "Recommendation", calibration, found: list[dict]) -> float:
-    """Set ``rec.expected_gain`` (and its basis); return the rank multiplier: an entry expected
-    to give more than its prior moves up, one that measured little here moves down."""
+def _calibrate(rec: "Recommendation", calibration, found: list[dict], cls: str | None = None) -> float:
+    """Set ``rec.expected_gain`` (and its basis) from what was measured for the entry on kernels
+    of the same evidence class ``cls``; return the rank multiplier: an entry expected to give
+    more than its prior moves up, one that measured little (or a slowdown) here moves down."""
     from .calibrate import expected_gain, prior_expected
     pe = rec.predicted_effect
-    measured = calibration.measured(rec.id) if calibration else []
-    rec.past = [s.to_json() for s in calibration.steps if s.entry == rec.id] if calibration else []
+    measured = calibration.measured(rec.id, cls) if calibration else []
+    rec.past = [s.to_json() for s in calibration.similar(rec.id, cls)] if calibration else []
     rec.ncu = found
     exp, how = expected_gain(pe["low"], pe["high"], measured, _ncu_gain(found))
     rec.expected_gain = exp
@@ -302,7 +303,8 @@ def diagnose(ev: Evidence, *, tried: Iterable[str] | Mapping[str, int] | None = 
             tried=counts.get(entry.id, 0), summary=entry.summary, changes=changes_for(entry.changes, bottleneck),
             risks=entry.risks, verify=entry.verify, references=entry.references,
             alternatives=entry.alternatives, root_cause=clause.root_cause)
-        scale = _calibrate(rec, calibration, [f for f in ncu_findings if entry.id in (f.get("entries") or [])])
+        scale = _calibrate(rec, calibration, [f for f in ncu_findings if entry.id in (f.get("entries") or [])],
+                           cls.bottleneck)
         rec.rank = round(rank * scale, 3)
         recs.append(((rec.tried > 0, rec.tried, not rec.root_cause, rec.rank, order), rec))
 

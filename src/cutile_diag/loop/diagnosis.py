@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 
 @dataclass
@@ -78,6 +78,7 @@ class DiagnoseContext:
     primary: str | None = None
     workload_info: Mapping[str, dict] = field(default_factory=dict)
     iteration: int = 0
+    calibration: Any = None                # diagnose.calibrate.Calibration: measured steps (loop_calibration)
 
 
 class Diagnoser(Protocol):
@@ -120,9 +121,37 @@ class EngineDiagnoser:
                 collect_gpu(ev, points=list(ctx.points), primary=ctx.primary)
             except Exception as e:    # measurements are an extra; the static diagnosis stands without them
                 notes.append(f"GPU evidence not used: {type(e).__name__}: {e}")
-        out = _from_engine(diagnose(ev, tried=dict(ctx.tried)))
+        out = _from_engine(diagnose(ev, tried=dict(ctx.tried), calibration=ctx.calibration))
         out.notes = notes + out.notes
         return out
+
+
+def committed_ledgers(root: Path) -> list[Path]:
+    """Loop ledgers committed in the repository at ``root`` (bench results, earlier runs): what
+    git tracks, so nothing is searched outside the checkout and nothing in it is written."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", "*ledger.jsonl", "*ledger.jsonl.gz"], cwd=root,
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [root / p for p in out.split("\0") if p and (root / p).is_file()]
+
+
+def loop_calibration(led, committed: Sequence[Path] = ()):
+    """What the loop measured per playbook entry — this loop's own ledger and the committed
+    ``committed`` ledgers — as the ``Calibration`` the diagnosis ranks with (an unreadable
+    committed ledger is left out: it must not stop the loop)."""
+    from ..diagnose.calibrate import Calibration, steps_of
+    cal = Calibration(steps_of(led, str(led.path)), [str(led.path)])
+    for f in committed:
+        try:
+            other = Calibration.from_paths([f])
+        except Exception:
+            continue
+        cal.steps.extend(other.steps)
+        cal.sources.extend(other.sources)
+    return cal
 
 
 # memory- / compute-bound priority orders of the perf recipe (tilegym-facts §7), for when the

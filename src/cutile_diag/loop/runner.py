@@ -41,7 +41,7 @@ from . import proc, stats
 from .backends import Backend, Version, Workspace
 # Candidate, Choice, transform_key: re-exported for callers of runner.*
 from .choose import Candidate, Choice, choose, row_label, transform_key  # noqa: F401
-from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis
+from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, committed_ledgers, loop_calibration
 from .errors import LoopError
 from .evaluate import Evaluation
 from .evidence import capture_sources
@@ -241,6 +241,13 @@ class Runner(Evaluation):
             info["why"] = "no FLOP/byte counts for " + ", ".join(missing[:5])
         return info
 
+    def _calibration(self):
+        """This ledger's measured steps and the repository's committed ledgers (read once)."""
+        if not hasattr(self, "_committed"):
+            own = self.led.path.resolve()
+            self._committed = [p for p in committed_ledgers(self.s.root) if p.resolve() != own]
+        return loop_calibration(self.led, self._committed)
+
     def _diagnose(self, v: Version, n: int) -> LoopDiagnosis:
         cap = self._capture(v, proc.Deadline(self.budget_s()))
         kept = self.led.last_kept()
@@ -248,7 +255,8 @@ class Runner(Evaluation):
                               capture=cap.path if cap and cap.ok else None, arch=self.opt.archs[0],
                               tried=dict(self.led.tried()), points=self._points_of(kept),
                               primary=(self.backend.configs() or [None])[0],
-                              workload_info=self.backend.workload_info(), iteration=n)
+                              workload_info=self.backend.workload_info(), iteration=n,
+                              calibration=self._calibration())
         d = self.diagnoser.diagnose(ctx)
         if cap is not None and not cap.ok:
             d.notes.insert(0, f"capture of the kept version failed: {cap.error}")
