@@ -61,5 +61,8 @@ case "${1:-}" in
        run structural_suite $((b + 20)) --budget-s "$b" --grace-s 15 --only row_lse ;;
   # the steps after the loops' kept versions, side by side (what the loops ran out of time for)
   s4d) run row_variants 120 --rounds 3 --set followups ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d" >&2; exit 2 ;;
+  # session 5 (#21 items 1-2): composite steps (A+W) and the lookahead under --until-roof 0.9 on a
+  # three-pass gather norm, a persistent 2-blocks/SM row kernel and TileGym softmax (TMA), < 8 min
+  s5b) run composite_suite 470 --budget-s 410 --grace-s 20 ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5b" >&2; exit 2 ;;
 esac

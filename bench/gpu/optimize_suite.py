@@ -40,6 +40,9 @@ EXAMPLES = {
     # spec-less, in the styles of real libraries (2-D gathers in two passes; NEG_INF-padded row loads)
     "row_norm": ("row_norm.py", "row_norm", "examples:row_norm", "16384x1000-f16"),
     "row_lse": ("row_lse.py", "row_lse", "examples:row_lse", "16384x3000-f32"),
+    # issue 21: three passes re-reading the row through gathers (A+W); a persistent grid of 2 blocks/SM
+    "multipass_norm": ("multipass_norm.py", "multipass_norm", "examples:multipass_norm", "16384x4096-f16"),
+    "persistent_rows": ("persistent_rows.py", "persistent_rows", "examples:persistent_rows", "65536x1000-f16"),
     "matmul": ("matmul.py", "matmul", "examples:matmul", "4096-f16"),
 }
 # name -> (file in the checkout, kernel, workload, configuration, class)

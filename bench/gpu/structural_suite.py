@@ -48,7 +48,8 @@ ROOT = base.ROOT
 UNTIL_ROOF = 0.9
 TARGET_PCT = 85.0
 # name -> share of the suite's time (the loop's --time-limit is the share of what is left)
-EXAMPLES = {"softmax": 3.0, "row_norm": 2.5, "row_lse": 2.0, "gather_scale": 0.8, "vector_add": 0.8}
+EXAMPLES = {"softmax": 3.0, "row_norm": 2.5, "row_lse": 2.0, "gather_scale": 0.8, "vector_add": 0.8,
+            "multipass_norm": 3.0, "persistent_rows": 3.0}
 # gather_scale and vector_add start above 90 % of the measured ceiling (bench/results/acceptance-h200):
 # `--only` leaves them out when device time is short
 # name -> (file in the checkout, kernel, workload, configuration, share)

@@ -134,3 +134,16 @@ def test_the_loop_ranks_with_ledgers_committed_in_the_repository(repo):
     cal = r._calibration()
     assert [Path(s).parent.name for s in cal.sources[1:]] == ["results"]
     assert any(s.entry == "A" and s.kernel for s in cal.steps)
+
+
+def test_the_composite_is_screened_beside_the_step_itself(repo):
+    """W applies alone too (read_once over gathers): one sweep screens W and A+W against A."""
+    ts = {"gather": FakeTransform("gather", "A"), "reads": FakeTransform("reads", "W")}
+    ts["reads"].ENABLED_BY = ("gather",)
+    spec = {"effects": {"gather": 0.85, "reads": 0.98}}
+    r = make_loop(repo, spec, recs=[rec("W", "reads")], transforms=ts, max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert [t["transform"] for t in it["change"]["tried"]] == ["reads", "gather+reads"]
+    assert [s["description"].split(":")[0] for s in it["sweep"]] == ["reads", "A+W"]
+    assert it["status"] == "keep" and it["applied"] == ["gather", "reads"] and it["optimization"].startswith("A+W: ")

@@ -23,6 +23,8 @@ EXAMPLE_KERNELS: dict[str, tuple[str, ...]] = {
 SPECLESS_KERNELS: dict[str, tuple[str, ...]] = {
     "row_norm.py": ("row_norm",),
     "row_lse.py": ("row_lse",),
+    "multipass_norm.py": ("multipass_norm",),
+    "persistent_rows.py": ("persistent_rows",),
 }
 
 

@@ -1,7 +1,9 @@
 """Choosing a step: of the diagnosis's ranked entries, the first automatic one whose transform
 applies to the last kept version with parameters not tried on it; its parameter settings
-(up to ``max_sweep``) become the candidates.  Manual entries ranked above it are returned for
-``loop next``, and every skipped entry says why."""
+(up to ``max_sweep``) become the candidates, beside composites with the transforms that can
+provide its precondition (``loop.composite``; all of the sweep when the entry's transform
+refuses the kept version).  Manual entries ranked above it are returned for ``loop next``,
+and every skipped entry says why."""
 from __future__ import annotations
 
 import json
@@ -49,7 +51,6 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
         if not rec.automatic:
             manual.append(rec.to_json())
             continue
-        blocked = []                # transforms that refused A: a composite may meet their precondition
         for tname in dict.fromkeys([rec.transform, *rec.alternatives]):
             t = transforms.get(tname)
             if t is None:
@@ -61,14 +62,10 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                 params_list = t.candidates_for(source, kernel, facts)
                 if not params_list:             # say why (loop next shows it): e.g. hints a wrapper overrides
                     skipped.append(f"{rec.id}/{tname}: {t.why_no_candidates(source, kernel) or 'nothing to change'}")
-                    blocked.append(t)
-                    continue
             except Exception as e:
                 skipped.append(f"{rec.id}/{tname}: {type(e).__name__}: {e}")
-                blocked.append(t)
-                continue
+                params_list = []
             cands: list[Candidate] = []
-            refused = 0
             for params in params_list:
                 key = (a.digest, tname, json.dumps(params, sort_keys=True, default=str))
                 if key in attempted:
@@ -77,7 +74,6 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                     res = t.apply(source, kernel, **params)
                 except Exception as e:
                     skipped.append(f"{rec.id}/{tname}{params or ''}: {getattr(e, 'reason', None) or e}")
-                    refused += 1
                     continue
                 files = {**a.files, kernel_file: res.new_source}
                 v = Version("", files, None, a.applied + (transform_key(tname, res.params or params),))
@@ -86,16 +82,15 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                 cands.append(Candidate(v, res, dict(params)))
                 if len(cands) >= max_sweep:
                     break
-            if cands:
-                return Choice(rec, t, cands), manual, skipped
-            if refused == len(params_list):
-                blocked.append(t)
-            skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
-        for t in blocked:
+            # beside the step itself: the step after each transform that can provide its precondition
+            # (all the sweep when the step itself refuses A, else up to half of it)
+            room = max_sweep if not cands else max_sweep // 2
             comps = enabled_candidates(rec, t, a, kernel_file=kernel_file, kernel=kernel, transforms=transforms,
-                                       facts=facts, attempted=attempted, limit=max_sweep, skipped=skipped)
-            if comps:
-                return Choice(rec, t, comps), manual, skipped
+                                       facts=facts, attempted=attempted, limit=room, skipped=skipped) if room else []
+            if cands or comps:
+                return Choice(rec, t, cands[:max_sweep - len(comps)] + comps), manual, skipped
+            if params_list:
+                skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
     return None, manual, skipped
 
 
@@ -103,11 +98,11 @@ def row_label(entry: str, planned: str, ran: str, cands: Sequence[Candidate]) ->
     """What a row says it ran: the transform that really ran (an entry's alternative is named as
     such, never under the entry's own title) and, for a sweep, the parameters it varies."""
     who = f"{entry} {ran}" if ran == planned or not planned else f"{entry} {ran} (in place of {planned})"
-    if cands and all(getattr(c.result, "parts", None) for c in cands):       # composites name their steps
-        ids = sorted({c.result.ids for c in cands})
-        if len(cands) == 1:
-            return cands[0].result.description
-        return f"{'/'.join(ids)}: composite sweep ({len(cands)} settings)"
+    ids = sorted({c.result.ids for c in cands if getattr(c.result, "parts", None)})
+    if ids and len(ids) == len(cands) == 1:                 # a composite names its steps
+        return cands[0].result.description
+    if ids:
+        return f"{who}: sweep ({len(cands)} settings, composite {'/'.join(ids)})"
     if len(cands) == 1:
         return f"{who}: {cands[0].result.description}"
     varied = sorted({k for c in cands for k, v in c.params.items()

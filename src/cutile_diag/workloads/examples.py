@@ -357,10 +357,81 @@ class RowLse(_Example):
         return cfg["M"] * cfg["N"] * _bits(cfg["dtype"]) / 8 + 4.0 * cfg["M"]
 
 
+class MultipassNorm(_Example):
+    """No ``capture()``: the spec comes from intercepting ``run`` (CPU) or from a run (GPU)."""
+    module_file = "multipass_norm.py"
+    outputs = ("y",)
+    kernel_name = "multipass_norm"
+    description = "three-pass layer norm (mean, variance, output) through 2-D gathers (one row per block)"
+    configs = [
+        WorkloadConfig("16384x4096-f16", {"M": 16384, "N": 4096, "dtype": "f16"}),
+        WorkloadConfig("8192x3000-f16", {"M": 8192, "N": 3000, "dtype": "f16"}),
+    ]
+
+    def _tensors(self, cfg, seed, device):
+        import torch
+        m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
+        return {"x": _randn((m, n), dt, seed, device, scale=2.0) + 0.5, "w": _randn((n,), dt, seed + 1, device),
+                "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
+
+    def run(self, inputs):
+        return self.module.launch(inputs["x"], inputs["w"], inputs["y"])
+
+    def reference(self, inputs):
+        import torch
+        x = inputs["x"].double()
+        y = (x - x.mean(dim=1, keepdim=True)) * torch.rsqrt(x.var(dim=1, unbiased=False, keepdim=True) + 1e-5)
+        return {"y": y * inputs["w"].double()}
+
+    def tolerance(self, cfg, dtype):
+        return Tolerance(2e-2, 2e-2) if str(dtype).endswith(("16", "f16")) else Tolerance(1e-3, 1e-3)
+
+    def flops(self, cfg):
+        return 8.0 * cfg["M"] * cfg["N"]      # sum; subtract, square, sum; subtract, two multiplies
+
+    def bytes(self, cfg):
+        m, n, b = cfg["M"], cfg["N"], _bits(cfg["dtype"]) / 8
+        return 2.0 * m * n * b + n * b        # x once, y once, w once
+
+
+class PersistentRows(_Example):
+    """No ``capture()``: the spec comes from intercepting ``run`` (CPU) or from a run (GPU)."""
+    module_file = "persistent_rows.py"
+    outputs = ("y",)
+    kernel_name = "persistent_rows"
+    description = "row softmax, persistent grid of 2 blocks per SM, NEG_INF-padded row tiles"
+    configs = [
+        WorkloadConfig("65536x1000-f16", {"M": 65536, "N": 1000, "dtype": "f16"}),
+        WorkloadConfig("16384x4096-f16", {"M": 16384, "N": 4096, "dtype": "f16"}),
+    ]
+
+    def _tensors(self, cfg, seed, device):
+        import torch
+        m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
+        return {"x": _randn((m, n), dt, seed, device, scale=3.0),
+                "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
+
+    def run(self, inputs):
+        return self.module.launch(inputs["x"], inputs["y"])
+
+    def reference(self, inputs):
+        import torch
+        return {"y": torch.softmax(inputs["x"].double(), dim=1)}
+
+    def tolerance(self, cfg, dtype):
+        return Tolerance(1e-2, 1e-3) if str(dtype).endswith(("16", "f16")) else Tolerance(1e-4, 1e-5)
+
+    def flops(self, cfg):
+        return 5.0 * cfg["M"] * cfg["N"]      # max, subtract, exp, sum, divide
+
+    def bytes(self, cfg):
+        return 2.0 * cfg["M"] * cfg["N"] * _bits(cfg["dtype"]) / 8
+
+
 _CLASSES = {
     "vector_add": VectorAdd, "vector_add_persistent": VectorAddPersistent, "matmul": Matmul,
     "matmul_f32": MatmulF32, "matmul_tuned": MatmulTuned, "softmax": Softmax, "gather_scale": GatherScale,
-    "row_norm": RowNorm, "row_lse": RowLse,
+    "row_norm": RowNorm, "row_lse": RowLse, "multipass_norm": MultipassNorm, "persistent_rows": PersistentRows,
 }
 
 

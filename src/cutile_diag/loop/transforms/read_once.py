@@ -17,9 +17,11 @@ loops and adds a one-pass path selected by the pass count::
         <the original passes>
 
 Applicable when two or more consecutive ``for j in range(0, n)`` (or ``range(0, n, T)``)
-loops (same range, same loop variable) contain the same ``ct.load`` (same array, index, shape and options), the
-array is not written in the region, the load and ``n`` depend only on names bound before
-the loops.  When ``n`` is made of ``ct.Constant`` parameters (``ct.cdiv(N, T)``,
+loops (same range, same loop variable) contain the same ``ct.load`` or ``ct.gather`` (same array, index, shape and options), the
+array is not written in the region, ``n`` depends only on names bound before the loops and
+so does the load — or its index is computed in each pass by the same statement from the
+loop variable (a gather's ``cols = j * T + lanes``): the one-pass path computes it first, for
+``j = 0``, so a gathered row is read once without converting it to tile loads (A) first.  When ``n`` is made of ``ct.Constant`` parameters (``ct.cdiv(N, T)``,
 ``(N + T - 1) // T``) cuTile picks the path when it compiles; when it depends on a
 run-time scalar the ``if`` is a run-time branch (cuTile compiles both paths and merges the
 names both assign: tiles and scalars alike, checked with tileiras).  Otherwise it refuses
@@ -54,6 +56,31 @@ def _range_count(k: Kernel, f: cst.For) -> cst.BaseExpression | None:
     if len(args) >= 2 and code(args[0]) == "0":
         return args[1] if len(args) == 2 else expr(f"{k.ct.ref('cdiv')}({code(args[1])}, {code(args[2])})")
     return None
+
+
+def _pass_defs(dep: set[str], fors: list[cst.For], inner_bound: set[str]) -> list[cst.SimpleStatementLine] | None:
+    """The statements that bind ``dep`` in the passes (a gather's ``cols = j * T + lanes``),
+    when each name is assigned once per pass, at the top level of its body, by the same
+    statement in every pass, from the loop variable and names bound before the loops only;
+    else None.  Empty when ``dep`` is."""
+    out = []
+    for name in sorted(dep):
+        texts = set()
+        for f in fors:
+            found = [s for s in f.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                     and isinstance(s.body[0], cst.Assign) and len(s.body[0].targets) == 1
+                     and isinstance(s.body[0].targets[0].target, cst.Name)
+                     and s.body[0].targets[0].target.value == name]
+            if len(found) != 1 or len(assignments(f.body).get(name, [])) != 1 \
+                    or names_in(found[0].body[0].value) & inner_bound:
+                return None
+            texts.add(_norm(found[0]))
+            if len(texts) == 1 and f is fors[0]:
+                first = found[0]
+        if len(texts) != 1:
+            return None
+        out.append(first)
+    return out
 
 
 class _Replace(cst.CSTTransformer):
@@ -107,21 +134,13 @@ class ReadOnce(Transform):
             loads: dict[str, cst.Call] = {}
             seen_in: dict[str, set[int]] = {}
             for n, f in enumerate(fors):
-                for c in k.calls("load", root=f.body):
+                for c in k.calls("load", "gather", root=f.body):
                     t = _norm(c)
                     loads.setdefault(t, c)
                     seen_in.setdefault(t, set()).add(n)
             shared = [t for t, ns in seen_in.items() if len(ns) >= 2]
             if not shared:
-                gathers = {}
-                for n, f in enumerate(fors):
-                    for c in k.calls("gather", root=f.body):
-                        gathers.setdefault(_norm(c), set()).add(n)
-                if any(len(ns) >= 2 for ns in gathers.values()):
-                    why_not.append(f"the pass loops at {lines} gather the same elements with ct.gather: "
-                                   f"convert them to tile loads first (gather_to_load)")
-                else:
-                    why_not.append(f"the pass loops at {lines} load no tile in common")
+                why_not.append(f"the pass loops at {lines} load no tile in common")
                 continue
             region = body[g[0]:g[-1] + 1]
             inner_bound, region_bound = set(), set()
@@ -132,7 +151,7 @@ class ReadOnce(Transform):
                 region_bound |= set(assignments(s))
             written = {code(positional(c)[0].value) for s in region for c in k.calls("store", "scatter", root=s)
                        if positional(c)}
-            keep = []
+            keep, pre = [], []
             for t in shared:
                 c = loads[t]
                 arr = code(positional(c)[0].value)
@@ -140,10 +159,13 @@ class ReadOnce(Transform):
                     why_not.append(f"{arr} is written between its loads at {lines}: the passes must re-read it")
                     continue
                 dep = names_in(c) & inner_bound
-                if dep:
+                defs = _pass_defs(dep, [f for n, f in enumerate(fors) if n in seen_in[t]], inner_bound)
+                if defs is None:
                     why_not.append(f"the load of {arr} at line {k.line(c)} depends on {', '.join(sorted(dep))} "
-                                   f"computed inside the pass (convert gathers with gather_to_load first)")
+                                   f"computed inside the pass other than the same way in every pass from the "
+                                   f"loop variable (convert gathers with gather_to_load first)")
                     continue
+                pre.extend(d for d in defs if all(_norm(d) != _norm(p) for p in pre))
                 keep.append(t)
             if not keep:
                 continue
@@ -158,10 +180,10 @@ class ReadOnce(Transform):
             if isinstance(n_expr, cst.Name):
                 count = reaching_value(k, n_expr.value, fors[0]) or n_expr
             static = names_in(count) - {k.ct.prefix.split(".")[0]} <= set(k.constant_params())
-            return self._build(k, block, body, g, fors, [loads[t] for t in keep], n_expr, count, lines, static)
+            return self._build(k, block, body, g, fors, [loads[t] for t in keep], n_expr, count, lines, static, pre)
         return None
 
-    def _build(self, k, block, body, g, fors, loads, n_expr, count, lines, static) -> Plan:
+    def _build(self, k, block, body, g, fors, loads, n_expr, count, lines, static, pre=()) -> Plan:
         taken = taken_names(k)
         names: dict[str, str] = {}
         hoist = []
@@ -172,7 +194,8 @@ class ReadOnce(Transform):
             names[_norm(c)] = v
             hoist.append(stmt(f"{v} = {code(c)}"))
         var = code(fors[0].target)
-        fast: list[cst.BaseStatement] = [stmt(f"{var} = 0"), *hoist]
+        # the indices a gather computes in its pass (``cols = j * T + lanes``) come first, for j = 0
+        fast: list[cst.BaseStatement] = [stmt(f"{var} = 0"), *(p.with_changes(leading_lines=()) for p in pre), *hoist]
         for s in body[g[0]:g[-1] + 1]:
             if isinstance(s, cst.For):
                 fast.extend(st.visit(_Replace(names)) for st in s.body.body)
