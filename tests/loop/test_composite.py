@@ -53,13 +53,31 @@ def test_a_slower_alone_and_faster_with_w_ends_with_the_composite_kept(repo):
 def test_a_reverted_enabling_step_does_not_block_the_step_it_enables(repo):
     spec = {"effects": {"gather": 1.16, "reads": 0.70}}
     ts = _ts()
-    r = make_loop(repo, spec, recs=[rec("A", "gather"), rec("W", "reads")], transforms=ts, max_iterations=3)
+    # one setting per step: A is measured alone, with no room for A+W beside it
+    r = make_loop(repo, spec, recs=[rec("A", "gather"), rec("W", "reads")], transforms=ts, max_iterations=3,
+                  max_sweep=1)
     r.start()
     its = r.led.iterations
     assert its[1]["applied"] == ["gather"] and its[1]["status"] == "revert"
     assert its[2]["base_digest"] == its[1]["base_digest"]          # the same kept version
     assert its[2]["applied"] == ["gather", "reads"] and its[2]["status"] == "keep"
     assert its[2]["optimization"].startswith("A+W: ")
+
+
+def test_the_enabling_steps_sweep_measures_the_composite_it_enables(repo):
+    """A ranked first: its sweep screens A alone and A+W (W recommended below it) side by side."""
+    spec = {"effects": {"gather": 1.16, "reads": 0.70}}
+    r = make_loop(repo, spec, recs=[rec("A", "gather"), rec("W", "reads")], transforms=_ts(), max_iterations=1)
+    r.start()
+    it = r.led.iterations[1]
+    assert [t["transform"] for t in it["change"]["tried"]] == ["gather", "gather+reads"]
+    assert it["status"] == "keep" and it["applied"] == ["gather", "reads"] and it["optimization"].startswith("A+W: ")
+    assert [p["entry"] for p in it["change"]["parts"]] == ["A", "W"]
+    # not recommended (or --skip W): no composite with it
+    r2 = make_loop(repo, spec, recs=[rec("A", "gather"), rec("W", "reads")], transforms=_ts(), max_iterations=1,
+                   skip=["W"], branch="skipw")
+    r2.start()
+    assert [t["transform"] for t in r2.led.iterations[1]["change"]["tried"]] == ["gather"]
 
 
 def test_composite_lost_is_not_screened_again(repo):

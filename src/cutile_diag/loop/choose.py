@@ -42,7 +42,7 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
     facts = {e.get("key"): e.get("value") for e in diag.evidence if isinstance(e, dict)}
     manual: list[dict] = []
     skipped: list[str] = []
-    from .composite import enabled_candidates
+    from .composite import composites_for
     for rec in diag.recommendations:
         if only and rec.id.upper() not in only:
             continue
@@ -82,11 +82,13 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                 cands.append(Candidate(v, res, dict(params)))
                 if len(cands) >= max_sweep:
                     break
-            # beside the step itself: the step after each transform that can provide its precondition
-            # (all the sweep when the step itself refuses A, else up to half of it)
+            # beside the step itself: composites with the transforms that provide its precondition or whose
+            # precondition it provides (all the sweep when the step itself refuses A, else up to half of it)
             room = max_sweep if not cands else max_sweep // 2
-            comps = enabled_candidates(rec, t, a, kernel_file=kernel_file, kernel=kernel, transforms=transforms,
-                                       facts=facts, attempted=attempted, limit=room, skipped=skipped) if room else []
+            comps = composites_for(rec, t, a, [r for r in diag.recommendations if r.automatic and r is not rec
+                                               and not (only and r.id.upper() not in only) and r.id.upper() not in skip],
+                                   limit=room, kernel_file=kernel_file, kernel=kernel, transforms=transforms,
+                                   facts=facts, attempted=attempted, skipped=skipped)
             if cands or comps:
                 return Choice(rec, t, cands[:max_sweep - len(comps)] + comps), manual, skipped
             if params_list:

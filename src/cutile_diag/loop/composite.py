@@ -68,12 +68,16 @@ def compose(a: Version, kernel_file: str, parts: Sequence[dict], *, frontier: in
 
 
 def enabled_candidates(rec, blocked, a: Version, *, kernel_file: str, kernel: str, transforms: Mapping[str, Any],
-                       facts: Mapping[str, Any], attempted: set, limit: int, skipped: list[str]) -> list[Candidate]:
-    """Composites (enabler, ``blocked``) for an entry whose transform refused ``a``: each
-    enabling transform's settings, then ``blocked``'s first setting that applies on its output."""
+                       facts: Mapping[str, Any], attempted: set, limit: int, skipped: list[str],
+                       enablers: Sequence[str] | None = None) -> list[Candidate]:
+    """Composites (enabler, ``blocked``) for entry ``rec`` with transform ``blocked``: each
+    enabling transform's settings (of ``enablers`` only, when given), then ``blocked``'s first
+    setting that applies on its output."""
     source = a.files[kernel_file]
     out: list[Candidate] = []
     for ename in getattr(blocked, "ENABLED_BY", ()):
+        if enablers is not None and ename not in enablers:
+            continue
         e = transforms.get(ename)
         if e is None or getattr(e, "kind", "source") != "source":
             continue
@@ -105,6 +109,21 @@ def enabled_candidates(rec, blocked, a: Version, *, kernel_file: str, kernel: st
             if len(out) >= limit:
                 return out
     return out
+
+
+def composites_for(rec, t, a: Version, recs: Sequence, *, limit: int, **kw) -> list[Candidate]:
+    """The composites a step ``t`` (of entry ``rec``) is part of: after the transforms that can
+    provide its precondition, and before the recommended entries (``recs``) whose precondition
+    it provides — so that A's sweep measures A+W too, whichever of the two ranks first."""
+    out = enabled_candidates(rec, t, a, limit=limit, **kw) if limit > 0 else []
+    transforms = kw["transforms"]
+    for r in recs:
+        for uname in dict.fromkeys([r.transform, *r.alternatives]):
+            u = transforms.get(uname)
+            if len(out) >= limit or u is None or u is t or t.name not in getattr(u, "ENABLED_BY", ()):
+                continue
+            out += enabled_candidates(r, u, a, limit=limit - len(out), enablers=(t.name,), **kw)
+    return out[:limit]
 
 
 def on_top(a: Version, kernel_file: str, base_parts: Sequence[dict], cands: Sequence[Candidate], *,
