@@ -165,3 +165,12 @@ def test_the_composite_is_screened_beside_the_step_itself(repo):
     assert [t["transform"] for t in it["change"]["tried"]] == ["reads", "gather+reads"]
     assert [s["description"].split(":")[0] for s in it["sweep"]] == ["reads", "A+W"]
     assert it["status"] == "keep" and it["applied"] == ["gather", "reads"] and it["optimization"].startswith("A+W: ")
+
+
+def test_lookahead_option_is_a_fraction():
+    import pytest
+
+    from cutile_diag.loop.runner import LoopError, LoopOptions
+    assert LoopOptions().lookahead == 0.05 and LoopOptions(lookahead=0).lookahead == 0
+    with pytest.raises(LoopError, match="--lookahead must be a fraction"):
+        LoopOptions(lookahead=1.5)
