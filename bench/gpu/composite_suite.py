@@ -132,18 +132,23 @@ def main() -> int:
         cmd += ["--tilegym", args.tilegym]
     if args.dry_run:
         cmd.append("--dry-run")
-    p = subprocess.run(cmd, text=True, capture_output=True)
-    (out / "loops.log").write_text(p.stdout[-200_000:] + p.stderr[-200_000:])
+    # the loops stop by their --time-limit shares; this bound only keeps a hang from eating the device call
+    try:
+        p = subprocess.run(cmd, text=True, capture_output=True, timeout=args.budget_s + args.grace_s + 30)
+        rc, log = p.returncode, (p.stdout or "")[-200_000:] + (p.stderr or "")[-200_000:]
+    except subprocess.TimeoutExpired as e:
+        rc, log = 124, f"killed after {e.timeout:.0f} s\n" + str(e.stdout or "")[-200_000:]
+    (out / "loops.log").write_text(log)
     summary_path = out / "loops" / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"kernels": []}
     rows = summarize(out / "loops", summary)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "wall_s": time.monotonic() - started,
-            "dry_run": args.dry_run, "command": " ".join(cmd[1:]), "loops_rc": p.returncode,
+            "dry_run": args.dry_run, "command": " ".join(cmd[1:]), "loops_rc": rc,
             "versions": summary.get("versions")}
     (out / "results.json").write_text(json.dumps({**meta, "kernels": rows}, indent=1, default=str))
     (out / "results.md").write_text(markdown(rows, meta))
     print((out / "results.md").read_text())
-    return 0 if p.returncode == 0 and rows else 1
+    return 0 if rc == 0 and rows else 1
 
 
 if __name__ == "__main__":

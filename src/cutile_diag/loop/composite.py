@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .backends import Version
@@ -57,12 +57,10 @@ def part(entry: str, transform: str, result: Any, params: Mapping[str, Any]) -> 
 
 def compose(a: Version, kernel_file: str, parts: Sequence[dict], *, frontier: int | None = None) -> Candidate:
     """The candidate that applies ``parts`` (in order, each with the source after it) to ``a``."""
-    flat: list[dict] = []
-    for p in parts:
-        inner = p.get("parts")
-        flat.extend(inner if inner else [p])
-    res = CompositeResult(tuple(flat), flat[-1]["source"], frontier=frontier)
-    applied = a.applied + tuple(transform_key(p["transform"], p.get("params") or {}) for p in flat)
+    from .transforms.base import changed_lines
+    new = parts[-1]["source"]
+    res = CompositeResult(tuple(parts), new, changed_lines(a.files[kernel_file], new), frontier=frontier)
+    applied = a.applied + tuple(transform_key(p["transform"], p.get("params") or {}) for p in parts)
     v = Version("", {**a.files, kernel_file: res.new_source}, None, applied)
     return Candidate(v, res, res.params, transform=res.transform)
 
