@@ -174,3 +174,19 @@ def test_lookahead_option_is_a_fraction():
     assert LoopOptions().lookahead == 0.05 and LoopOptions(lookahead=0).lookahead == 0
     with pytest.raises(LoopError, match="--lookahead must be a fraction"):
         LoopOptions(lookahead=1.5)
+
+
+def test_each_part_gets_its_own_ir_diff_against_the_version_before_it():
+    from cutile_diag.loop.backends import Version
+    from cutile_diag.loop.composite import enabled_candidates, part_records
+    from cutile_diag.loop.diagnosis import Rec
+    ts = _ts()
+    a = Version("a", {"k.py": "src\n"}, None, ())
+    c = enabled_candidates(Rec("W", "w", "reads"), ts["reads"], a, kernel_file="k.py", kernel="k", transforms=ts,
+                           facts={}, attempted=set(), limit=4, skipped=[])[0]
+    pairs = []
+    parts = part_records(a, c, "k.py", lambda x, y: pairs.append((x.files["k.py"], y.files["k.py"])) or {"n": len(pairs)})
+    assert [p["ir_diff"] for p in parts] == [{"n": 1}, {"n": 2}]
+    assert pairs[0] == ("src\n", "src\n# fake:gather\n")
+    assert pairs[1] == ("src\n# fake:gather\n", c.version.files["k.py"]) and "# fake:reads" in pairs[1][1]
+    assert c.result.changed_lines == (2, 3)
