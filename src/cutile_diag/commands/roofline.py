@@ -2,7 +2,7 @@
 
     cutile-diag roofline examples:matmul [--config 4096-f16 ...] [--json] [--plot roof.svg] [--ncu]
     cutile-diag roofline path/to/workloads.py::MyOp --config big
-    cutile-diag roofline examples:softmax --device h200 --latency-ms 0.061        # offline, no GPU
+    cutile-diag roofline examples:softmax --config 32768x1024-f16 --device h200 --latency-ms 0.061   # offline
     cutile-diag roofline examples:matmul --device h200 --latency-ms 4096-f16=0.25 2048-f16=0.04
 
 ``<kernel>`` is a workload reference (``examples:<kernel>``, ``tilegym:<op>``,
