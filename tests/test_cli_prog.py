@@ -38,20 +38,23 @@ def test_prog_follows_how_cutile_diag_was_started(monkeypatch, tmp_path):
 
 
 def test_dev_tells_cutile_diag_how_it_was_invoked(tmp_path):
-    """./dev runs the venv's console script, which is not on PATH: it exports its own name."""
+    """./dev runs the venv's console script, which is not on PATH: it exports its own name, and
+    runs the command where it was called (another repository's loop, relative paths)."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     fake = venv / "bin" / "cutile-diag"
-    fake.write_text('#!/bin/sh\necho "prog=$CUTILE_DIAG_PROG args=$*"\n')
+    fake.write_text('#!/bin/sh\necho "prog=$CUTILE_DIAG_PROG args=$* cwd=$PWD"\n')
     fake.chmod(0o755)
     (venv / ".cutile-diag-installed").touch()            # newer than pyproject.toml: no set-up
     env = {**os.environ, "CUTILE_DIAG_VENV": str(venv)}
     out = subprocess.run(["./dev", "peaks", "--device", "h200"], cwd=ROOT, env=env, capture_output=True,
                          text=True, check=True).stdout
-    assert out.strip() == "prog=./dev args=peaks --device h200"
-    out = subprocess.run([str(ROOT / "dev"), "loop", "next"], cwd=tmp_path, env=env, capture_output=True,
+    assert out.strip() == f"prog=./dev args=peaks --device h200 cwd={ROOT}"
+    elsewhere = tmp_path / "other-repo"
+    elsewhere.mkdir()
+    out = subprocess.run([str(ROOT / "dev"), "loop", "next"], cwd=elsewhere, env=env, capture_output=True,
                          text=True, check=True).stdout
-    assert out.strip() == f"prog={ROOT / 'dev'} args=loop next"
+    assert out.strip() == f"prog={ROOT / 'dev'} args=loop next cwd={elsewhere}"
 
 
 def _string_literals(path: Path):
@@ -107,3 +110,20 @@ def test_usage_line_names_the_way_it_runs(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["peaks", "--help"])
     assert capsys.readouterr().out.startswith("usage: ./dev peaks")
+
+
+def test_every_help_page_reads_clean(monkeypatch, capsys):
+    """--help of every subcommand and loop step: exits 0, usage as the user runs it, no format
+    escapes leaking (a literal '%%') and the tool's name left alone where it is not a command."""
+    monkeypatch.setenv("CUTILE_DIAG_PROG", "./dev")
+    pages = [[c] for c in SUBCOMMANDS.split("|")] + [["loop", s] for s in ("next", "record", "status", "recover",
+                                                                            "clean")]
+    for argv in pages:
+        with pytest.raises(SystemExit) as ei:
+            main([*argv, "--help"])
+        out = capsys.readouterr().out
+        assert ei.value.code == 0, argv
+        assert out.startswith(f"usage: ./dev {' '.join(argv)}"), argv
+        assert "%%" not in out and "./dev cannot" not in out, argv
+        if argv == ["demo"]:
+            assert "diagnose every kernel" in out          # it had no description at all

@@ -225,3 +225,18 @@ def test_plot_write_failure_is_a_usage_error(tmp_path):
     (tmp_path / "taken.svg").mkdir()                 # the file name is a folder: savefig fails
     with pytest.raises(UsageError, match="cannot write"):
         plot_roofline([p], dev, None, tmp_path / "taken.svg")
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["roofline", "--device", "h200", "--latency-ms", "0.1", "examples:softmax"], "--latency-ms"),
+    (["roofline", "--config", "4096-f16", "ops/k.py::kern"], "--config"),
+])
+def test_a_kernel_written_after_a_many_valued_option_is_named(capsys, monkeypatch, argv, flag):
+    """--config and --latency-ms take several values and swallow a kernel written after them:
+    say so, not 'nothing to place'."""
+    monkeypatch.setenv("CUTILE_DIAG_PROG", "./dev")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    kernel = argv[-1]
+    assert len(err) == 1 and f"{kernel} was read as a {flag} value" in err[0]
+    assert f"./dev roofline {kernel} {flag}" in err[0]

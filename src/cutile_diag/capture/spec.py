@@ -231,7 +231,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
 def param_kinds(loaded) -> dict[str, str]:
     """What each parameter is, read from the kernel's annotations and how its body uses it (the
     loop's libcst model of the kernel, ``loop.locate``): ``"ct.Constant[float]"``, ``"2-D array"``,
-    ``"array"``, ``"scalar"`` (never a made-up shape)."""
+    ``"array"``, ``"scalar float"`` (annotated), ``"scalar"`` (never a made-up shape)."""
     import inspect
     import typing
     names = loaded.param_names
@@ -262,6 +262,8 @@ def param_kinds(loaded) -> dict[str, str]:
             continue
         if n in arrays:
             out[n] = f"{rank[n]}-D array" if n in rank else "array"
+        elif sig.parameters[n].annotation in (int, float, bool):      # `eps: float`
+            out[n] = f"scalar {sig.parameters[n].annotation.__name__}"
         else:
             out[n] = "scalar"
     return out
@@ -299,8 +301,9 @@ def spec_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpec
             parts.append(f"{n}=DTYPE[{dims}] ({k})")
             example.append(f"{n}=f32[{','.join(['4096'] * (rank or 1))}]")
         else:
-            parts.append(f"{n}=DTYPE ({k}: i32, f32, ...)")
-            example.append(f"{n}=i32")
+            dtype = {"scalar float": "f32", "scalar bool": "bool"}.get(k, "i32")
+            parts.append(f"{n}=DTYPE ({k}: {dtype}, ...)" if k != "scalar" else f"{n}=DTYPE ({k}: i32, f32, ...)")
+            example.append(f"{n}={dtype}")
     return (f"give {flag} NAME=SPEC for each{alternative}: " + ", ".join(parts)
             + "; e.g. " + " ".join(f"{flag} {e}" for e in example))
 

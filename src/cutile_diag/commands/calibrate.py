@@ -13,7 +13,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "calibrate", help="measure a kernel against itself: the noise floor and false-keep rate of the loop",
         description="Measures one version against an identical copy of itself, interleaved the way the loop "
-                    "measures a candidate, N times; reports the 95 %% CI half-width of the A/A difference, the "
+                    "measures a candidate, N times; reports the 95 % CI half-width of the A/A difference, the "
                     "false keeps and false reverts of the loop's decision rule over the N decisions, and the "
                     "per-measurement noise.  The noise floor is stored for this machine (GPU name + driver) and "
                     "new optimisation loops on it decide with it.",

@@ -15,7 +15,10 @@ from ..output import console, print_json, prog, progress
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="capture and summarise the bundled example kernels (no GPU needed)")
+    p = sub.add_parser("demo", help="capture and summarise the bundled example kernels (no GPU needed)",
+                       description="Capture every bundled example kernel ahead of time (no GPU), summarise what "
+                                   "the compiler made of each, diff the naive against the tuned GEMM and "
+                                   "diagnose every kernel; ends with the commands to go further.")
     p.add_argument("--arch", default="sm_90", help="target arch (default %(default)s)")
     p.add_argument("--out", default="cutile-diag-out/demo", help="capture folder (default %(default)s)")
     p.add_argument("--kernel", action="append", default=None, help="only these example kernels")

@@ -6,7 +6,7 @@ from ..output import console, err_console, print_json, prog
 
 def register(sub) -> None:
     p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover, clean",
-                       description=f"For the edits {prog()} cannot make itself: `loop next` prints the next "
+                       description="For the edits cutile-diag cannot make itself: `loop next` prints the next "
                                    "playbook entry with a recipe for this kernel; after you edit the kernel file "
                                    "(or its launch wrapper), `loop record` verifies, measures against the last kept "
                                    "version, decides, commits or reverts, and records.  `loop status` shows where "
