@@ -7,6 +7,9 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from cutile_diag.cli import main
 from cutile_diag.loop.backends.simulated import SimSpec
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -36,7 +39,6 @@ def test_every_key_the_loader_accepts_is_documented_and_no_other():
 
 
 def test_the_pointers_to_the_page_exist(capsys):
-    from cutile_diag.cli import main
     readme = (DOCS.parent / "README.md").read_text()
     assert "docs/simulate.md" in readme
     try:
@@ -44,3 +46,13 @@ def test_the_pointers_to_the_page_exist(capsys):
     except SystemExit:
         pass
     assert "docs/simulate.md" in " ".join(capsys.readouterr().out.split())
+
+
+def test_measuring_without_a_gpu_points_at_the_simulation(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the worker measures")
+    assert main(["calibrate", "examples:vector_add", "-n", "2", "--rounds", "2", "--no-save"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no CUDA GPU" in err[0] and "--simulate SPEC.json" in err[0]
+    assert "docs/simulate.md" in err[0]
