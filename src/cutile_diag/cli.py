@@ -15,14 +15,23 @@ import sys
 
 from . import __version__
 from .errors import CutileDiagError
+from .output import prog
 
 # Shown first in --help, in pipeline order; any other discovered command follows.
 _ORDER = ["demo", "capture", "ir_diff", "peaks", "roofline", "diagnose", "optimize", "loop"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the product's error form: one ``cutile-diag: error: …`` line (argparse's own
+    is a usage block and ``PROG: error:``), pointing at the --help of the command concerned."""
+
+    def error(self, message: str):
+        self.exit(2, f"cutile-diag: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cutile-diag",
+    parser = _Parser(
+        prog=prog(),        # usage lines read as the user runs it (./dev, or the console script)
         description="Capture, diff, roofline, diagnose and optimise cuTile kernels.")
     parser.add_argument("--version", action="version", version=f"cutile-diag {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -35,6 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _chosen(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser the arguments chose (``loop next``'s, not ``loop``'s)."""
+    while parser._subparsers is not None:
+        action = parser._subparsers._group_actions[0]
+        name = getattr(args, action.dest, None)
+        if name not in action.choices:
+            break
+        parser = action.choices[name]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after the first '--' is a command to run (capture run mode, loop commands)
@@ -43,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, passthrough = argv[:i], argv[i + 1:]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:       # named against the (sub)command, whose --help lists what it takes
+        _chosen(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     args.passthrough = passthrough
     if not getattr(args, "func", None):
         parser.print_help()

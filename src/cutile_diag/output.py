@@ -4,6 +4,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import shlex
+import shutil
 import sys
 from enum import Enum
 from pathlib import Path
@@ -16,7 +19,6 @@ from rich.console import Console
 def _width() -> int | None:
     # rich falls back to 80 columns when stdout is not a terminal (CI logs, files, pipes);
     # tables read better wider there
-    import os
     if os.environ.get("COLUMNS"):
         return None
     return None if sys.stdout.isatty() else 140
@@ -24,6 +26,22 @@ def _width() -> int | None:
 
 console = Console(highlight=False, soft_wrap=False, width=_width())
 err_console = Console(stderr=True, highlight=False)
+
+
+def prog() -> str:
+    """How this user runs cutile-diag, so that every command a hint prints can be pasted as is:
+    ``./dev`` exports CUTILE_DIAG_PROG (the console script is then not on PATH); else the console
+    script when it is on PATH; else the script or interpreter running now.  Every hint that
+    names a command starts it with ``f"{prog()} …"``."""
+    given = os.environ.get("CUTILE_DIAG_PROG")
+    if given:
+        return given
+    if shutil.which("cutile-diag"):
+        return "cutile-diag"
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "cutile-diag":
+        return shlex.quote(argv0)
+    return f"{shlex.quote(sys.executable)} -m cutile_diag"
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -88,7 +106,6 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     with open(tmp, mode) as f:
         f.write(data)
         f.flush()
-        import os
         os.fsync(f.fileno())
     tmp.replace(path)
 

@@ -66,5 +66,8 @@ def test_a_workload_that_launches_nothing_costs_evidence_not_the_loop(lse_repo, 
     assert base["capture"]["ok"] is False
     assert "launches nothing on CPU inputs" in base["capture"]["error"]
     assert "Out=DTYPE[d0] (1-D array)" in base["capture"]["error"]        # the hint: real parameter kinds
+    # capture's flags named as optimize takes them
+    assert "e.g. --arg X=f32[4096,4096] --arg Out=f32[4096] --arg TILE_N=128" in base["capture"]["error"]
+    assert "optimize takes these as --capture-arg NAME=SPEC (capture's --arg)" in base["capture"]["error"]
     assert "without IR evidence" in base["capture"]["fallback"]
     assert "skipped" in it1["ir_diff"] and it1["diagnosis"]["source"] == "applicability"

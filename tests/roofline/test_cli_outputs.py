@@ -167,11 +167,34 @@ def test_peaks_offline_table(capsys):
     assert "NVIDIA B200" in out and "TB/s" in out and "unverified" in out
 
 
-def test_peaks_without_gpu(capsys, monkeypatch):
+def test_peaks_without_gpu_names_its_own_offline_form(capsys, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUTILE_DIAG_PROG", "./dev")
     assert main(["peaks"]) == 2
-    assert "offline mode" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "./dev peaks --device h200" in err and "a100, b200, h100, h200" in err
+    assert "--latency-ms" not in err                  # a roofline option: peaks does not take it
+
+
+def test_peaks_table_shows_each_provenance_once(capsys):
+    """Rows stay one line; a long source is a numbered note under the table, printed once however
+    many rows (or derived figures) rest on it."""
+    assert main(["peaks", "--device", "h200"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) < 70                            # was ~150: the preset's text in every row, 2-3 times
+    preset_src = "preset NVIDIA H200: measured on an H200"
+    assert out.count(preset_src) == 1
+    note = next(ln for ln in lines if preset_src in ln)
+    ref = note.split()[0]                             # "[1]"
+    sms = next(ln for ln in lines if ln.startswith("│ SMs "))
+    assert sms.rstrip(" │").endswith(ref)
+    bw = next(ln for ln in lines if "DRAM bandwidth (theoretical)" in ln)
+    assert f"2 x memory clock 3201 MHz {ref} x 6016 bit {ref} / 8 (DDR)" in bw
+    assert out.count("bench/results/optimize-h200/peaks.json") == 3   # one note per measured ceiling
+    rows = [ln for ln in lines if ln.startswith("│ ")]
+    assert len(rows) == len({ln.split("│")[1] for ln in rows})   # no row wraps onto a second line
 
 
 def test_check_seed_reaches_the_harness_and_a_failure_says_how_to_replay(capsys, monkeypatch):
@@ -202,3 +225,18 @@ def test_plot_write_failure_is_a_usage_error(tmp_path):
     (tmp_path / "taken.svg").mkdir()                 # the file name is a folder: savefig fails
     with pytest.raises(UsageError, match="cannot write"):
         plot_roofline([p], dev, None, tmp_path / "taken.svg")
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["roofline", "--device", "h200", "--latency-ms", "0.1", "examples:softmax"], "--latency-ms"),
+    (["roofline", "--config", "4096-f16", "ops/k.py::kern"], "--config"),
+])
+def test_a_kernel_written_after_a_many_valued_option_is_named(capsys, monkeypatch, argv, flag):
+    """--config and --latency-ms take several values and swallow a kernel written after them:
+    say so, not 'nothing to place'."""
+    monkeypatch.setenv("CUTILE_DIAG_PROG", "./dev")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    kernel = argv[-1]
+    assert len(err) == 1 and f"{kernel} was read as a {flag} value" in err[0]
+    assert f"./dev roofline {kernel} {flag}" in err[0]

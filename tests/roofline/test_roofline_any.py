@@ -159,8 +159,9 @@ def test_kernel_without_specs_lists_parameters_with_kinds(capsys, kfile):
     rc = main(["roofline", f"{kfile}::rms_norm_rows", "--device", "h200", "--latency-ms", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert ("parameters: X: array or scalar, W: array or scalar, Y: array or scalar, eps: scalar float, "
-            "TILE_N: ct.Constant[int]") in err
+    assert ("X=DTYPE[d0,d1] (2-D array), W=DTYPE[d0] (1-D array), Y=DTYPE[d0,d1] (2-D array), "
+            "eps=DTYPE (scalar float: f32, ...), TILE_N=<int> (ct.Constant[int])") in err
+    assert "e.g. --arg X=f32[4096,4096] --arg W=f32[4096] --arg Y=f32[4096,4096] --arg eps=f32 --arg TILE_N=128" in err
 
 
 @pytest.mark.parametrize("extra,msg", [

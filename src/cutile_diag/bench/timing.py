@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from .stats import TimingStats, summarize
+from ..output import prog
 
 MIB = 1 << 20
 
@@ -221,7 +222,7 @@ class CudaEventBackend:
         if not torch.cuda.is_available():
             from ..errors import NoGPUError
             raise NoGPUError("no CUDA GPU visible to torch: timing needs a GPU",
-                             hint="use the offline mode: cutile-diag roofline <kernel> --device h200 --latency-ms X")
+                             hint=f"use the offline mode: {prog()} roofline <kernel> --device h200 --latency-ms X")
         self.fn = fn
         self.opts = opts
         fn()                                  # compile / autotune / allocate

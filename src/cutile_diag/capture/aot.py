@@ -44,16 +44,16 @@ def _describe_cutile_error(e: Exception, loaded) -> str:
     return text
 
 
-def specs_for(loaded, given: dict | None) -> dict[str, spec_mod.ParamSpec]:
+def specs_for(loaded, given: dict | None, alternative: str = "") -> dict[str, spec_mod.ParamSpec]:
     """The module's ``CAPTURE_SPECS[kernel]`` with the user's specs on top (so ``--arg TM=64``
-    alone changes one constant of a kernel that ships specs); the user's alone otherwise."""
+    alone changes one constant of a kernel that ships specs); the user's alone otherwise.
+    ``alternative``: the calling command's other source of specs, for the error without any."""
     table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
     raw = dict(table.get(loaded.attr) or {})
     raw.update(given or {})
     if not raw:
         raise UsageError(f"no argument specs for {loaded.attr}",
-                         hint="give --arg for each parameter (or --workload to take them from a run): "
-                              + spec_mod.param_hint(loaded))
+                         hint=spec_mod.spec_hint(loaded, alternative=alternative))
     out = {}
     for name, v in raw.items():
         out[name] = v if isinstance(v, (spec_mod.ArraySpec, spec_mod.ScalarSpec, spec_mod.ConstSpec)) \
@@ -134,9 +134,10 @@ def opt_level_for(kernel, arch: str) -> int:
 def capture_aot(ref: str, specs: dict | None = None, *, archs: Iterable[str] = ("sm_90",),
                 out_dir: str | Path, hints: dict | None = None, name: str | None = None,
                 on_step: Callable[[str], None] | None = None,
-                timeout: float = DEFAULT_TIMEOUT) -> CaptureFolder:
+                timeout: float = DEFAULT_TIMEOUT, specs_alternative: str = "") -> CaptureFolder:
     """Capture one kernel ahead of time for each arch; returns the capture folder.
-    ``timeout`` bounds each per-arch tileiras compile (seconds)."""
+    ``timeout`` bounds each per-arch tileiras compile (seconds); ``specs_alternative`` is
+    ``specs_for``'s ``alternative``."""
     archs = [normalize_arch(a) for a in archs]
     if not archs:
         raise UsageError("no target arch given")
@@ -149,7 +150,7 @@ def capture_aot(ref: str, specs: dict | None = None, *, archs: Iterable[str] = (
     # the user's module may print at import or compile time: keep our stdout (--json) clean
     with contextlib.redirect_stdout(sys.stderr):
         loaded = loader_mod.load_kernel(ref)
-        bound = spec_mod.bind(loaded, specs_for(loaded, specs))
+        bound = spec_mod.bind(loaded, specs_for(loaded, specs, specs_alternative))
         if on_step:
             on_step(f"export {loaded.attr}")
         cutile_warnings: list[str] = []

@@ -299,4 +299,4 @@ def capture_auto(ref: str, specs: dict | None = None, *, workload: str | None = 
     if seen is not None:
         known = {a.name: a.spec() for a in seen.args if a.spec() is not None}
     raise UsageError(f"cannot capture {loaded.attr}: " + "; ".join(tried),
-                     hint="give --arg for each parameter: " + spec_mod.param_hint(loaded, known=known))
+                     hint=spec_mod.spec_hint(loaded, known=known))

@@ -50,6 +50,7 @@ from typing import Callable
 from ..errors import CutileDiagError, UsageError
 from ..procs import wait_or_kill
 from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
+from ..output import prog
 
 SITE_DIR = Path(__file__).resolve().parent / "_observer_site"
 ENV_DIR = "CUTILE_DIAG_LAUNCH_DIR"
@@ -115,7 +116,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
     """Run ``command`` once with every ``ct.launch`` recorded; raises CommandFailedError /
     NoLaunchesError (exit 1) or UsageError (the command cannot be started)."""
     if not command:
-        raise UsageError("no command given after '--'", hint="e.g. cutile-diag roofline -- python script.py")
+        raise UsageError("no command given after '--'", hint=f"e.g. {prog()} roofline -- python script.py")
     with tempfile.TemporaryDirectory(prefix="cutile-diag-launches-") as tmp:
         work = Path(tmp)
         rec_dir = work / "records"

@@ -23,7 +23,9 @@ def summary_table(summaries: list[CaptureSummary], title: str = "Captured kernel
         tc = ", ".join(x.replace("Tensor-core ", "") for x in (s.tensor_core or [])) or (
             "[red]FMA fallback[/]" if s.fma_fallbacks else ("no MMA" if not s.mma_ops else "[dim]?[/]"))
         spills = "-" if s.spill_bytes is None else (f"[red]{s.spill_bytes} B[/]" if s.spill_bytes else "0")
-        name = s.name + (" [red](incomplete)[/]" if s.missing else "")
+        # the kernel itself; the capture's name too where --name (or run mode's numbering) differs
+        name = s.kernel + (f" [dim]as {s.name}[/]" if s.name != s.kernel else "") \
+            + (" [red](incomplete)[/]" if s.missing else "")
         t.add_row(name, s.arch or "-", str(s.ops), f"{s.view_loads}/{s.ptr_loads}",
                   "-" if s.tma_loads is None else f"{s.tma_loads}/{s.tma_stores}",
                   tc, _yes_no(s.persistent_loop), str(s.registers or "-"), human_bytes(s.shared),

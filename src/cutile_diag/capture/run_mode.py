@@ -28,6 +28,7 @@ from .artifacts import CaptureSet, KernelInfo, check_out_dir, unique_name
 from .cache import CacheEntry, read_cache, resolve_db
 from .cubin import embedded_tileir
 from .manifest import CaptureFolder
+from ..output import prog
 
 _DUMP_NAME_RE = re.compile(r"^(?P<func>.+?)\.(?P<stem>[^.]+)\.ln(?P<line>\d+)\.[^.]+\.tileirbc$")
 
@@ -108,7 +109,7 @@ def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | Non
                 archs: list[str] | None = None, echo: Callable[[str], None] | None = None,
                 on_step: Callable[[str], None] | None = None) -> RunCapture:
     if not command:
-        raise UsageError("no command given after '--'", hint="e.g. cutile-diag capture --out DIR -- python script.py")
+        raise UsageError("no command given after '--'", hint=f"e.g. {prog()} capture --out DIR -- python script.py")
     check_out_dir(out_dir)       # before the run, which may take minutes
     work = Path(tempfile.mkdtemp(prefix="cutile-diag-run-"))
     dump, cache = work / "dump", work / "cache"

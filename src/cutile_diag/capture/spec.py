@@ -214,7 +214,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     if missing:
         raise UsageError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} of {loaded.attr}",
-                         hint="give --arg NAME=SPEC for each: " + param_hint(loaded, missing))
+                         hint=spec_hint(loaded, missing))
     specs = []
     for n in names:
         s = given[n]
@@ -231,7 +231,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
 def param_kinds(loaded) -> dict[str, str]:
     """What each parameter is, read from the kernel's annotations and how its body uses it (the
     loop's libcst model of the kernel, ``loop.locate``): ``"ct.Constant[float]"``, ``"2-D array"``,
-    ``"array"``, ``"scalar"`` (never a made-up shape)."""
+    ``"array"``, ``"scalar float"`` (annotated), ``"scalar"`` (never a made-up shape)."""
     import inspect
     import typing
     names = loaded.param_names
@@ -262,29 +262,52 @@ def param_kinds(loaded) -> dict[str, str]:
             continue
         if n in arrays:
             out[n] = f"{rank[n]}-D array" if n in rank else "array"
+        elif sig.parameters[n].annotation in (int, float, bool):      # `eps: float`
+            out[n] = f"scalar {sig.parameters[n].annotation.__name__}"
         else:
             out[n] = "scalar"
     return out
 
 
-def param_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpec] | None = None) -> str:
-    """``X=DTYPE[d0,d1] (2-D array), N=DTYPE (scalar), EPS=<float> (ct.Constant[float])``: the real
-    parameters with their real kinds; the specs of a seen launch where there is one."""
+def spec_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpec] | None = None,
+              flag: str = "--arg", alternative: str = "") -> str:
+    """What to give for a kernel without (enough) specs, the one message every command shows:
+    the real parameters with their real kinds (``X=DTYPE[d0,d1] (2-D array), N=DTYPE (scalar: i32,
+    f32, ...), EPS=<float> (ct.Constant[float])``; the specs of a seen launch where there is one),
+    then a complete example built from those parameters, with concrete sizes (``roofline``
+    needs them) and each constant's Python default where it has one.  ``alternative``: another way
+    the command has, e.g. `` (or --workload REF: the specs of its launch)``."""
+    import inspect
     kinds = param_kinds(loaded)
-    parts = []
+    try:
+        defaults = {n: p.default for n, p in inspect.signature(loaded.pyfunc).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+    except (TypeError, ValueError, AttributeError):
+        defaults = {}
+    parts, example = [], []
     for n in names or loaded.param_names:
         k = kinds.get(n, "?")
         if known and n in known:
             parts.append(f"{n}={known[n].text()}")
+            example.append(f"{n}={known[n].text()}")
         elif k.startswith("ct.Constant"):
             t = k[len("ct.Constant["):-1] if "[" in k else "value"
             parts.append(f"{n}=<{t}> ({k})")
+            v = defaults.get(n, {"float": 0.5, "bool": True}.get(t, 128))
+            example.append(f"{n}={str(v).lower() if isinstance(v, bool) else v}")
         elif "array" in k:
-            dims = ",".join(f"d{i}" for i in range(int(k.split("-")[0]))) if k[0].isdigit() else "..."
+            rank = int(k.split("-")[0]) if k[0].isdigit() else None
+            dims = ",".join(f"d{i}" for i in range(rank)) if rank else "..."
             parts.append(f"{n}=DTYPE[{dims}] ({k})")
+            example.append(f"{n}=f32[{','.join(['4096'] * (rank or 1))}]")
         else:
-            parts.append(f"{n}=DTYPE ({k}: i32, f32, ...)")
-    return ", ".join(parts)
+            dtype = {"scalar float": "f32", "scalar bool": "bool"}.get(k, "i32")
+            parts.append(f"{n}=DTYPE ({k}: {dtype}, ...)" if k != "scalar" else f"{n}=DTYPE ({k}: i32, f32, ...)")
+            example.append(f"{n}={dtype}")
+    return (f"give {flag} NAME=SPEC for each{alternative}: " + ", ".join(parts)
+            + "; e.g. " + " ".join(f"{flag} {e}" for e in example))
+
+
 def _constant_defaults(loaded, consts, given) -> dict[str, "ConstSpec"]:
     """``ROWS: ct.Constant[int] = 4`` needs no spec: its Python default is the value (the
     loop's structural transforms add constants this way, so fixed --capture-arg lists still bind)."""

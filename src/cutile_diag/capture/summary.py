@@ -10,7 +10,8 @@ from .manifest import CaptureFolder
 
 @dataclass
 class CaptureSummary:
-    name: str
+    name: str                               # the capture's name (--name, or the kernel's)
+    kernel: str                             # the Python function captured
     symbol: str | None
     arch: str | None
     ops: int
@@ -70,7 +71,8 @@ def summarize_capture(c: CaptureFolder, arch: str | None = None) -> CaptureSumma
     persistent = any(op.name == "for" and dict(zip(op.operand_roles, op.operands)).get("step") in grid_names
                      for op in ops)
     s = CaptureSummary(
-        name=c.name, symbol=entry.symbol, arch=None, ops=len(ops),
+        name=c.name, kernel=c.manifest.get("kernel", {}).get("function") or c.name,
+        symbol=entry.symbol, arch=None, ops=len(ops),
         ops_by_class=dict(sorted(by_class.items(), key=lambda kv: -kv[1])),
         view_loads=sum(1 for op in ops if op.name in LOADS and op.name in VIEW_MEMORY),
         ptr_loads=sum(1 for op in ops if op.name in LOADS and op.name in PTR_MEMORY),

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import UsageError
-from ..output import console, print_json, progress
+from ..output import console, print_json, prog, progress
 from ._args import positive_arg
 
 
@@ -13,15 +13,15 @@ def register(sub) -> None:
     p = sub.add_parser(
         "calibrate", help="measure a kernel against itself: the noise floor and false-keep rate of the loop",
         description="Measures one version against an identical copy of itself, interleaved the way the loop "
-                    "measures a candidate, N times; reports the 95 %% CI half-width of the A/A difference, the "
+                    "measures a candidate, N times; reports the 95 % CI half-width of the A/A difference, the "
                     "false keeps and false reverts of the loop's decision rule over the N decisions, and the "
                     "per-measurement noise.  The noise floor is stored for this machine (GPU name + driver) and "
                     "new optimisation loops on it decide with it.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Workload:  cutile-diag calibrate examples:softmax\n"
-               "Commands:  cutile-diag calibrate --bench-cmd \"pytest tests/ops/test_softmax.py -k 'test_perf and "
+        epilog=f"Workload:  {prog()} calibrate examples:softmax\n"
+               f"Commands:  {prog()} calibrate --bench-cmd \"pytest tests/ops/test_softmax.py -k 'test_perf and "
                "cutile' --print-record -s\"\n"
-               "No GPU:    cutile-diag calibrate --simulate sim.json   (checks the plumbing, not a GPU)")
+               f"No GPU:    {prog()} calibrate --simulate sim.json   (checks the plumbing, not a GPU)")
     p.add_argument("workload", nargs="?", help="workload reference: examples:<kernel>, tilegym:<op>, file.py::Workload")
     p.add_argument("--workload-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="keyword argument for the workload (repeatable; JSON values)")
@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--test-cmd", help="correctness command run once first (command mode; optional)")
     p.add_argument("--framework", default="cutile", help="record framework to read from --bench-cmd")
     p.add_argument("--direction", default="forward", choices=("forward", "backward", "both"))
-    p.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (the plumbing only; nothing is timed)")
+    p.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (the plumbing only; nothing is timed; keys: docs/simulate.md)")
     p.add_argument("-n", "--decisions", default="20", help="A/A decisions to measure (default 20)")
     p.add_argument("--rounds", default="3", help="interleaved rounds per decision (the loop's --rounds; default 3)")
     p.add_argument("--rep-ms", help="timed budget per measurement (ms; workload mode)")

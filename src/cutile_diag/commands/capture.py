@@ -145,7 +145,8 @@ def run(args) -> int:
             with progress(2, f"capturing {args.ref}", enabled=show) as bar:
                 captures.append(capture_aot(args.ref, specs, archs=archs, out_dir=out, hints=hints or None,
                                             name=args.name, on_step=lambda s: bar.advance(description=s),
-                                            timeout=timeout or DEFAULT_TIMEOUT))
+                                            timeout=timeout or DEFAULT_TIMEOUT,
+                                            specs_alternative=" (or --workload REF: the arguments of its launch)"))
     elif mode == "run":
         from ..capture.run_mode import capture_run
         # Text, not markup: the child's output is printed verbatim
@@ -167,7 +168,7 @@ def run(args) -> int:
     incomplete = [c for c in captures if c.manifest.get("incomplete")]
     if args.json:
         print_json({"out": str(out), **extra, "complete": not incomplete,
-                    "captures": [{"path": str(c.path), "name": c.name, "symbol": c.symbol,
+                    "captures": [{"path": str(c.path), "name": c.name, "kernel": s.kernel, "symbol": c.symbol,
                                   "targets": c.targets,
                                   "incomplete": c.manifest.get("incomplete", []),
                                   "unavailable": c.manifest.get("unavailable", {}),

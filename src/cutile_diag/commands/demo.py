@@ -3,17 +3,22 @@
 On any machine: captures every example kernel ahead of time for sm_90 and prints what the
 compiler made of each (ops by class, TMA vs gather loads, tensor-core use, registers /
 shared memory / spills, remarks of note); then the later pipeline stages that are present
-(structural diff of the naive vs the tuned GEMM, diagnosis of the naive kernels).
+(structural diff of the naive vs the tuned GEMM, a diagnosis of every kernel).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..output import console, print_json, progress
+from rich.markup import escape
+
+from ..output import console, print_json, prog, progress
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="capture and summarise the bundled example kernels (no GPU needed)")
+    p = sub.add_parser("demo", help="capture and summarise the bundled example kernels (no GPU needed)",
+                       description="Capture every bundled example kernel ahead of time (no GPU), summarise what "
+                                   "the compiler made of each, diff the naive against the tuned GEMM and "
+                                   "diagnose every kernel; ends with the commands to go further.")
     p.add_argument("--arch", default="sm_90", help="target arch (default %(default)s)")
     p.add_argument("--out", default="cutile-diag-out/demo", help="capture folder (default %(default)s)")
     p.add_argument("--kernel", action="append", default=None, help="only these example kernels")
@@ -23,19 +28,30 @@ def register(sub) -> None:
 
 def _stages(captures: dict, arch: str, show: bool) -> dict:
     """The stages after capture that need no GPU: the naive-vs-tuned GEMM diff and a
-    diagnosis of each naive kernel."""
+    diagnosis of every kernel (the tuned ones too: what is left to gain is worth seeing)."""
     from ..diagnose.engine import diagnose_capture
     from ..diff.core import diff_paths
     results: dict = {}
     if "matmul" in captures and "matmul_tuned" in captures:
         results["diff"] = ("matmul", "matmul_tuned", diff_paths(captures["matmul"].path, captures["matmul_tuned"].path))
     results["diagnoses"] = {}
-    naive = [n for n in ("gather_scale", "matmul_f32", "vector_add", "softmax", "matmul") if n in captures]
-    with progress(len(naive), "diagnosing", enabled=show) as bar:
-        for n in naive:
-            results["diagnoses"][n] = diagnose_capture(captures[n], arch=arch)
+    with progress(len(captures), "diagnosing", enabled=show) as bar:
+        for n, cap in captures.items():
+            results["diagnoses"][n] = diagnose_capture(cap, arch=arch)
             bar.advance()
     return results
+
+
+def _next_steps(out: Path, kernels: list[str]) -> list[tuple[str, str]]:
+    """(command, what it shows) for the demo's closing hint, on the kernels just captured."""
+    steps = []
+    if "matmul" in kernels and "matmul_tuned" in kernels:
+        steps.append((f"{prog()} ir-diff {out}/matmul {out}/matmul_tuned --html diff.html", "the full diff as a page"))
+    k = kernels[0]
+    steps.append((f"{prog()} diagnose {out}/{k} --all", "every fact behind a diagnosis"))
+    steps.append((f"{prog()} roofline examples:softmax --config 32768x1024-f16 --device h200 --latency-ms 0.061",
+                  "a timing placed on the H200's roofline, offline"))
+    return steps
 
 
 def run(args) -> int:
@@ -81,10 +97,13 @@ def run(args) -> int:
         a, b, d = stages["diff"]
         console.rule(f"structural IR diff: {a} → {b}")
         render_summary(d, console)
-        console.print(f"[dim]full diff: cutile-diag ir-diff {out}/{a} {out}/{b}[/]")
+        console.print(f"[dim]full diff: {escape(f'{prog()} ir-diff {out}/{a} {out}/{b}')}[/]", soft_wrap=True)
     for k, dg in stages["diagnoses"].items():
         console.rule(f"diagnosis: {k}")
         render_diagnosis(dg, console, brief=True)
-    console.print(f"\n[dim]Artifacts: {out}/<kernel>/ (TileIR, cubin, SASS, remarks, manifest.json). "
-                  f"Next: cutile-diag ir-diff A B · cutile-diag diagnose {out}/gather_scale[/]")
+    console.print(f"\nArtifacts: {out}/<kernel>/ (TileIR, cubin, SASS, remarks, manifest.json)", soft_wrap=True)
+    console.print("Next:")
+    # whole commands on lines of their own, so they can be pasted as printed
+    for cmd, why in _next_steps(out, list(captures)):
+        console.print(f"  {escape(cmd)}   [dim]# {why}[/]", soft_wrap=True)
     return 0

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import CutileDiagError, NoGPUError, UsageError
-from ..output import console, err_console, print_json, progress
+from ..output import console, err_console, print_json, prog, progress
 
 
 NCU_COLLECT = "collect"
@@ -49,7 +49,7 @@ def register(sub) -> None:
     p.add_argument("--latency-ms", type=float,
                    help="offline: a recorded latency (ms) of the configuration diagnosed: the costliest of the "
                         "selected ones (pick it with --config)")
-    p.add_argument("--roofline", help="add GPU evidence from a saved roofline JSON (cutile-diag roofline --json)")
+    p.add_argument("--roofline", help=f"add GPU evidence from a saved roofline JSON ({prog()} roofline --json)")
     p.add_argument("--ncu", nargs="?", const=NCU_COLLECT, metavar="FILE",
                    help="Nsight Compute evidence: alone, profile the workload's diagnosed configuration with the "
                         "rule-carrying sections (ncu --set full) and read its guided analysis; with FILE, read a "
@@ -118,7 +118,7 @@ def _classify_target(args) -> tuple[str, object]:
             if subs:
                 return "captures", subs
             raise UsageError(f"{p}: not a capture folder (no manifest.json) and holds none",
-                             hint="capture it first: cutile-diag capture FILE.py::KERNEL --out DIR")
+                             hint=f"capture it first: {prog()} capture FILE.py::KERNEL --out DIR")
         if p.name == "manifest.json":
             return "capture", p.parent
         if p.suffix == ".py":
@@ -172,7 +172,7 @@ def run(args) -> int:
     if (args.latency_ms is not None or args.device) and kind != "workload":
         # a recorded latency needs the workload's FLOP/byte counts: never drop it silently
         raise UsageError("--latency-ms / --device need a workload (examples:<kernel>, tilegym:<op>, FILE.py::Workload)",
-                         hint="for a capture folder pass --roofline FILE from `cutile-diag roofline WORKLOAD --json`")
+                         hint=f"for a capture folder pass --roofline FILE from `{prog()} roofline WORKLOAD --json`")
     show = not args.json
     diagnoses = []
     if kind == "captures":
@@ -292,7 +292,7 @@ def _load_roofline(path: str):
             points.append(x)
     if not points:
         raise UsageError(f"{path}: no roofline points (objects with latency_ms, bound, pct_datasheet ...)",
-                         hint="write it with: cutile-diag roofline WORKLOAD --json > FILE")
+                         hint=f"write it with: {prog()} roofline WORKLOAD --json > FILE")
     return points, device, hosts.get(_costliest_point(points))
 
 
@@ -530,7 +530,7 @@ def _measure(args, wl, cfgs, device, sms, ev, primary=None):
     except Exception:  # no cache yet: the datasheet roofs still apply
         ceilings = None
     if ceilings is None:
-        ev.notes.append("no measured ceilings for this GPU (run `cutile-diag peaks`): % of roof is against the datasheet roof")
+        ev.notes.append(f"no measured ceilings for this GPU (run `{prog()} peaks`): % of roof is against the datasheet roof")
     points, host_ms = [], None
     with progress(len(cfgs), "measuring", enabled=not args.json) as bar:
         for cfg in cfgs:

@@ -1,7 +1,7 @@
 """``cutile-diag loop next|record|status|recover`` — the loop's manual steps and its state."""
 from __future__ import annotations
 
-from ..output import console, err_console, print_json
+from ..output import console, err_console, print_json, prog
 
 
 def register(sub) -> None:
@@ -85,7 +85,7 @@ def run_next(args) -> int:
 def run_record(args) -> int:
     from ..loop.proc import exit_on_sigterm
     return exit_on_sigterm(lambda: _run_record(args), " (the edit is saved in the iteration's folder); "
-                                                      "`cutile-diag loop recover` records it")
+                                                      f"`{prog()} loop recover` records it")
 
 
 def _run_record(args) -> int:
@@ -101,7 +101,7 @@ def _run_record(args) -> int:
                   f"[bold]{rec['status']}[/]")
     console.print(f"reason: {rec['decision']['reason']}")
     if rec.get("stop", {}).get("stop"):
-        console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `cutile-diag loop next` for another "
+        console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `{prog()} loop next` for another "
                       "manual step)")
     console.print(f"[dim]{rec['table']}[/]")
     return 0

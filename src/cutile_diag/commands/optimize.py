@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..output import console, err_console, print_json
+from ..output import console, err_console, print_json, prog
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
                "    (add --bytes CONFIG=N [--flops CONFIG=N --unit f16:tensor] for the roofline guard)\n"
                "TileGym kernels are module-private: their names start with '_' (_softmax_kernel, _matmul_kernel).\n"
                "Continue an interrupted loop: optimize --resume [KERNEL] (new --test-cmd/--bench-cmd replace the\n"
-               "stored ones).  Manual steps: cutile-diag loop next|record.")
+               f"stored ones).  Manual steps: {prog()} loop next|record.")
     p.add_argument("kernel", nargs="?", help="FILE.py::KERNEL (the @ct.kernel to optimise)")
     m = p.add_argument_group("measurement (choose one)")
     m.add_argument("--workload", help="workload reference: examples:<kernel>, tilegym:<op>, or file.py::Workload")
@@ -42,7 +42,8 @@ def register(sub) -> None:
                    help="device preset for that roofline (h100, h200, ...; default: the live GPU)")
     m.add_argument("--direction", default="forward", choices=("forward", "backward", "both"),
                    help="which record direction is the latency (default forward)")
-    m.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (CI and demos; see loop.backends.SimSpec)")
+    m.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (CI, demos, no GPU): latencies from the transforms applied, "
+                        "planted failures; keys and an example: docs/simulate.md")
     m.add_argument("--configs", help="comma-separated subset of the workload's configurations")
     m.add_argument("--rep-ms", type=float, help="timed budget per measurement (ms; workload backend)")
     m.add_argument("--warmup-ms", type=float, help="warm-up budget per measurement (ms; workload backend)")
@@ -134,7 +135,7 @@ def _echo(args):
 def run(args) -> int:
     from ..loop.proc import exit_on_sigterm
     # like Ctrl-C: the child's process group is killed, the loop's worktree is on the last kept commit
-    return exit_on_sigterm(lambda: _run(args), "; `cutile-diag optimize --resume` records it and goes on")
+    return exit_on_sigterm(lambda: _run(args), f"; `{prog()} optimize --resume` records it and goes on")
 
 
 def _run(args) -> int:
@@ -174,7 +175,7 @@ def _show(result) -> None:
         console.print(f"latency {result.baseline_ms:.6f} ms -> {result.final_ms:.6f} ms "
                       f"({result.speedup:.3f}x); kept commit {str(result.kept_commit)[:12]}")
     for m in result.manual[:3]:
-        console.print(f"manual entry {m['id']} ({m['name']}): cutile-diag loop next --entry {m['id']}")
+        console.print(f"manual entry {m['id']} ({m['name']}): {prog()} loop next --entry {m['id']}")
     show_take(result.branch, result.worktree, result.take)
     console.print(f"[dim]ledger: {result.ledger}[/]")
 
@@ -182,19 +183,21 @@ def _show(result) -> None:
 def show_take(branch: str, worktree: str, take: list[str]) -> None:
     """How to bring the kept result into the user's branch (the loop never does it itself)."""
     if not take:
-        console.print(f"nothing kept to take; the loop's worktree: {worktree} (`cutile-diag loop clean` removes it)",
+        console.print(f"nothing kept to take; the loop's worktree: {worktree} (`{prog()} loop clean` removes it)",
                       highlight=False)
         return
     console.print(f"the kept result is on branch [bold]{branch}[/] (worktree {worktree}); take it into your branch "
                   "with one of:", highlight=False)
     for c in take:
         console.print(f"  {c}", markup=False, highlight=False)
-    console.print("then `cutile-diag loop clean` removes the worktree (--delete-branch: the branch too)",
+    console.print(f"then `{prog()} loop clean` removes the worktree (--delete-branch: the branch too)",
                   highlight=False)
 
 
 def _plan(args) -> int:
     """Locate, capture (temp), diagnose and list what the loop would try — nothing is changed."""
+    from rich.markup import escape
+
     from ..loop import api
     p = api.plan(request(args))
     if args.json:
@@ -204,12 +207,13 @@ def _plan(args) -> int:
     console.print(f"[bold]{loc['function']}[/] in {loc['path']} (line {loc['line']}); "
                   f"wrappers: {', '.join(loc['wrappers']) or '-'}")
     if cap is not None and not cap["ok"]:
-        console.print(f"[yellow]capture failed:[/] {cap['error']}", highlight=False)
+        # escaped: the error holds specs like X=DTYPE[d0,d1], which rich would take for markup
+        console.print(f"[yellow]capture failed:[/] {escape(cap['error'])}", highlight=False)
     elif cap is not None:
         console.print(f"capture: arguments from {cap.get('source') or 'specs'}", highlight=False)
-    console.print(f"bottleneck: {diag.bottleneck} ({diag.confidence}); " + "; ".join(diag.reasons[:2]))
+    console.print(f"bottleneck: {diag.bottleneck} ({diag.confidence}); " + escape("; ".join(diag.reasons[:2])))
     for n in diag.notes[:3]:
-        console.print(f"[dim]note: {n}[/]")
+        console.print(f"[dim]note: {escape(n)}[/]")
     for r in diag.recommendations:
         how = f"automatic: {r.transform}" if r.automatic else "manual (loop next)"
         console.print(f"  {r.id:>2} {r.name} — {how}" + (f" [dim](tried {r.tried})[/]" if r.tried else ""))

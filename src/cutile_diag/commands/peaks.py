@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..output import console, err_console, print_json
+from ..output import console, err_console, print_json, prog
 from ._args import number_arg
 
 
@@ -50,10 +50,45 @@ def _of(q, dev, key: str) -> str:
     return ""
 
 
+class _Notes:
+    """Provenance shown once: a long source (or a bracketed source inside a derived one, such as
+    ``2 x memory clock 3201 MHz [preset …] x 6016 bit [preset …]``) becomes a numbered note,
+    listed under the table, so rows stay one line and each text is printed once."""
+    INLINE = 64     # sources up to this long stay in the row
+
+    def __init__(self) -> None:
+        self.notes: dict[str, int] = {}
+
+    def ref(self, text: str) -> str:
+        return f"[{self.notes.setdefault(text, len(self.notes) + 1)}]"
+
+    def short(self, src: str) -> str:
+        out, depth, start = [], 0, 0
+        for i, ch in enumerate(src):        # top-level [...] groups -> note references
+            if ch == "[":
+                if depth == 0:
+                    out.append(src[start:i])
+                    start = i + 1
+                depth += 1
+            elif ch == "]" and depth:
+                depth -= 1
+                if depth == 0:
+                    out.append(self.ref(src[start:i]))
+                    start = i + 1
+        out.append(src[start:])
+        text = "".join(out)
+        return text if len(text) <= self.INLINE else self.ref(text)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..roofline.device import device_model
+    from ..errors import NoGPUError
+    from ..roofline.device import device_model, preset_names
     from ..roofline.peaks import cache_path, get_ceilings, recorded_ceilings
-    dev = device_model(args.device, number_arg("--gpu", args.gpu, strict=False, integer=True))
+    try:
+        dev = device_model(args.device, number_arg("--gpu", args.gpu, strict=False, integer=True))
+    except NoGPUError as e:
+        raise NoGPUError(e.message, hint=f"offline, a preset: {prog()} peaks --device h200 "
+                                         f"(presets: {', '.join(preset_names())})") from None
     ceilings = recorded_ceilings(dev)
     if dev.kind == "live":
         if not args.json:
@@ -88,19 +123,19 @@ def run(args: argparse.Namespace) -> int:
     for k, q in dev.theoretical_peaks().items():
         rows.append((f"{k} (theoretical, max clock)", _fmt(q, 1e12, "TFLOP/s"), q.source))
     if ceilings is not None:
-        when = f" [cached {ceilings.measured_at}]" if ceilings.cached else ""
+        when = f" (cached {ceilings.measured_at})" if ceilings.cached else ""
         rows.append(("DRAM bandwidth (measured)", _fmt(ceilings.dram_bw, 1e12, "TB/s") + _of(ceilings.dram_bw, dev,
                                                                                               "dram_bw"),
                      ceilings.dram_bw.source + when))
         for k, q in ceilings.flops.items():
             rows.append((f"{k} (measured)", _fmt(q, 1e12, "TFLOP/s") + _of(q, dev, k), q.source))
     from rich.markup import escape
-    seen: set[str] = set()
+    notes = _Notes()
     for name, value, src in rows:
-        shown = "same as above" if (src in seen and len(src) > 60) else src
-        seen.add(src)
-        t.add_row(escape(name), escape(value), escape(shown))
+        t.add_row(escape(name), escape(value), escape(notes.short(src)))
     console.print(t)
+    for text, n in notes.notes.items():
+        console.print(f"[dim]\\[{n}][/dim] {escape(text)}")
     for w in dev.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     if dev.kind == "live" and ceilings is None:

@@ -2,8 +2,8 @@
 
     cutile-diag roofline examples:matmul [--config 4096-f16 ...] [--json] [--plot roof.svg] [--ncu]
     cutile-diag roofline path/to/workloads.py::MyOp --config big
-    cutile-diag roofline examples:softmax --device h200 --latency-ms 0.061        # offline, no GPU
-    cutile-diag roofline examples:matmul --device h200 --latency-ms 4096-f16=0.25 2048-f16=0.04
+    cutile-diag roofline examples:softmax --config 32768x1024-f16 --device h200 --latency-ms 0.061   # offline
+    cutile-diag roofline examples:matmul --device h200 --config 4096-f16 2048-f16 --latency-ms 4096-f16=0.25 2048-f16=0.04
 
 ``<kernel>`` is a workload reference (``examples:<kernel>``, ``tilegym:<op>``,
 ``file.py::Workload``).  Each configuration is checked for correctness on fresh random inputs
@@ -35,7 +35,7 @@ import os
 from pathlib import Path
 
 from ..errors import UsageError
-from ..output import console, err_console, print_json, progress
+from ..output import console, err_console, print_json, prog, progress
 from ._args import number_arg
 
 
@@ -184,6 +184,12 @@ def run(args: argparse.Namespace) -> int:
     if cmd and args.kernel:
         raise UsageError("give a workload or kernel, or -- COMMAND, not both")
     if not cmd and not args.kernel:
+        # --config and --latency-ms take several values: a kernel written after them is one of those
+        for flag, values in (("--config", args.config), ("--latency-ms", args.latency_ms)):
+            eaten = [v for v in values or [] if "::" in v or v.startswith(("examples:", "tilegym:"))]
+            if eaten:
+                raise UsageError(f"{eaten[0]} was read as a {flag} value ({flag} takes several)",
+                                 hint=f"put the kernel before {flag}: {prog()} roofline {eaten[0]} {flag} …")
         raise UsageError("nothing to place on the roofline",
                          hint="give a workload (examples:matmul), a kernel FILE.py::KERNEL, or -- COMMAND")
     if args.plot:

@@ -17,6 +17,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from .evidence import Evidence, Site
+from ..output import prog
 
 # significance threshold for a win/loss against the baseline (run-to-run noise is 1-2 %)
 FLIP_THRESHOLD = 0.02
@@ -238,7 +239,7 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
         ev.add("gpu.pct_of_roof", round(pct, 2), src, f"{pct:.1f}% of the {cls.replace('-bound', '')} roof ({against})")
     pm = _num(_get(p, "pct_measured"))
     if pm is not None:
-        ev.add("gpu.pct_of_ceiling", round(pm, 2), src, "against the measured ceiling (cutile-diag peaks)")
+        ev.add("gpu.pct_of_ceiling", round(pm, 2), src, f"against the measured ceiling ({prog()} peaks)")
     bw, fl = _num(_get(p, "achieved_bw")), _num(_get(p, "achieved_flops"))
     if bw is not None:
         ev.add("gpu.achieved_tbps", bw / 1e12, src, f"{_num(_get(p, 'bytes')) or 0:.3g} B / {lat} ms")

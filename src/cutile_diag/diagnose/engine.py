@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 from .classes import CLASSES, Classification, classify
 from .evidence import Evidence, Fact, NotChecked
 from .playbook import Entry, Playbook, default_playbook
+from ..output import prog
 
 MAX_SITES_PER_FACT = 4
 MIN_PROMOTED_GAIN = 0.05     # up to this expected gain, evidence can demote an entry but not promote it
@@ -385,7 +386,7 @@ def diagnose_tileir(path_or_text, *, entry: str | None = None,
     for what in ("remarks (TMA selection, FMA fallback)", "register spills", "SASS instruction mix",
                  "threads per CTA / cluster"):
         ev.missing(what, "a bare TileIR file has no cubin",
-                   "capture the kernel (cutile-diag capture FILE.py::KERNEL) and diagnose the capture folder")
+                   f"capture the kernel ({prog()} capture FILE.py::KERNEL) and diagnose the capture folder")
     ev.missing("grid size vs SMs", "a bare TileIR file has no argument shapes or target arch",
                "diagnose a capture folder")
     if not module.has_locations:
@@ -397,5 +398,5 @@ def diagnose_tileir(path_or_text, *, entry: str | None = None,
 
 def _static_only(ev: Evidence) -> None:
     ev.missing("roofline class and % of roof", "no GPU measurement",
-               "diagnose a workload on a GPU (cutile-diag diagnose examples:<kernel>), or pass --roofline FILE")
+               f"diagnose a workload on a GPU ({prog()} diagnose examples:<kernel>), or pass --roofline FILE")
     ev.missing("host / launch overhead", "no GPU measurement")

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 from ..errors import CutileDiagError
 from .evidence import Evidence, Site
+from ..output import prog
 
 EXPORT_SCHEMA = "cutile-diag.ncu-export/1"
 RULES_FILE = "ncu-rules.toml"
@@ -224,7 +225,7 @@ def collect_ncu_rules(ev: Evidence, export: Mapping[str, Any], *, kernel_name: s
     found = findings(export, kernel_name=kernel_name)
     if not any(isinstance(r, (Mapping, str)) for r in k.get("rules") or []):
         ev.missing("Nsight Compute rules", "the report has no rule results (collected with --metrics only?)",
-                   "collect with `ncu --set full` (cutile-diag diagnose WORKLOAD --ncu)")
+                   f"collect with `ncu --set full` ({prog()} diagnose WORKLOAD --ncu)")
     ev.add("ncu.rules", [f.rule for f in found], src,
            f"{len(found)} rule(s) with a finding" if found else "no rule reported a finding",
            [Site(f"ncu rule {f.rule}", f.title + (f" — est. {f.speedup_pct:.1f}%" if f.speedup_pct else ""))

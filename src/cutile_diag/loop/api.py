@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ..errors import CutileDiagError, UsageError
 from . import worktree as worktree_mod
 from .errors import LoopError
+from ..output import prog
 
 Echo = Callable[[str], None] | None
 
@@ -257,12 +258,12 @@ def clean(ref: LoopRef, *, delete_branch: bool = False) -> Cleaned:
     pend = led.pending()
     if pend is not None:
         raise LoopError(f"iteration {pend['iteration']} was interrupted and is still pending",
-                        hint="`cutile-diag loop recover` first: it saves what the worktree holds")
+                        hint=f"`{prog()} loop recover` first: it saves what the worktree holds")
     if s.worktree.is_dir() and (s.worktree / ".git").exists():
         dirty = s.git().dirty_files()
         if dirty:
             raise LoopError(f"the loop's worktree {s.worktree} has uncommitted changes: " + ", ".join(dirty[:5]),
-                            hint="record them with `cutile-diag loop record`, or undo them there, then clean")
+                            hint=f"record them with `{prog()} loop record`, or undo them there, then clean")
     done = worktree_mod.remove(s, delete_branch=delete_branch)
     if not delete_branch and s.user_git().branch_exists(s.branch):
         done.append(f"the branch {s.branch} stays (take its result, or clean again with --delete-branch)")

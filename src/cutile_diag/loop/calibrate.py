@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..output import write_atomic
+from ..output import prog, write_atomic
 from . import decide as decide_mod
 from . import proc, stats
 from .backends import Backend, Version, Workspace
@@ -237,4 +237,4 @@ def noise_floor_for(backend: Backend, default: float = stats.DEFAULT_NOISE_FLOOR
     hit = lookup(machine, what_of(backend.describe()))
     if hit and isinstance(hit.get("noise_floor"), (int, float)) and hit["noise_floor"] > 0:
         return max(MIN_FLOOR, float(hit["noise_floor"])), f"calibrated on {machine} ({hit.get('what')}, {hit.get('time')})"
-    return default, "default (no calibration for this machine: run `cutile-diag calibrate`)"
+    return default, f"default (no calibration for this machine: run `{prog()} calibrate`)"

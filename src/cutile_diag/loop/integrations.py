@@ -88,8 +88,11 @@ def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, 
                              seconds=res.wall_s, timed_out=True)
     if res.returncode != 0 or not (folder / "manifest.json").exists():
         err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
-        msg = err[-1] if err else f"exit {res.returncode}"
-        return CaptureResult(False, error=msg.replace("cutile-diag: error: ", ""), seconds=res.wall_s)
+        msg = (err[-1] if err else f"exit {res.returncode}").replace("cutile-diag: error: ", "")
+        if "--arg NAME=SPEC" in msg:    # the capture child names its own flags; optimize's differ
+            msg += ("; optimize takes these as --capture-arg NAME=SPEC (capture's --arg) or "
+                    "--capture-workload REF (capture's --workload)")
+        return CaptureResult(False, error=msg, seconds=res.wall_s)
     try:
         doc = json.loads(res.stdout)
     except ValueError:

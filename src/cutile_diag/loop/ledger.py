@@ -48,7 +48,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..output import to_jsonable, write_atomic
+from ..output import prog, to_jsonable, write_atomic
 from .errors import LoopError
 
 TABLE_FILE = "perf_results.md"
@@ -188,7 +188,7 @@ class Ledger:
         elif not led.path.exists() and (led.dir / LEDGER_GZ).exists():
             led.path = led.dir / LEDGER_GZ
         if not led.path.exists():
-            raise LedgerError(f"{led.path}: no ledger here", hint="start the loop with `cutile-diag optimize`")
+            raise LedgerError(f"{led.path}: no ledger here", hint=f"start the loop with `{prog()} optimize`")
         data = led.path.read_bytes()
         if led.path.name.endswith(".gz"):
             try:

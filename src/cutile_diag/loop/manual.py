@@ -27,6 +27,7 @@ from .ledger import Ledger
 from .locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
 from .session import Session
+from ..output import prog
 
 
 @dataclass
@@ -168,9 +169,9 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
             ok, why = t.applicable(a.files[s.kernel_file], s.kernel) if t else (False, "not available")
             if not ok:
                 why_not.append(f"{pick.id}/{tname}: {why}")
-    cmd = (f"cutile-diag optimize --resume (applies {pick.transform} automatically), or edit {s.kernel_path} "
-           f"(the loop's worktree) by hand and run cutile-diag loop record --entry {pick.id}") if auto else (
-        f"edit {s.kernel_path} (the loop's worktree), then: cutile-diag loop record --entry "
+    cmd = (f"{prog()} optimize --resume (applies {pick.transform} automatically), or edit {s.kernel_path} "
+           f"(the loop's worktree) by hand and run {prog()} loop record --entry {pick.id}") if auto else (
+        f"edit {s.kernel_path} (the loop's worktree), then: {prog()} loop record --entry "
         f"{pick.id if pick else 'L'} --note \"what you changed\"")
     stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
     if diag.escalate:
@@ -226,7 +227,7 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
     if cap_b is not None and not cap_b.ok:
         raise LoopError(f"the edited kernel does not compile: {cap_b.error}",
                         hint="nothing was measured or recorded and your edit is still in the loop's worktree: fix it and run "
-                             "`cutile-diag loop record` again")
+                             f"`{prog()} loop record` again")
     cap_a = runner._capture(a, deadline)
     diff = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b else None,
                    entry=runner.s.kernel)
@@ -260,14 +261,14 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     pend = led.pending()
     if pend is not None:
         raise LoopError(f"iteration {pend['iteration']} was interrupted and is still pending",
-                        hint="run `cutile-diag loop recover` first (it saves what the loop's worktree holds in the "
+                        hint=f"run `{prog()} loop recover` first (it saves what the loop's worktree holds in the "
                              "iteration's folder, then resets the worktree)")
     if not led.iterations:
-        raise LoopError("the loop has no baseline yet", hint="run `cutile-diag optimize --resume` to measure it")
+        raise LoopError("the loop has no baseline yet", hint=f"run `{prog()} optimize --resume` to measure it")
     made = worktree_mod.ensure(s)
     if made:
         raise LoopError(f"nothing to record: {made}",
-                        hint=f"make the edit in {s.kernel_path}, then run `cutile-diag loop record` again")
+                        hint=f"make the edit in {s.kernel_path}, then run `{prog()} loop record` again")
     git = s.git()
     kept = led.kept_commit()
     head = git.head()
@@ -281,7 +282,7 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     if not changed:
         raise LoopError(f"nothing to record: the kernel file and wrapper in the loop's worktree ({s.worktree}) are "
                         "unchanged since the last kept commit",
-                        hint=f"edit {s.kernel_path} (not your checkout's copy); `cutile-diag loop next` shows what "
+                        hint=f"edit {s.kernel_path} (not your checkout's copy); `{prog()} loop next` shows what "
                              "to change")
     runner = Runner(s, backend, led, options=opt, echo=echo)
     chk = runner.check_stop()
@@ -354,9 +355,9 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
     lk = led.last_kept()
     stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
     if pend is not None:
-        hint = f"iteration {pend['iteration']} was interrupted: `cutile-diag loop recover` or `cutile-diag optimize --resume`"
+        hint = f"iteration {pend['iteration']} was interrupted: `{prog()} loop recover` or `{prog()} optimize --resume`"
     elif not have_wt:
-        hint = (f"the loop's worktree is gone (`loop clean`?); `cutile-diag optimize --resume` makes it again from "
+        hint = (f"the loop's worktree is gone (`loop clean`?); `{prog()} optimize --resume` makes it again from "
                 f"its branch {s.branch}" if s.user_git().branch_exists(s.branch) else
                 f"the loop's worktree and its branch {s.branch} are gone; the ledger stays in {s.state_dir}")
     elif cur != s.branch:
@@ -365,20 +366,20 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
         bad = [f for f in dirty if f not in s.allowed]
         hint = (f"changes in the loop's worktree outside the kernel and wrapper ({', '.join(bad[:3])}) would be "
                 "refused" if bad else
-                "an edit is in the loop's worktree: record it with `cutile-diag loop record --entry ID`")
+                f"an edit is in the loop's worktree: record it with `{prog()} loop record --entry ID`")
     elif not led.iterations and (led.last_stop() or {}).get("rule") == "baseline-failed":
-        hint = (f"the baseline failed: {led.last_stop().get('reason')}; fix that, then `cutile-diag optimize "
+        hint = (f"the baseline failed: {led.last_stop().get('reason')}; fix that, then `{prog()} optimize "
                 "--resume` (give corrected --test-cmd/--bench-cmd there: they replace the stored ones)")
     elif not led.iterations:
-        hint = "no baseline yet: `cutile-diag optimize --resume`"
+        hint = f"no baseline yet: `{prog()} optimize --resume`"
     elif stop.stop:
-        hint = f"stopped ({stop.reason}); `cutile-diag loop next` for a manual step"
+        hint = f"stopped ({stop.reason}); `{prog()} loop next` for a manual step"
     elif led.last_stop() is not None:
         why = str(led.last_stop().get("reason", ""))
-        hint = (f"stopped: {why}" + ("" if "loop next" in why else "; `cutile-diag loop next` for a manual step")
-                + "; `cutile-diag optimize --resume` re-diagnoses and goes on")
+        hint = (f"stopped: {why}" + ("" if "loop next" in why else f"; `{prog()} loop next` for a manual step")
+                + f"; `{prog()} optimize --resume` re-diagnoses and goes on")
     else:
-        hint = "continue with `cutile-diag optimize --resume`, or `cutile-diag loop next` for a manual step"
+        hint = f"continue with `{prog()} optimize --resume`, or `{prog()} loop next` for a manual step"
     return Status(state_dir=str(s.state_dir), kernel=s.kernel, branch=s.branch, on_branch=cur == s.branch,
                   head=git.head() if have_wt else None, kept_commit=kept, worktree=str(s.worktree),
                   take=s.take_commands(kept), dirty=dirty, pending=pend, rows=led.rows(),

@@ -51,6 +51,7 @@ from .ledger import Ledger
 from .ledger import short_text as _short
 from .recover import recover  # noqa: F401  (re-exported: runner.recover)
 from .session import Session
+from ..output import prog
 
 HOOK_POINTS = ("before_apply", "after_apply", "after_verify", "after_measure", "after_commit", "after_record")
 MAX_ITERATIONS = decide_mod.MAX_ITERATIONS
@@ -378,12 +379,12 @@ class Runner(Evaluation):
                 if self.git.dirty_files():
                     raise LoopError(f"the loop's worktree {self.s.worktree} changed outside the loop: "
                                     + ", ".join(self.git.dirty_files()[:5]),
-                                    hint="record a manual edit with `cutile-diag loop record`, or undo it there")
+                                    hint=f"record a manual edit with `{prog()} loop record`, or undo it there")
                 diag = self._diagnose(a, n)
                 if diag.escalate:
                     raise _Stop("escalate", f"the diagnosis says '{diag.bottleneck}': "
                                 + ("; ".join(diag.reasons[:2]) or "a person should look")
-                                + " — handing over (cutile-diag loop next shows the evidence)",
+                                + f" — handing over ({prog()} loop next shows the evidence)",
                                 [r.to_json() for r in diag.recommendations if not r.automatic])
                 choice, manual, skipped = self.choose(diag, a)
                 choice = lookahead_choice(self, a, choice, lambda fv: self.choose(diag, fv)[0])
@@ -391,7 +392,7 @@ class Runner(Evaluation):
                     self.echo(f"  skip {sk}")
                 if choice is None:
                     extra = (f"; {len(manual)} manual entr{'y' if len(manual) == 1 else 'ies'} left: run "
-                             "`cutile-diag loop next`") if manual else ""
+                             f"`{prog()} loop next`") if manual else ""
                     raise _Stop("exhausted", "no automatic optimisation left to try" + extra, manual)
                 self.iterate(n, a, choice, diag)
         except _Stop as st:

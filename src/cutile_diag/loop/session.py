@@ -22,6 +22,7 @@ from .errors import LoopError
 from .git import Git, repo_root, slug  # noqa: F401  (slug: session.slug for callers)
 from .ledger import Ledger, LedgerError
 from .worktree import loop_of, worktree_path
+from ..output import prog
 
 OUT_ROOT = Path("cutile-diag-out")
 DEFAULT_OUT = OUT_ROOT / "optimize"
@@ -146,7 +147,7 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
         found = [x for x in [d, *sorted(d.parent.glob(f"{d.name}@*"))] if Ledger.exists(x)]
         if not found:
             raise LoopError(f"no optimisation loop for {name} in {d}",
-                            hint=f"start one with `cutile-diag optimize {kernel_ref} ...`")
+                            hint=f"start one with `{prog()} optimize {kernel_ref} ...`")
         return found[0] if len(found) == 1 else _several(found, f"several loops for {name}")
     if out and Ledger.exists(Path(out)):
         return Path(out).resolve()
@@ -160,7 +161,7 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
                         hint="run from the kernel's repository or pass --out / the kernel reference") from None
     found = sorted(p.parent for p in base.glob("*/ledger.jsonl"))
     if not found:
-        raise LoopError(f"no optimisation loop under {base}", hint="start one with `cutile-diag optimize FILE.py::KERNEL`")
+        raise LoopError(f"no optimisation loop under {base}", hint=f"start one with `{prog()} optimize FILE.py::KERNEL`")
     if len(found) == 1:
         return found[0]
     return _several(found, f"several loops under {base}")

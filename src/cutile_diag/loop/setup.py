@@ -12,6 +12,7 @@ from .git import Git, repo_root
 from .ledger import Ledger
 from .locate import locate, parse_ref
 from .session import OUT_ROOT, Session, branch_name, branch_state_dir, owned_folder, state_dir_for
+from ..output import prog
 
 
 def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | Path | None = None,
@@ -26,7 +27,7 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
         prev = Ledger.load(state).setup.get("branch")
         if prev == bname:
             raise LoopError(f"a loop for {name} on branch {bname} already exists in {state}",
-                            hint="continue it with --resume, inspect it with `cutile-diag loop status`, "
+                            hint=f"continue it with --resume, inspect it with `{prog()} loop status`, "
                                  "or start another one with --branch NAME")
         state = branch_state_dir(state, bname)      # the same kernel again, on another branch
         if Ledger.exists(state):
@@ -122,11 +123,11 @@ def check_resume(s: Session, led: Ledger) -> list[str]:
         if git.is_ancestor(kept, head):
             raise GitError(f"the loop's branch has commits after the last kept one ({head[:12]} after {kept[:12]})",
                            hint="the loop only continues from its own last kept commit; reset the branch in its "
-                                f"worktree ({s.worktree}) or record a manual step with `cutile-diag loop record`")
+                                f"worktree ({s.worktree}) or record a manual step with `{prog()} loop record`")
         raise GitError(f"the loop's worktree is on {head[:12]}, not the loop's last kept commit ({kept[:12]})",
                        hint=f"in {s.worktree}: git reset --hard {kept[:12]}")
     dirty = git.dirty_files()
     if dirty:
         raise GitError(f"the loop's worktree {s.worktree} has uncommitted changes: " + ", ".join(dirty[:5]),
-                       hint="a manual edit? record it with `cutile-diag loop record`; else undo it there")
+                       hint=f"a manual edit? record it with `{prog()} loop record`; else undo it there")
     return done

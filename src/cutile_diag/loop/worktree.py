@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import GitError
 from .git import Git, slug
+from ..output import prog
 
 WORKTREES = Path("cutile-diag") / "worktrees"
 
@@ -57,7 +58,7 @@ def ensure(s) -> str | None:
         raise GitError(f"refusing to use {wt}: it exists but is not a worktree of {s.root}")
     if not g.branch_exists(s.branch):
         raise GitError(f"the loop's branch {s.branch} no longer exists",
-                       hint="nothing of this loop is left to continue; start another with `cutile-diag optimize`")
+                       hint=f"nothing of this loop is left to continue; start another with `{prog()} optimize`")
     holder = next((p for p, b in trees.items() if b == s.branch), None)
     if holder is not None:
         raise GitError(f"the loop's branch {s.branch} is checked out in {holder}; the loop works only in its "

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import NoGPUError, UsageError
 from .arch import ARCH_TABLES, arch_family, arch_of_capability, canonical_dtype, flops_per_clk_per_sm
+from ..output import prog
 
 MIB = 1 << 20
 KIB = 1 << 10
@@ -327,7 +328,7 @@ def live_device(index: int | None = None) -> DeviceModel:
     mig_val, mig_src = nv.get("mig_mode", (None, why or ""))
     if mig_val:
         warnings.append("MIG is enabled: clock, bandwidth and FLOP roofs are the whole GPU's, the instance "
-                        "gets a fraction of them; trust the measured ceilings (cutile-diag peaks) instead")
+                        f"gets a fraction of them; trust the measured ceilings ({prog()} peaks) instead")
     driver = nv.get("driver_version", (None, ""))[0]
     uuid = nv.get("uuid", (None, ""))[0] or (str(getattr(p, "uuid", "")) or None)
     dev = DeviceModel(

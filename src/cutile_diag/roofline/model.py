@@ -35,6 +35,7 @@ from typing import Any
 
 from .device import DeviceModel, Quantity
 from .peaks import Ceilings
+from ..output import prog
 
 RECIPE_MEMORY_MAX = 10.0
 RECIPE_COMPUTE_MIN = 50.0
@@ -138,7 +139,7 @@ def _verdict(p: RooflinePoint, num_sms: int | None, pct: float | None, bound: st
         p.verdict = ("INVALID: " + "; ".join(p.invalid_reasons) + ". Not a speedup: suspect the timer, a cached or "
                      "unwritten output, or a wrong byte/FLOP count")
         if any("measured" in r for r in p.invalid_reasons):
-            p.verdict += " (or a low ceiling: re-measure with `cutile-diag peaks --refresh` on the GPU)"
+            p.verdict += f" (or a low ceiling: re-measure with `{prog()} peaks --refresh` on the GPU)"
         p.verdict += "."
         return
     if pct is None or bound == "unknown":
@@ -219,7 +220,7 @@ def analyze(workload: str, config: str, *, latency_ms: float, flops: float, byte
     if ceilings is None:
         p.notes.append(f"offline: device preset {device.name}, recorded latency; this preset has no measured "
                        "ceilings, so only the theoretical roof guards against impossible results"
-                       if device.kind == "preset" else "no measured ceilings: run `cutile-diag peaks` to add them")
+                       if device.kind == "preset" else f"no measured ceilings: run `{prog()} peaks` to add them")
     elif device.kind == "preset":
         when = f" measured {ceilings.measured_at[:10]}" if ceilings.measured_at else ""
         p.notes.append(f"offline: device preset {device.name}, recorded latency; ceilings{when} from "

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..errors import UsageError
 from ..workload import Workload, WorkloadError, _FunctionWorkload, instantiate, validate
+from ..output import prog
 
 
 def _examples(name: str) -> Callable[..., Workload]:
@@ -135,7 +136,7 @@ def load_workload(ref: str, **kwargs) -> Workload:
         from ..capture.loader import is_kernel
         if is_kernel(obj):
             raise WorkloadError(f"{path}::{name} is a @ct.kernel, not a workload",
-                                hint="`cutile-diag roofline FILE.py::KERNEL [--arg NAME=SPEC ...]` takes a bare kernel; "
+                                hint=f"`{prog()} roofline FILE.py::KERNEL [--arg NAME=SPEC ...]` takes a bare kernel; "
                                      "other commands need a Workload (inputs, run, reference, flops, bytes) "
                                      "or a built-in one: " + ", ".join(builtin_names()))
         raise WorkloadError(f"{path}::{name} is {type(obj).__name__}, not a Workload")

@@ -24,36 +24,13 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import typing
 from typing import Any
 
+from ..capture.spec import spec_hint
 from ..errors import UsageError
 from ..workload import CaptureSpec, Workload, WorkloadConfig, WorkloadError
 
 CONFIG = "specs"
-
-
-def param_kinds(loaded) -> list[str]:
-    """``NAME: kind`` per kernel parameter, from its annotations (array / scalar / ct.Constant[T])."""
-    ann = loaded.kernel._annotated_function
-    out = []
-    for (name, p), node in zip(ann.pysig.parameters.items(), ann.parameter_annotations):
-        if getattr(node, "constant", False):
-            args = typing.get_args(p.annotation)
-            t = getattr(args[0], "__name__", str(args[0])) if args else "?"
-            kind = f"ct.Constant[{t}]"
-        elif getattr(node, "scalar", None) is not None:
-            kind = f"scalar {getattr(node.scalar, 'name', node.scalar)}"
-        elif getattr(node, "array", None) is not None:
-            kind = "array"
-        elif p.annotation in (int, float, bool):
-            kind = f"scalar {p.annotation.__name__}"
-        elif p.annotation is not inspect.Parameter.empty:
-            kind = getattr(p.annotation, "__name__", str(p.annotation))
-        else:
-            kind = "array or scalar"
-        out.append(f"{name}: {kind}")
-    return out
 
 
 def resolve_specs(loaded, given: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -64,9 +41,8 @@ def resolve_specs(loaded, given: dict[str, Any] | None) -> tuple[dict[str, Any],
     from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
     table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
     if not given and not table.get(loaded.attr):
-        raise UsageError(f"{loaded.attr} needs argument specs (no --arg given and no CAPTURE_SPECS entry); "
-                         f"parameters: {', '.join(param_kinds(loaded))}",
-                         hint="give --arg NAME=SPEC for each, e.g. X=f16[4096,4096] n=i32 TILE=128")
+        raise UsageError(f"no argument specs for {loaded.attr} (no --arg given and no CAPTURE_SPECS entry)",
+                         hint=spec_hint(loaded))
     specs = specs_for(loaded, given)
     consts, scalars = loaded.constant_params(), {}
     for n, s in list(specs.items()):
@@ -302,4 +278,4 @@ def kernel_workload(ref: str, given: dict[str, Any] | None = None, grid: list[in
     return wl
 
 
-__all__ = ["KernelWorkload", "kernel_workload", "param_kinds", "grid_from_wrapper", "CONFIG"]
+__all__ = ["KernelWorkload", "kernel_workload", "grid_from_wrapper", "CONFIG"]

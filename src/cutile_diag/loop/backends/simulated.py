@@ -43,9 +43,11 @@ class SimSpec:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         unknown = sorted(set(d) - set(known))
         if unknown:
-            raise BackendError(f"simulation spec: unknown key(s) {', '.join(unknown)}")
+            raise BackendError(f"simulation spec: unknown key(s) {', '.join(unknown)}",
+                               hint="its keys, explained in docs/simulate.md: " + ", ".join(cls.__dataclass_fields__))
         if not isinstance(known.get("configs"), dict) or not known["configs"]:
-            raise BackendError("simulation spec needs 'configs': {name: baseline latency in ms}")
+            raise BackendError("simulation spec needs 'configs': {name: baseline latency in ms}",
+                               hint="an example: docs/simulate.json")
         if "unit" in known:
             known["unit"] = tuple(known["unit"])
         return cls(**known)

@@ -55,7 +55,9 @@ def _load(req: dict, st: _State) -> dict:
     if why:
         return {"ok": False, "error": f"workload {wl.name} cannot run here: {why}"}
     if not torch.cuda.is_available():
-        return {"ok": False, "error": "no CUDA GPU visible to torch in the measurement worker"}
+        # optimize and calibrate both take --simulate: the way to try them on a machine without one
+        return {"ok": False, "error": "no CUDA GPU visible to torch in the measurement worker; without a GPU, "
+                                      "--simulate SPEC.json runs against a simulated one (docs/simulate.md)"}
     st.wl = wl
     cfgs = wl.select(req.get("configs"))
     checks, info, passed = {}, {}, True
