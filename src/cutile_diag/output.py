@@ -26,6 +26,24 @@ console = Console(highlight=False, soft_wrap=False, width=_width())
 err_console = Console(stderr=True, highlight=False)
 
 
+class Footnotes:
+    """Long cell texts said once below a table, so that its rows stay one line each: the cell
+    shows ``[n]``, the same text the same ``n``; short texts stay in the cell."""
+
+    def __init__(self, inline: int = 32):
+        self.inline = inline
+        self.texts: dict[str, int] = {}
+
+    def cell(self, text: str) -> str:
+        if len(text) <= self.inline:
+            return text
+        return f"[{self.texts.setdefault(text, len(self.texts) + 1)}]"
+
+    def print(self, to: Console) -> None:
+        for text, n in self.texts.items():
+            to.print(f"[{n}] {text}", markup=False, highlight=False)
+
+
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, enums, paths, sets and tuples to plain JSON types."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

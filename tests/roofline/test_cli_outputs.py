@@ -202,3 +202,21 @@ def test_plot_write_failure_is_a_usage_error(tmp_path):
     (tmp_path / "taken.svg").mkdir()                 # the file name is a folder: savefig fails
     with pytest.raises(UsageError, match="cannot write"):
         plot_roofline([p], dev, None, tmp_path / "taken.svg")
+
+
+def test_peaks_table_fits_100_columns(monkeypatch):
+    """One line per quantity at 100 columns: a long provenance goes below the table as a
+    numbered note, said once however many rows share it."""
+    import re
+    from rich.console import Console
+    from cutile_diag.commands import peaks
+    console = Console(width=100, record=True, color_system=None)
+    monkeypatch.setattr(peaks, "console", console)
+    assert main(["peaks", "--device", "h200"]) == 0
+    lines = console.export_text().splitlines()
+    rows = [ln for ln in lines if ln.startswith("│")]
+    assert len(rows) > 20 and not [ln for ln in rows if re.match(r"│ +│", ln)]   # no wrapped row
+    refs = {m for ln in rows for m in re.findall(r"│ (\[\d+\]) +│$", ln)}
+    notes = [ln.split()[0] for ln in lines if re.match(r"\[\d+\] ", ln)]
+    assert refs and sorted(notes) == sorted(refs)                       # each note once, each one used
+    assert sum("preset NVIDIA H200" in ln for ln in rows) == 0

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     t = Table(title=f"{dev.name} ({dev.arch}, {dev.kind})", show_lines=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_column("source", overflow="fold")
+    t.add_column("source (long ones below)")
     rows = [("SMs", _fmt(dev.sm_count), dev.sm_count.source),
             ("SM clock max", _fmt(dev.sm_clock_max_mhz, unit="MHz", digits=4), dev.sm_clock_max_mhz.source),
             ("memory clock max", _fmt(dev.mem_clock_max_mhz, unit="MHz", digits=4), dev.mem_clock_max_mhz.source),
@@ -95,12 +95,12 @@ def run(args: argparse.Namespace) -> int:
         for k, q in ceilings.flops.items():
             rows.append((f"{k} (measured)", _fmt(q, 1e12, "TFLOP/s") + _of(q, dev, k), q.source))
     from rich.markup import escape
-    seen: set[str] = set()
+    from ..output import Footnotes
+    notes = Footnotes()
     for name, value, src in rows:
-        shown = "same as above" if (src in seen and len(src) > 60) else src
-        seen.add(src)
-        t.add_row(escape(name), escape(value), escape(shown))
+        t.add_row(escape(name), escape(value), escape(notes.cell(src)))
     console.print(t)
+    notes.print(console)
     for w in dev.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     if dev.kind == "live" and ceilings is None:
