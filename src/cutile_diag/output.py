@@ -26,6 +26,15 @@ console = Console(highlight=False, soft_wrap=False, width=_width())
 err_console = Console(stderr=True, highlight=False)
 
 
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle (kernel names differ at both
+    ends: ``_persistent…_fwd_kernel``)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
 class Footnotes:
     """Long cell texts said once below a table, so that its rows stay one line each: the cell
     shows ``[n]``, the same text the same ``n``; short texts stay in the cell."""

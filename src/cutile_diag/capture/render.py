@@ -1,10 +1,12 @@
 """Rich rendering of capture summaries (shared by ``capture`` and ``demo``)."""
 from __future__ import annotations
 
+from rich import box
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..output import human_bytes
+from ..output import human_bytes, shorten
 from .summary import CaptureSummary
 
 
@@ -15,19 +17,20 @@ def _yes_no(v, good=True) -> str:
 
 
 def summary_table(summaries: list[CaptureSummary], title: str = "Captured kernels") -> Table:
-    t = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
-    for col in ("kernel", "arch", "ops", "loads (view/ptr)", "TMA ld/st", "tensor cores",
-                "persistent", "regs", "smem", "spills", "thr/CTA"):
-        t.add_column(col, justify="right" if col in ("ops", "regs", "smem", "spills", "thr/CTA") else "left")
+    """One line per kernel and arch in 100 columns: a long name is cut in the middle (whole in
+    the detail lines), the persistent loop and threads per CTA are in the detail lines."""
+    t = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
+              pad_edge=False, collapse_padding=True)
+    for col in ("kernel", "arch", "ops", "loads v/p", "TMA ld/st", "MMA", "regs", "smem", "spills"):
+        t.add_column(col, justify="right" if col in ("ops", "regs", "smem", "spills") else "left", no_wrap=True)
     for s in summaries:
         tc = ", ".join(x.replace("Tensor-core ", "") for x in (s.tensor_core or [])) or (
             "[red]FMA fallback[/]" if s.fma_fallbacks else ("no MMA" if not s.mma_ops else "[dim]?[/]"))
         spills = "-" if s.spill_bytes is None else (f"[red]{s.spill_bytes} B[/]" if s.spill_bytes else "0")
-        name = s.name + (" [red](incomplete)[/]" if s.missing else "")
+        name = escape(shorten(s.name, 9 if s.missing else 22)) + (" [red](incomplete)[/]" if s.missing else "")
         t.add_row(name, s.arch or "-", str(s.ops), f"{s.view_loads}/{s.ptr_loads}",
                   "-" if s.tma_loads is None else f"{s.tma_loads}/{s.tma_stores}",
-                  tc, _yes_no(s.persistent_loop), str(s.registers or "-"), human_bytes(s.shared),
-                  spills, str(s.threads_per_cta or "-"))
+                  tc, str(s.registers or "-"), human_bytes(s.shared), spills)
     return t
 
 
@@ -37,6 +40,7 @@ def detail_lines(s: CaptureSummary) -> list[Text | str]:
         out.append(f"  [bold red]INCOMPLETE[/] ({s.arch}): missing {', '.join(s.missing)}")
     classes = ", ".join(f"{k} {v}" for k, v in s.ops_by_class.items() if k not in ("assume",))
     out.append(f"  ops by class: {classes}")
+    out.append(f"  persistent loop: {_yes_no(s.persistent_loop)}; threads per CTA: {s.threads_per_cta or '?'}")
     mem = []
     if s.view_loads or s.view_stores:
         mem.append(f"{s.view_loads} tile loads / {s.view_stores} tile stores (view ops, TMA-eligible)")
