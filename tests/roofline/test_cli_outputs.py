@@ -220,3 +220,23 @@ def test_peaks_table_fits_100_columns(monkeypatch):
     notes = [ln.split()[0] for ln in lines if re.match(r"\[\d+\] ", ln)]
     assert refs and sorted(notes) == sorted(refs)                       # each note once, each one used
     assert sum("preset NVIDIA H200" in ln for ln in rows) == 0
+
+
+def test_workload_table_fits_100_columns(monkeypatch, natural_width):
+    """One line per configuration at 100 columns; the class and the ridge are on its lines below."""
+    from rich.console import Console
+    from rich.table import Table
+    from cutile_diag.commands import roofline
+    console = Console(width=100, record=True, color_system=None)
+    tables = []
+    monkeypatch.setattr(roofline, "console", console)
+    real_print = console.print
+    monkeypatch.setattr(console, "print", lambda *a, **k: (tables.extend(x for x in a if isinstance(x, Table)),
+                                                          real_print(*a, **k)))
+    assert main(["roofline", "examples:vector_add", "--device", "h200", "--config", "16M-f32", "64M-f32",
+                 "--latency-ms", "16M-f32=0.0525", "64M-f32=0.2", "--no-static"]) == 0
+    (t,) = tables
+    assert natural_width(t) <= 100
+    lines = console.export_text().splitlines()
+    assert [ln.split()[0] for ln in lines if ln.rstrip().endswith("near roof")] == ["16M-f32", "64M-f32"]
+    assert sum(ln.strip() == "class memory-bound; by the theoretical ridge (14 FLOP/B): memory" for ln in lines) == 2
