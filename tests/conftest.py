@@ -48,3 +48,16 @@ def example_captures(tmp_path_factory):
         for k in names:
             caps[k] = capture_aot(f"{EXAMPLES_DIR / f}::{k}", archs=EXAMPLE_ARCHS, out_dir=out)
     return caps
+
+
+@pytest.fixture
+def natural_width():
+    """``natural_width(renderable) -> int``: the columns a rich table takes with no cell wrapped
+    (titles and captions wrap to the table's width and do not count)."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    def measure(renderable) -> int:
+        wide = Console(width=1000)
+        return Measurement.get(wide, wide.options, renderable).maximum
+    return measure

@@ -44,6 +44,50 @@ def prog() -> str:
     return f"{shlex.quote(sys.executable)} -m cutile_diag"
 
 
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle (kernel names differ at both
+    ends: ``_persistent…_fwd_kernel``)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+class Footnotes:
+    """Long cell texts said once below a table, so that its rows stay one line each: the cell
+    shows ``[n]``, the same text the same ``n``; short texts stay in the cell."""
+
+    def __init__(self, inline: int = 32):
+        self.inline = inline
+        self.texts: dict[str, int] = {}
+
+    def ref(self, text: str) -> str:
+        return f"[{self.texts.setdefault(text, len(self.texts) + 1)}]"
+
+    def cell(self, text: str) -> str:
+        """A bracketed source inside a derived one (``2 x clock 3201 MHz [preset …] x 6016 bit
+        [preset …]``) becomes a reference too, so the derivation stays readable in the row."""
+        out, depth, start = [], 0, 0
+        for i, ch in enumerate(text):        # top-level [...] groups -> note references
+            if ch == "[":
+                if depth == 0:
+                    out.append(text[start:i])
+                    start = i + 1
+                depth += 1
+            elif ch == "]" and depth:
+                depth -= 1
+                if depth == 0:
+                    out.append(self.ref(text[start:i]))
+                    start = i + 1
+        out.append(text[start:])
+        short = "".join(out)
+        return short if len(short) <= self.inline else self.ref(short)
+
+    def print(self, to: Console) -> None:
+        for text, n in self.texts.items():
+            to.print(f"[{n}] {text}", markup=False, highlight=False)
+
+
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, enums, paths, sets and tuples to plain JSON types."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

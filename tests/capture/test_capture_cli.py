@@ -45,8 +45,8 @@ def test_aot_cli_rich_output(capsys, tmp_path):
 def test_summary_names_the_kernel_and_the_capture_name_where_it_differs(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "capture", MATMUL, "--name", "gemm_a", "--out", str(tmp_path))
     assert code == 0
-    row = next(ln for ln in out.splitlines() if "sm_90" in ln and "│" in ln)
-    assert row.split("│")[1].strip() == "matmul as gemm_a"
+    row = next(ln for ln in out.splitlines() if "sm_90" in ln and "gemm_a" in ln)
+    assert row.split()[:3] == ["matmul", "as", "gemm_a"]
     code, out, _ = run_cli(capsys, "capture", MATMUL, "--name", "gemm_a", "--out", str(tmp_path / "j"), "--json")
     c = json.loads(out)["captures"][0]
     assert (c["name"], c["kernel"], c["summary"]["kernel"]) == ("gemm_a", "matmul", "matmul")

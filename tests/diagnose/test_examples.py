@@ -273,3 +273,20 @@ def test_cli_kernel_ref_is_captured_first(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["recommendations"][0]["id"] == "A"
     assert any(c.startswith("capture:") for c in doc["collected"])
+
+
+def test_recommendation_table_fits_100_columns(diagnoses):
+    """Each entry is one line of a 100-column terminal (why and how it applies go to its block below)."""
+    import re
+    from rich.console import Console
+    from cutile_diag.diagnose.render import render_diagnosis
+    for name, d in diagnoses.items():
+        console = Console(width=100, record=True, color_system=None)
+        render_diagnosis(d, console)
+        lines = console.export_text().splitlines()
+        for i, r in enumerate(d.recommendations, 1):
+            row = [ln for ln in lines if re.match(rf"{r.id} +{re.escape(r.name)} +~.* (none|low|medium|high)$", ln.rstrip())]
+            assert len(row) == 1, (name, r.id, lines)
+            apply = f"auto: {r.transform}" if r.automatic else "manual"
+            assert sum(ln.startswith(f"{i}. {r.id} {r.name} ({apply}): ") for ln in lines) == 1
+            assert " ".join(r.reason.split()) in " ".join(" ".join(lines).split())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,36 @@ def test_a_missing_browser_fails_under_ci_and_skips_elsewhere(monkeypatch, ci, o
     monkeypatch.setenv("CI", ci)
     with pytest.raises(outcome, match="no chromium"):
         _unavailable("no chromium here")
+
+
+PICTURES = Path(__file__).parent / "pictures"
+
+
+def test_a_large_diff_fits_a_1400_pixel_window(open_report, ir_dump, tmp_path):
+    """A realistic large diff (an unrolled matmul of ~1,900 ops with a latency hint on every
+    40th load, under a capture folder's long paths) at 1,400 × 1,000: no horizontal scrollbar
+    (long names wrap, the side-by-side panel scrolls inside itself).
+    ``CUTILE_DIAG_PICTURES=1`` rewrites the committed screenshot ``pictures/ir_diff_1400.png``."""
+    a = synth.unroll(ir_dump("matmul").text(loc=True), 10 ** 6, max_ops=1900)
+    b = synth.set_op_hint(a, synth.op_lines(a, "load_view_tko")[::40], "latency", 3)
+    where = tmp_path / "captures" / "matmul_kernel-f16-4096x4096x4096-TM128-TN128-TK64-ws"
+    (where / "before").mkdir(parents=True)
+    (where / "after").mkdir()
+    (where / "before" / "matmul_kernel.tileir.txt").write_text(a)
+    (where / "after" / "matmul_kernel.tileir.txt").write_text(b)
+    res = diff_paths(where / "before" / "matmul_kernel.tileir.txt", where / "after" / "matmul_kernel.tileir.txt")
+    assert len(res.semantic()) >= 15 and res.before.ops >= 1800
+    page, errors, _ms = open_report(render_html(res))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    assert errors == []
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], width
+    # the side-by-side listing scrolls inside its own panel, both halves within the window
+    panel = page.locator(".sbs-panel").first
+    right, scrolls = panel.evaluate("p => [p.getBoundingClientRect().right, p.scrollHeight > p.clientHeight]")
+    after = panel.locator("th", has_text="after").evaluate("h => h.getBoundingClientRect().right")
+    assert panel.is_visible() and right <= 1400 and after <= right and scrolls
+    # the picture: the structural deltas folded, so that the side-by-side panel shows under the changes
+    page.locator("details.section", has_text="Structural deltas").locator(":scope > summary").click()
+    shot = PICTURES / "ir_diff_1400.png" if os.environ.get("CUTILE_DIAG_PICTURES") else tmp_path / "shot.png"
+    page.screenshot(path=str(shot), full_page=True, clip={"x": 0, "y": 0, "width": 1400, "height": 2000})

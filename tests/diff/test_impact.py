@@ -98,6 +98,20 @@ def test_impact_in_json_and_rich(capsys, ir_dump):
     assert "Impact slices" in flat and f"{im['ops']} ops → 1 side effect" in flat, out
 
 
+def test_html_says_when_a_slice_reaches_no_ops(ir_dump):
+    """A change whose slice is empty (an unused op's attribute) shows a plain line in the HTML
+    report's impact column, not an expander that opens on nothing."""
+    from dataclasses import replace
+    from cutile_diag.diff.output import render_html
+    res = diff_paths(ir_dump("softmax").loc, ir_dump("knob:softmax_pad_zero").loc)
+    (c,) = res.changes
+    full = render_html(res)
+    assert full.count("<details class=impact>") == 1 and "no ops reached" not in full
+    c.impact = replace(c.impact, ops=0, nodes=[], stores=[], by_op={}, bits=0)
+    page = render_html(res)
+    assert "<details class=impact>" not in page and page.count("no ops reached") == 1
+
+
 def test_no_impact_for_entry_hints_and_equivalent_inputs(ir_dump):
     res = diff_paths(ir_dump("matmul").plain, ir_dump("matmul", hints={"occupancy": 2}).plain)
     (c,) = res.changes

@@ -191,7 +191,9 @@ def test_peaks_table_shows_each_provenance_once(capsys):
     sms = next(ln for ln in lines if ln.startswith("│ SMs "))
     assert sms.rstrip(" │").endswith(ref)
     bw = next(ln for ln in lines if "DRAM bandwidth (theoretical)" in ln)
-    assert f"2 x memory clock 3201 MHz {ref} x 6016 bit {ref} / 8 (DDR)" in bw
+    derived = next(ln for ln in lines if ln.startswith("[") and "2 x memory clock" in ln)
+    assert bw.rstrip(" │").endswith(derived.split()[0])   # the derivation is a note of its own...
+    assert f"2 x memory clock 3201 MHz {ref} x 6016 bit {ref} / 8 (DDR)" in derived   # ...citing the preset
     assert out.count("bench/results/optimize-h200/peaks.json") == 3   # one note per measured ceiling
     rows = [ln for ln in lines if ln.startswith("│ ")]
     assert len(rows) == len({ln.split("│")[1] for ln in rows})   # no row wraps onto a second line
@@ -240,3 +242,43 @@ def test_a_kernel_written_after_a_many_valued_option_is_named(capsys, monkeypatc
     kernel = argv[-1]
     assert len(err) == 1 and f"{kernel} was read as a {flag} value" in err[0]
     assert f"./dev roofline {kernel} {flag}" in err[0]
+
+
+def test_peaks_table_fits_100_columns(monkeypatch):
+    """One line per quantity at 100 columns: a long provenance goes below the table as a
+    numbered note, said once however many rows share it."""
+    import re
+    from rich.console import Console
+    from cutile_diag.commands import peaks
+    console = Console(width=100, record=True, color_system=None)
+    monkeypatch.setattr(peaks, "console", console)
+    assert main(["peaks", "--device", "h200"]) == 0
+    lines = console.export_text().splitlines()
+    rows = [ln for ln in lines if ln.startswith("│")]
+    assert len(rows) > 20 and not [ln for ln in rows if re.match(r"│ +│", ln)]   # no wrapped row
+    note_lines = [ln for ln in lines if re.match(r"\[\d+\] ", ln)]
+    notes = [ln.split()[0] for ln in note_lines]
+    # cited by a row, or by another note (a derivation's note cites the sources it rests on)
+    refs = {m for ln in rows + [n.split(" ", 1)[1] for n in note_lines] for m in re.findall(r"\[\d+\]", ln)}
+    assert refs and sorted(notes) == sorted(refs)                       # each note once, each one used
+    assert sum("preset NVIDIA H200" in ln for ln in rows) == 0
+
+
+def test_workload_table_fits_100_columns(monkeypatch, natural_width):
+    """One line per configuration at 100 columns; the class and the ridge are on its lines below."""
+    from rich.console import Console
+    from rich.table import Table
+    from cutile_diag.commands import roofline
+    console = Console(width=100, record=True, color_system=None)
+    tables = []
+    monkeypatch.setattr(roofline, "console", console)
+    real_print = console.print
+    monkeypatch.setattr(console, "print", lambda *a, **k: (tables.extend(x for x in a if isinstance(x, Table)),
+                                                          real_print(*a, **k)))
+    assert main(["roofline", "examples:vector_add", "--device", "h200", "--config", "16M-f32", "64M-f32",
+                 "--latency-ms", "16M-f32=0.0525", "64M-f32=0.2", "--no-static"]) == 0
+    (t,) = tables
+    assert natural_width(t) <= 100
+    lines = console.export_text().splitlines()
+    assert [ln.split()[0] for ln in lines if ln.rstrip().endswith("near roof")] == ["16M-f32", "64M-f32"]
+    assert sum(ln.strip() == "class memory-bound; by the theoretical ridge (14 FLOP/B): memory" for ln in lines) == 2

@@ -288,6 +288,7 @@ def test_measured_launches_become_points(tmp_path):
     from cutile_diag.roofline.observed import roofline_launches
     from cutile_diag.roofline.peaks import recorded_ceilings
     x = torch.zeros(4096, 1024, dtype=torch.float16)
+    times = []                  # launch-bound small shapes, ~3.5 TB/s large ones; the first launch compiles
     with cpu_cuda(), intercept_launches() as recs:
         for _ in range(4):
             softmax.launch(x, x)
@@ -340,6 +341,7 @@ def test_ncu_bytes_attach_to_the_kernel_and_grid_they_belong_to():
     from cutile_diag.roofline.device import preset
     from cutile_diag.roofline.ncu import NcuKernel, NcuResult
     from cutile_diag.roofline.observed import attach_ncu, roofline_launches
+    times = []                  # launch-bound small shapes, ~3.5 TB/s large ones; the first launch compiles
     with cpu_cuda(), intercept_launches() as recs:
         softmax.launch(torch.zeros(4096, 1024, dtype=torch.float16), torch.zeros(4096, 1024, dtype=torch.float16))
         softmax.launch(torch.zeros(2048, 1024, dtype=torch.float16), torch.zeros(2048, 1024, dtype=torch.float16))
@@ -404,3 +406,72 @@ def test_gpu_bare_kernel_measured_on_fresh_inputs(capsys):
     r = d["results"][0]
     assert rc == 0 and r["status"] == "ok" and r["point"]["latency_source"] == "measured"
     assert r["point"]["counts_source"] == "static" and r["measure"]["check"] is None
+
+
+LAYER_NORM = textwrap.dedent('''
+    import cuda.tile as ct
+
+
+    @ct.kernel
+    def _persistent_layer_norm_fwd_kernel(X, Y, W, B, Mean, Rstd, EPS: ct.Constant[float], TILE_N: ct.Constant[int]):
+        row = ct.bid(0)
+        x = ct.load(X, index=(row, 0), shape=(1, TILE_N)).astype(ct.float32)
+        mean = ct.sum(x, axis=1, keepdims=True) / TILE_N
+        xc = x - mean
+        rstd = ct.rsqrt(ct.sum(xc * xc, axis=1, keepdims=True) / TILE_N + EPS)
+        w = ct.reshape(ct.load(W, index=(0,), shape=(TILE_N,)).astype(ct.float32), (1, TILE_N))
+        b = ct.reshape(ct.load(B, index=(0,), shape=(TILE_N,)).astype(ct.float32), (1, TILE_N))
+        ct.store(Y, index=(row, 0), tile=(xc * rstd * w + b).astype(Y.dtype))
+        ct.store(Mean, index=(row,), tile=ct.reshape(mean, (1,)))
+        ct.store(Rstd, index=(row,), tile=ct.reshape(rstd, (1,)))
+''')
+
+
+def test_command_table_fits_100_columns(tmp_path, monkeypatch, natural_width):
+    """TileGym's layer-norm tests as ``roofline -- pytest …`` measures them: a long kernel name at
+    several shapes and dtypes.  Each row stays on one line of a 100-column terminal (short
+    shapes; the full array list and the notes go below the table)."""
+    import importlib.util
+    import torch
+    from dataclasses import replace
+    from rich.console import Console
+    from cutile_diag.capture.launch_observer import ObservedRun
+    from cutile_diag.capture.launches import cpu_cuda, intercept_launches
+    from cutile_diag.commands import _roofline_command
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.observed import roofline_launches
+    from cutile_diag.roofline.peaks import recorded_ceilings
+    f = tmp_path / "layer_norm.py"
+    f.write_text(LAYER_NORM)
+    spec = importlib.util.spec_from_file_location("layer_norm", f)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    import cuda.tile as ct
+    times = []                  # launch-bound small shapes, ~3.5 TB/s large ones; the first launch compiles
+    with cpu_cuda(), intercept_launches() as recs:
+        for rows, n, dt in ((256, 256, torch.float16), (256, 256, torch.float32), (4096, 8192, torch.bfloat16),
+                            (16384, 4096, torch.bfloat16)):
+            x = torch.zeros(rows, n, dtype=dt)
+            w = torch.zeros(n, dtype=dt)
+            stats = torch.zeros(rows)
+            for i in range(3):
+                times.append(50.0 if i == 0 else 0.006 + 2 * x.numel() * x.element_size() / 3.5e9)
+                ct.launch(torch.cuda.current_stream(), (rows,), m._persistent_layer_norm_fwd_kernel,
+                          (x, x, w, w, stats, stats, 1e-5, n))
+    recs = [replace(r, device_ms=t, extra={"first": t == 50.0}) for r, t in zip(recs, times)]
+    dev = preset("h200")
+    results = roofline_launches(recs, device=dev, ceilings=recorded_ceilings(dev))
+    assert len(results) == 4 and [r.status for r in results] == ["ok"] * 4, [r.error for r in results]
+    run = ObservedRun(command=["pytest"], returncode=0, seconds=1.0, records=recs)
+    assert natural_width(_roofline_command._table(results, dev, run)) <= 100
+    console = Console(width=100, record=True, color_system=None)
+    monkeypatch.setattr(_roofline_command, "console", console)
+    _roofline_command._print(results, dev, run)
+    lines = console.export_text().splitlines()
+    # one line per configuration under its kernel's name, shortened to its largest array
+    rows = [ln for ln in lines if " x2 +4 " in ln]
+    assert [ln.split()[0] for ln in rows] == ["f16[256,256]", "f32[256,256]", "bf16[4096,8192]", "bf16[16384,4096]"]
+    assert all(ln.rstrip().endswith(("far below", "headroom")) for ln in rows), rows
+    # below the table: the full array list, the grid and the counts
+    assert any(ln.startswith("_persistent_layer_norm_fwd_kernel bf16[16384,4096] x2, bf16[4096] x2, f32[16384] x2 "
+                             "(grid 16384") for ln in lines)

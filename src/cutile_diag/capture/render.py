@@ -1,10 +1,12 @@
 """Rich rendering of capture summaries (shared by ``capture`` and ``demo``)."""
 from __future__ import annotations
 
+from rich import box
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..output import human_bytes
+from ..output import human_bytes, shorten
 from .summary import CaptureSummary
 
 
@@ -15,21 +17,26 @@ def _yes_no(v, good=True) -> str:
 
 
 def summary_table(summaries: list[CaptureSummary], title: str = "Captured kernels") -> Table:
-    t = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
-    for col in ("kernel", "arch", "ops", "loads (view/ptr)", "TMA ld/st", "tensor cores",
-                "persistent", "regs", "smem", "spills", "thr/CTA"):
-        t.add_column(col, justify="right" if col in ("ops", "regs", "smem", "spills", "thr/CTA") else "left")
+    """One line per kernel and arch in 100 columns: a long name is cut in the middle (whole in
+    the detail lines), the persistent loop and threads per CTA are in the detail lines."""
+    t = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
+              pad_edge=False, collapse_padding=True)
+    for col in ("kernel", "arch", "ops", "loads v/p", "TMA ld/st", "MMA", "regs", "smem", "spills"):
+        t.add_column(col, justify="right" if col in ("ops", "regs", "smem", "spills") else "left", no_wrap=True)
     for s in summaries:
         tc = ", ".join(x.replace("Tensor-core ", "") for x in (s.tensor_core or [])) or (
             "[red]FMA fallback[/]" if s.fma_fallbacks else ("no MMA" if not s.mma_ops else "[dim]?[/]"))
         spills = "-" if s.spill_bytes is None else (f"[red]{s.spill_bytes} B[/]" if s.spill_bytes else "0")
         # the kernel itself; the capture's name too where --name (or run mode's numbering) differs
-        name = s.kernel + (f" [dim]as {s.name}[/]" if s.name != s.kernel else "") \
-            + (" [red](incomplete)[/]" if s.missing else "")
+        if s.name != s.kernel:
+            name = escape(shorten(s.kernel, 12)) + f" [dim]as {escape(shorten(s.name, 9))}[/]"
+        else:
+            name = escape(shorten(s.kernel, 22))
+        if s.missing:
+            name = escape(shorten(s.kernel, 9)) + " [red](incomplete)[/]"
         t.add_row(name, s.arch or "-", str(s.ops), f"{s.view_loads}/{s.ptr_loads}",
                   "-" if s.tma_loads is None else f"{s.tma_loads}/{s.tma_stores}",
-                  tc, _yes_no(s.persistent_loop), str(s.registers or "-"), human_bytes(s.shared),
-                  spills, str(s.threads_per_cta or "-"))
+                  tc, str(s.registers or "-"), human_bytes(s.shared), spills)
     return t
 
 
@@ -39,6 +46,7 @@ def detail_lines(s: CaptureSummary) -> list[Text | str]:
         out.append(f"  [bold red]INCOMPLETE[/] ({s.arch}): missing {', '.join(s.missing)}")
     classes = ", ".join(f"{k} {v}" for k, v in s.ops_by_class.items() if k not in ("assume",))
     out.append(f"  ops by class: {classes}")
+    out.append(f"  persistent loop: {_yes_no(s.persistent_loop)}; threads per CTA: {s.threads_per_cta or '?'}")
     mem = []
     if s.view_loads or s.view_stores:
         mem.append(f"{s.view_loads} tile loads / {s.view_stores} tile stores (view ops, TMA-eligible)")

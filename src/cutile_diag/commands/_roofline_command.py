@@ -109,47 +109,78 @@ def _fmt(v, spec: str, scale: float = 1.0) -> str:
     return "-" if v is None else format(v / scale, spec)
 
 
-def _print(results, dev, run) -> None:
+def _table(results, dev, run):
+    """One line per configuration in 100 columns: rows grouped under their kernel's name, the
+    shape shortened (``short_label``); grid, counts, class and the full array list go below."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
     where = f"{dev.name} ({dev.kind})" if dev else "no device model"
     what = "measured times" if run.executed else "not executed (--dry-run)"
-    t = Table(title=escape(f"{len(run.records)} launches of {len(results)} kernel configurations on {where}; "
-                           f"{what}"),
-              caption="FLOPs and bytes: static estimates (TileIR at the recorded shapes; MB min = issued tile "
-                      "traffic capped by the arrays' footprint); ms: "
-                      "measured by CUDA events around each launch (median without the JIT-compiling first call); "
-                      "% roof: of the measured ceiling, else the datasheet")
-    for col, j in (("kernel", "left"), ("shape", "left"), ("grid", "left"), ("calls", "right"), ("total ms", "right"),
-                   ("median ms", "right"), ("MB min", "right"), ("GFLOP", "right"), ("TB/s", "right"),
-                   ("TFLOP/s", "right"), ("AI", "right"), ("class", "left"), ("% roof", "right"), ("verdict", "left")):
-        t.add_column(col, justify=j)
+    t = Table(title=escape(f"{len(run.records)} launches of {len(results)} kernel configurations on {where}; {what}"),
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("kernel · shape", "calls", "ms/call", "TB/s", "TFLOP/s", "AI", "% roof", "verdict"):
+        t.add_column(col, justify="left" if col in ("kernel · shape", "verdict") else "right", no_wrap=True)
+    short = {}
+    for r in results:
+        short.setdefault((r.group.kernel, r.group.short_label), []).append(r)
+    kernel = None
     for r in results:
         g, st, p = r.group, r.static or {}, r.point
-        gj = g.to_json()
+        if g.kernel != kernel:
+            kernel = g.kernel
+            t.add_row(f"[bold]{escape(kernel)}[/bold]")
+        # two configurations alike in their largest array: the full list tells them apart
+        label = g.short_label if len(short[(g.kernel, g.short_label)]) == 1 else g.label
         ai = p.ai if p else ((st.get("flops_total") or 0) / st["bytes_compulsory"]
                              if st.get("bytes_compulsory") else None)
         if p is not None:
             pct = p.pct_measured if p.pct_measured is not None else p.pct_datasheet
             level = {"invalid": "[red]INVALID[/red]", "near": "[green]near roof[/green]",
                      "moderate": "[yellow]headroom[/yellow]", "far": "[red]far below[/red]"}.get(p.level, p.level)
-            cells = (_fmt(p.achieved_tbps, ".3f"), _fmt(p.achieved_tflops, ".2f"), _fmt(ai, ".1f"), p.recipe_class,
+            cells = (_fmt(p.achieved_tbps, ".3f"), _fmt(p.achieved_tflops, ".2f"), _fmt(ai, ".1f"),
                      "-" if pct is None else f"{pct:.0f}%", level)
         else:
-            from ..roofline.model import recipe_class
-            cells = ("-", "-", _fmt(ai, ".1f"), recipe_class(ai) if ai is not None else "-", "-",
+            cells = ("-", "-", _fmt(ai, ".1f"), "-",
                      "[dim]static only[/dim]" if r.status == "no_time" else f"[red]{r.status}[/red]")
-        t.add_row(escape(g.kernel), escape(g.label), ",".join(map(str, g.grid)), str(g.calls), _fmt(gj["total_ms"], ".3f"),
-                  _fmt(gj["median_ms"], ".4f"), _fmt(st.get("bytes_compulsory"), ".1f", 1e6),
-                  _fmt(st.get("flops_total"), ".2f", 1e9), *cells)
-    console.print(t)
+        t.add_row("  " + escape(label), str(g.calls), _fmt(g.to_json()["median_ms"], ".4f"), *cells)
+    return t
+
+
+def _print(results, dev, run) -> None:
+    from rich.markup import escape
+    from ..roofline.model import recipe_class
+    console.print(_table(results, dev, run))
+    console.print("[dim]FLOPs and bytes: static estimates (TileIR at the recorded shapes; MB min = issued tile "
+                  "traffic capped by the arrays' footprint); ms: measured by CUDA events around each launch "
+                  "(median without the JIT-compiling first call); % roof: of the measured ceiling, else the "
+                  "datasheet[/dim]")
+    points = [r.point for r in results if r.point is not None]
+    # a note every configuration carries is said once, after theirs
+    common = [n for n in dict.fromkeys(points[0].notes) if all(n in p.notes for p in points)] if len(points) > 1 else []
     for r in results:
-        head = f"[bold]{escape(r.group.kernel)}[/bold] {escape(r.group.label)}"
+        g, st = r.group, r.static or {}
+        ai = r.point.ai if r.point else ((st.get("flops_total") or 0) / st["bytes_compulsory"]
+                                         if st.get("bytes_compulsory") else None)
+        facts = ", ".join(x for x in (
+            f"grid {'x'.join(map(str, g.grid))}",
+            f"{_fmt(g.to_json()['total_ms'], '.3f')} ms total" if g.to_json()["total_ms"] is not None else "",
+            f"{_fmt(st.get('bytes_compulsory'), '.1f', 1e6)} MB min" if st.get("bytes_compulsory") else "",
+            f"{_fmt(st.get('flops_total'), '.3g', 1e9)} GFLOP" if st.get("flops_total") else "",
+            recipe_class(ai) if ai is not None else "") if x)
+        head = f"[bold]{escape(g.kernel)}[/bold] {escape(g.label)} [dim]({escape(facts)})[/dim]"
         if r.point is not None:
             console.print(f"{head}: {escape(r.point.verdict)}")
             for n in dict.fromkeys(r.point.notes):
-                console.print(f"  [dim]- {escape(n)}[/dim]")
+                if n not in common:
+                    console.print(f"  [dim]- {escape(n)}[/dim]")
         elif r.error and r.status != "no_time":
             console.print(f"{head}: [red]{escape(r.error)}[/red]")
+        else:
+            console.print(head)
+    if common:
+        console.print("every configuration:")
+        for n in common:
+            console.print(f"  [dim]- {escape(n)}[/dim]")
     for w in run.warnings + (dev.warnings if dev else []):
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")

@@ -113,10 +113,10 @@ def run_status(args) -> int:
     if args.json:
         print_json(st)
         return 0
-    from ..loop.ledger import render_table
+    from .optimize import ledger_table
     console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
                   + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
-    console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)
+    console.print(ledger_table(st.rows, "perf_results.md"))
     for e in st.evidence:          # the latency change beside what changed in the IR
         pct = f"{e['change_pct']:+.2f}%" if isinstance(e.get("change_pct"), (int, float)) else "-"
         cap = f"; capture {e['capture']}" if e.get("capture") else ""

@@ -150,18 +150,26 @@ def _run(args) -> int:
     return 0
 
 
-def _show(result) -> None:
+def ledger_table(rows, title: str):
+    """The perf_results.md rows for a terminal (``optimize``, ``loop status``): within 100 columns,
+    the optimization text wraps inside its own column, the figures stay one line."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
-    t = Table(title=f"perf_results.md  ({result.table})", title_justify="left")
-    for c in ("iteration", "optimization", "latency_ms", "correctness", "status"):
-        t.add_column(c, justify="right" if c in ("iteration", "latency_ms") else "left",
-                     overflow="fold" if c == "optimization" else "ellipsis")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("it", "optimization", "latency_ms", "correctness", "status"):
+        t.add_column(c, justify="right" if c in ("it", "latency_ms") else "left",
+                     ratio=1 if c == "optimization" else None, no_wrap=c != "optimization")
     colors = {"keep": "green", "revert": "yellow", "crash": "red"}
-    for r in result.rows:
-        lat = "-" if r["latency_ms"] is None else f"{r['latency_ms']:.6f}"
-        t.add_row(str(r["iteration"]), r["optimization"], lat, r["correctness"],
-                  f"[{colors.get(r['status'], 'white')}]{r['status']}[/]")
-    console.print(t)
+    for r in rows:
+        lat = "-" if r.get("latency_ms") is None else f"{r['latency_ms']:.6f}"
+        t.add_row(str(r["iteration"]), escape(str(r["optimization"])), lat, escape(str(r.get("correctness") or "-")),
+                  f"[{colors.get(r['status'], 'white')}]{escape(str(r['status']))}[/]")
+    return t
+
+
+def _show(result) -> None:
+    console.print(ledger_table(result.rows, f"perf_results.md  ({result.table})"))
     for c, info in list((result.classification or {}).items())[:3]:
         console.print(f"{c}: arithmetic intensity {info['ai']:.3g} FLOP/B ({info['recipe_class']}"
                       + (f"; {info['bound']} roof" if info.get("bound") else "") + ")")

@@ -50,36 +50,6 @@ def _of(q, dev, key: str) -> str:
     return ""
 
 
-class _Notes:
-    """Provenance shown once: a long source (or a bracketed source inside a derived one, such as
-    ``2 x memory clock 3201 MHz [preset …] x 6016 bit [preset …]``) becomes a numbered note,
-    listed under the table, so rows stay one line and each text is printed once."""
-    INLINE = 64     # sources up to this long stay in the row
-
-    def __init__(self) -> None:
-        self.notes: dict[str, int] = {}
-
-    def ref(self, text: str) -> str:
-        return f"[{self.notes.setdefault(text, len(self.notes) + 1)}]"
-
-    def short(self, src: str) -> str:
-        out, depth, start = [], 0, 0
-        for i, ch in enumerate(src):        # top-level [...] groups -> note references
-            if ch == "[":
-                if depth == 0:
-                    out.append(src[start:i])
-                    start = i + 1
-                depth += 1
-            elif ch == "]" and depth:
-                depth -= 1
-                if depth == 0:
-                    out.append(self.ref(src[start:i]))
-                    start = i + 1
-        out.append(src[start:])
-        text = "".join(out)
-        return text if len(text) <= self.INLINE else self.ref(text)
-
-
 def run(args: argparse.Namespace) -> int:
     from ..errors import NoGPUError
     from ..roofline.device import device_model, preset_names
@@ -102,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     t = Table(title=f"{dev.name} ({dev.arch}, {dev.kind})", show_lines=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_column("source", overflow="fold")
+    t.add_column("source (long ones below)")
     rows = [("SMs", _fmt(dev.sm_count), dev.sm_count.source),
             ("SM clock max", _fmt(dev.sm_clock_max_mhz, unit="MHz", digits=4), dev.sm_clock_max_mhz.source),
             ("memory clock max", _fmt(dev.mem_clock_max_mhz, unit="MHz", digits=4), dev.mem_clock_max_mhz.source),
@@ -130,12 +100,12 @@ def run(args: argparse.Namespace) -> int:
         for k, q in ceilings.flops.items():
             rows.append((f"{k} (measured)", _fmt(q, 1e12, "TFLOP/s") + _of(q, dev, k), q.source))
     from rich.markup import escape
-    notes = _Notes()
+    from ..output import Footnotes
+    notes = Footnotes()
     for name, value, src in rows:
-        t.add_row(escape(name), escape(value), escape(notes.short(src)))
+        t.add_row(escape(name), escape(value), escape(notes.cell(src)))
     console.print(t)
-    for text, n in notes.notes.items():
-        console.print(f"[dim]\\[{n}][/dim] {escape(text)}")
+    notes.print(console)
     for w in dev.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     if dev.kind == "live" and ceilings is None:

@@ -45,15 +45,14 @@ def render_diagnosis(d: Diagnosis, console: Console, *, brief: bool = False, all
 
     recs = d.recommendations[:3] if brief else d.recommendations
     if recs:
+        # one line per entry in 100 columns, ranked: why and how it applies are in its block below
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-        for col in ("#", "id", "recommendation", "why", "effect", "risk", "apply"):
+        for col in ("id", "recommendation", "effect", "risk"):
             t.add_column(col, overflow="fold")
-        for i, r in enumerate(recs, 1):
+        for r in recs:
             tried = f" [dim](tried {r.tried}x)[/]" if r.tried else ""
-            apply = f"auto: {r.transform}" if r.automatic else "manual"
-            t.add_row(str(i), f"[bold]{r.id}[/]", escape(r.name) + tried, escape(r.reason),
-                      effect_text(r.predicted_effect),
-                      f"[{_RISK_STYLE.get(r.risk, 'white')}]{r.risk}[/]", apply)
+            t.add_row(f"[bold]{r.id}[/]", escape(r.name) + tried, effect_text(r.predicted_effect),
+                      f"[{_RISK_STYLE.get(r.risk, 'white')}]{r.risk}[/]")
         console.print(t)
         for i, r in enumerate(recs, 1):
             _evidence_block(console, i, r, brief=brief, all_evidence=all_evidence)
@@ -107,9 +106,8 @@ def render_diagnosis(d: Diagnosis, console: Console, *, brief: bool = False, all
 
 def _evidence_block(console: Console, i: int, r: Recommendation, *, brief: bool, all_evidence: bool) -> None:
     lines = r.evidence if all_evidence else r.evidence[: (4 if brief else 8)]
-    if not lines and not r.predicted_effect.get("notes") and not r.ncu:
-        return
-    console.print(f"[bold]{i}. {r.id}[/] [dim]evidence[/]")
+    apply = f"auto: {r.transform}" if r.automatic else "manual"
+    console.print(f"[bold]{i}. {r.id}[/] {escape(r.name)} [dim]({escape(apply)})[/]: {escape(r.reason)}")
     for ln in lines:
         console.print(f"     {escape(ln)}", soft_wrap=True)
     if len(r.evidence) > len(lines):

@@ -17,6 +17,8 @@ configuration carries the JIT compile and is left out of the median when there a
 """
 from __future__ import annotations
 
+import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -49,6 +51,16 @@ class LaunchGroup:
         arrays = [v for v in self.specs.values() if "[" in v]
         seen = list(dict.fromkeys(arrays))
         return ", ".join(a + (f" x{arrays.count(a)}" if arrays.count(a) > 1 else "") for a in seen) or "no arrays"
+
+    @property
+    def short_label(self) -> str:
+        """The largest array's spec and how many arrays more (``bf16[16384,4096] x2 +4``): a table cell."""
+        arrays = [v for v in self.specs.values() if "[" in v]
+        if not arrays:
+            return "no arrays"
+        big = max(arrays, key=lambda a: math.prod(int(d) for d in re.findall(r"\d+", a[a.index("["):])))
+        n, rest = arrays.count(big), len(arrays) - arrays.count(big)
+        return big + (f" x{n}" if n > 1 else "") + (f" +{rest}" if rest else "")
 
     def times_ms(self) -> list[float]:
         """Device times used for the statistics: without the JIT-compiling first launch when others exist."""

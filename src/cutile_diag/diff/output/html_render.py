@@ -24,10 +24,13 @@ th{background:#f6f6f8;font-weight:600}.verdict{font-weight:700;font-size:16px;ma
 .eq{color:#137333}.ne{color:#b3261e}.dim{color:#777}.kind{font-weight:600;white-space:nowrap}
 .attribute{background:#fff8e1}.added{background:#e6f4ea}.removed{background:#fce8e6}.moved{background:#f3e8fd}
 .rewired{background:#e8f0fe}.del{color:#b3261e}.ins{color:#137333}
-table.sbs td{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;white-space:pre;border:none;padding:1px 6px}
+table.sbs{table-layout:fixed;width:100%}table.sbs th.ln{width:4.5em}
+table.sbs td{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;white-space:pre-wrap;border:none;padding:1px 6px}
 table.sbs td.ln{color:#999;text-align:right;user-select:none}table.sbs.only-changed tr.same{display:none}table.sbs tr.same td.code{color:#444}
 details{margin:4px 0}summary{cursor:pointer}details.section>summary{font-size:16px;font-weight:600;margin:22px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-table.sbs tr.impact td.code{background:#fdf6e3}table.sbs tr.impact td.ln{border-left:3px solid #f9ab00}.legend span{margin-right:10px;padding:0 6px}.pill{display:inline-block;padding:0 6px;border-radius:8px;background:#eee;margin-right:4px;font-size:12px}
+table.sbs tr.impact td.code{background:#fdf6e3}table.sbs th{position:sticky;top:0}
+body,td,summary,.mono{overflow-wrap:anywhere}th,td.num,td.kind{overflow-wrap:normal;white-space:nowrap}.scroll{overflow:auto;max-width:100%}.scroll.sbs-panel{max-height:85vh;border:1px solid #eee}
+table.sbs tr.impact td.ln{border-left:3px solid #f9ab00}.legend span{margin-right:10px;padding:0 6px}.pill{display:inline-block;padding:0 6px;border-radius:8px;background:#eee;margin-right:4px;font-size:12px}
 """
 
 _JS = """
@@ -68,6 +71,8 @@ def _impact_cell(c) -> str:
     im = c.impact
     if im is None:
         return ""
+    if not im.ops and not im.stores:        # nothing to unfold
+        return "<span class=dim>no ops reached</span>"
     head = _e(impact_summary([c]))
     ops = ", ".join(f"{k} {n}" for k, n in im.by_op.items())
     stores = "".join(f"<li class=mono>{_e(st['op'])} {_e(st['id'])} {_e(_short(st['source']) or 'line ' + str(st['line']))}</li>"
@@ -200,12 +205,13 @@ def _sbs(r: DiffResult, max_rows: int) -> str:
         reached = sum(1 for x in rows if x[0] == "impact")
         out.append(f"<details {'open' if len(rows) <= 2000 else ''}><summary>{_e(detail.name)}: {len(rows)} rows, "
                    f"{changed} changed, {reached} in impact slices</summary><label><input type=checkbox onchange=\"toggleSame('{tid}',this.checked)\"> "
-                   f"only changed rows</label><table class=sbs id={tid}><tr><th></th><th>before</th><th></th><th>after</th></tr>")
+                   f"only changed rows</label><div class='scroll sbs-panel'><table class=sbs id={tid}>"
+                   "<tr><th class=ln></th><th>before</th><th class=ln></th><th>after</th></tr>")
         for cls, la, ta, lb, tb, depth in rows[:max_rows]:
             ind = "  " * depth
             out.append(f"<tr class={cls} data-change={cls}><td class=ln>{la or ''}</td><td class=code>{_e(ind + ta) if ta else ''}</td>"
                        f"<td class=ln>{lb or ''}</td><td class=code>{_e(ind + tb) if tb else ''}</td></tr>")
-        out.append("</table>")
+        out.append("</table></div>")
         if len(rows) > max_rows:
             out.append(f"<p class=dim>… {len(rows) - max_rows} more rows</p>")
         out.append("</details>")
@@ -217,8 +223,9 @@ def render_html(r: DiffResult, *, limit: int = 2000, max_rows: int = 20000) -> s
     verdict = ("<div class='verdict eq'>EQUIVALENT</div>" if r.equivalent else
                f"<div class='verdict ne'>DIFFERENT: {s['semantic_changes']} semantic, {s['unclassified_changes']} "
                f"unclassified, {s['cubin_changes']} cubin changes</div>")
-    ents = "".join(f"<tr><td class=mono>{_e(e.before)}</td><td class=mono>{_e(e.after)}</td><td>{_e(e.status)}</td>"
-                   f"<td>{e.ops_before}</td><td>{e.ops_after}</td><td>{e.matched}</td></tr>" for e in r.entries)
+    ents = "".join(f"<tr><td class=mono>{_e(e.before)}</td><td class=mono>{_e(e.after)}</td><td class=num>{_e(e.status)}</td>"
+                   f"<td class=num>{e.ops_before}</td><td class=num>{e.ops_after}</td><td class=num>{e.matched}</td></tr>"
+                   for e in r.entries)
     pills = "".join(f"<span class=pill>{_e(k)} {v}</span>" for k, v in s["structural"].items())
     parts = [
         "<!DOCTYPE html><html><head><meta charset=utf-8><title>cutile-diag ir-diff</title>",
