@@ -14,6 +14,7 @@ time left, and re-checks the remaining time before each confirmation it adds.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -99,6 +100,14 @@ def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, sc
         notes.append(f"confirming with {r} round(s) instead of {rounds} (one run takes {costs.run_s:.1f} s)")
     return Plan(list(range(k)), list(range(k, n_points)), screen_rounds, r, est(k, r), budget_s,
                 est(1, 1) <= budget_s, notes)
+
+
+def min_budget_s(costs: Costs, margin: float = MARGIN) -> int | None:
+    """The smallest --budget (whole seconds) whose plan holds one candidate checked and compared
+    in one round (None: nothing measured yet)."""
+    if not costs.known:
+        return None
+    return max(1, math.ceil(costs.iteration_s(1, 1) / margin))
 
 
 def costs_from_ledger(iterations: list[dict]) -> Costs:

@@ -18,6 +18,7 @@ from . import decide as decide_mod
 from . import proc, stats
 from .backends import CorrectnessFailure, Version
 from .choose import Candidate, sweep_prefix
+from .costs import StepClock
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
 from .evidence import changed_outside_kernel, diff_line, uncredit
 from .integrations import ir_diff
@@ -54,6 +55,8 @@ class Evaluation:
         screened point is confirmed, while the budget lasts (a screening round can mislead)."""
         idir = self.s.iteration_dir(n)
         plan = plan or self.plan(len(cands))
+        # this step's cost split; candidates compile (concurrently) against A's recorded launch
+        self.clock, self._compile_ref = StepClock(), a
         # saved before anything can fail, so that what recover() promises exists
         saved = save_candidates(idir, a.files, [c.version.files for c in cands])
         # the candidates go into the begin record: after a hard kill, recover() marks them tried so
@@ -208,7 +211,7 @@ class Evaluation:
         else:
             record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
         # a sweep point was checked in the sweep: the same files need no second check
-        ver = self._verified.get(b.version.digest) or self.backend.verify(b.version, self.ws, deadline)
+        ver = self._verified.get(b.version.digest) or self._verify(b.version, deadline)
         record["verification"] = ver.to_json()
         record["correctness"] = "PASS" if ver.passed else "FAIL"
         # what recover() reports as the correctness of an iteration killed after this point
@@ -219,7 +222,7 @@ class Evaluation:
             self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
             return None
         t0 = time.monotonic()
-        runs = self.backend.measure([a, b.version], self.ws, deadline, plan.confirm_rounds)
+        runs = self._measure([a, b.version], deadline, plan.confirm_rounds)
         # later iterations plan with the slower of the baseline's and this run time
         record["costs"] = budget_mod.Costs(run_s=(time.monotonic() - t0) / (2 * plan.confirm_rounds)).to_json()
         self._hook("after_measure", hctx)
@@ -286,6 +289,8 @@ class Evaluation:
             return [cands[0]], None
         info, passing = [], []
         todo = [cands[i] for i in plan.screen]
+        self._capture(a, deadline)                  # A's capture holds the launch the compiles reuse
+        self.precompile(a, [c.version for c in todo], deadline)
         for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
             info.append(row)
@@ -302,7 +307,7 @@ class Evaluation:
                 row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
                 continue
             try:
-                ver = self.backend.verify(c.version, self.ws, share)
+                ver = self._verify(c.version, share)
             except MeasurementTimeout as e:
                 # killed at its share of the iteration's time: no verdict on the point, not a crash
                 row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {e.one_line()}", "budget"
@@ -330,7 +335,7 @@ class Evaluation:
                 row = next(r for r in info if r["label"] == c.version.label)
                 share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1))
                 try:
-                    runs = self.backend.measure([a, c.version], self.ws, share, plan.screen_rounds)
+                    runs = self._measure([a, c.version], share, plan.screen_rounds)
                 except MeasurementTimeout as e:
                     row["result"], row["failure"] = f"{budget_mod.SKIPPED} in screening: {e.one_line()}", "budget"
                     continue
@@ -424,6 +429,7 @@ class Evaluation:
         if record["status"] == "crash" and record.get("correctness") != "FAIL":
             record["correctness"] = "-"      # the candidate did not finish: its correctness is not established
         record["seconds"] = round(deadline.elapsed(), 3)
+        record["step_costs"] = self.clock.to_json()
         self.led.append(record)
         self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
         try:
