@@ -124,7 +124,7 @@ def job_json(*, root: Path, kernel_file: str, kernel: str, files: Mapping[str, s
 # ---------------------------------------------------------------------------------------
 # the child
 
-def _install_overrides(overrides: Mapping[str, str]) -> None:
+def install_overrides(overrides: Mapping[str, str]) -> None:
     """Imports and ``linecache`` read ``overrides[path]`` for these paths instead of the disk."""
     import linecache
     from importlib.machinery import SourceFileLoader
@@ -132,12 +132,16 @@ def _install_overrides(overrides: Mapping[str, str]) -> None:
     texts.update(overrides)
     get_data, path_stats = SourceFileLoader.get_data, SourceFileLoader.path_stats
 
-    def _data(self, path):
+    def _text(path) -> str | None:
         t = texts.get(path)
+        return t if t is not None or not isinstance(path, str) else texts.get(os.path.realpath(path))
+
+    def _data(self, path):
+        t = _text(path)
         return t.encode() if t is not None else get_data(self, path)
 
     def _stats(self, path):
-        if path in texts:           # no stale .pyc of the worktree's version: compile the text
+        if _text(path) is not None:   # no stale .pyc of the worktree's version: compile the text
             raise OSError("source supplied by the compile job")
         return path_stats(self, path)
 
@@ -165,7 +169,7 @@ def _child(job: dict) -> dict:
     from ..capture.aot import capture_aot
     from ..capture.auto import attach_launch
     from ..errors import CutileDiagError, UsageError
-    _install_overrides(job.get("overrides") or {})
+    install_overrides(job.get("overrides") or {})
     specs: dict = dict(job.get("specs") or {})
     from ..capture import spec as spec_mod
     specs.update(spec_mod.parse_assignments(job.get("args") or []))

@@ -291,6 +291,10 @@ class Evaluation:
         todo = [cands[i] for i in plan.screen]
         self._capture(a, deadline)                  # A's capture holds the launch the compiles reuse
         self.precompile(a, [c.version for c in todo], deadline)
+        prepare = getattr(self.backend, "prepare", None)     # the points' checks at once, where it can
+        if prepare is not None:
+            with self.clock.phase("check"):
+                prepare([c.version for c in todo], self.ws, deadline)
         for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
             info.append(row)

@@ -165,6 +165,7 @@ class Runner(Evaluation):
         self.started = time.monotonic()         # --time-limit counts from here (this invocation)
         self.captures: dict[str, CaptureResult] = {}
         self.clock = StepClock()                # the current step's cost split (loop.costs)
+        self._compile_cut: dict[str, CaptureResult] = {}   # compiles the clock killed (loop.compile_pool)
         self.capture_off_reason: str | None = None if self.opt.capture else "disabled (--no-capture)"
         base = next((r for r in ledger.iterations if r["iteration"] == 0), None)
         cap0 = (base or {}).get("capture") or {}
@@ -200,8 +201,11 @@ class Runner(Evaluation):
         if self.capture_off_reason:
             return None
         ref = getattr(self, "_compile_ref", None)
-        if v.digest not in self.captures and ref is not None and v.digest != ref.digest:
+        if v.digest not in self.captures and ref is not None and v.digest != ref.digest \
+                and v.digest not in self._compile_cut:
             self.precompile(ref, [v], deadline)
+        if v.digest in self._compile_cut:       # cut short by the clock: no verdict, tried again later
+            return self._compile_cut.pop(v.digest)
         if v.digest in self.captures:
             return self.captures[v.digest]
         with self.ws.materialize(v), self.clock.phase("capture"):
@@ -242,10 +246,12 @@ class Runner(Evaluation):
             res = CaptureResult(bool(reply.get("ok")), Path(reply["path"]) if reply.get("path") else None,
                                 error=reply.get("error") or "", seconds=t1 - t0, source=reply.get("source") or "",
                                 timed_out=reply.get("kind") == "timeout")
-            fallback = "" if reply.get("ok") or reply.get("kind") == "compile" else (reply.get("error") or "")
+            fallback = "" if reply.get("ok") or reply.get("kind") in ("compile", "timeout") else (reply.get("error") or "")
             c = compile_pool.Compiled(v.label, v.digest, res, t0, t1, fallback=fallback, warm=reply.get("warm") or {})
             self.clock.compiles.append(c.to_json())
-            if not fallback:               # a compile verdict (either way); the rest is captured by a run
+            if res.timed_out:
+                self._compile_cut[v.digest] = res
+            elif not fallback:             # a compile verdict (either way); the rest is captured by a run
                 self.captures[v.digest] = res
 
     def _verify(self, v: Version, deadline: proc.Deadline):
