@@ -85,6 +85,8 @@ def one(name: str, impl: str, src: Path, args, work: Path, left: float, out: Pat
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)
     env["PYTHONPATH"] = str(src)
+    # the old tree is src/ alone: its diagnosis reads the playbook from this checkout's references/
+    env["CUTILE_DIAG_REFERENCES"] = str(ROOT / "references")
     measure = (["--simulate", str(sim_spec(work / f"{name}.{impl}.sim.json", cfg, impl)), "--capture-workload", wl]
                if args.dry_run else ["--workload", wl, "--configs", cfg, "--rep-ms", "30", "--warmup-ms", "20"])
     argv = [f"{repo / f}::{kernel}", *measure, "--only", "C", "--max-iterations", "1", "--max-sweep", "4",

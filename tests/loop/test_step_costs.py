@@ -126,3 +126,13 @@ def test_a_cached_ceiling_is_used_and_no_ceiling_is_said_out_loud(repo):
     r2.start()
     assert r2.led.iterations[0]["ceiling"]["basis"] == "datasheet roof"
     assert any("% of roof is of the DATASHEET roof" in s for s in said)
+
+
+def test_the_plan_counts_parallel_compiles_and_checks_once_per_batch():
+    """A 4-point sweep with an 18 s capture and a 6 s check: one after another it does not fit
+    120 s and a point is dropped; compiled at once (and checked at once) all four fit."""
+    c = budget_mod.Costs(verify_s=6.0, run_s=1.0, capture_s=18.0)
+    assert budget_mod.plan(4, c, 120.0, rounds=2).skipped
+    both = budget_mod.plan(4, c, 120.0, rounds=2, compile_workers=16, check_workers=4)
+    assert both.screen == [0, 1, 2, 3] and not both.skipped and both.estimate_s == 18 + 6 + 8 + 4
+    assert c.iteration_s(4, 2, compile_workers=2) == 2 * 18 + 4 * 6 + 8 + 4

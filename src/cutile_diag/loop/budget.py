@@ -38,11 +38,16 @@ class Costs:
         """The full interleaved comparison of one checked candidate with the kept version."""
         return 2 * rounds * self.run_s
 
-    def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1) -> float:
+    def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1, *, compile_workers: int = 1,
+                    check_workers: int = 1) -> float:
         """Check ``points`` candidates, screen them against the kept version when there is more
-        than one, then confirm the best."""
+        than one, then confirm the best.  Captures run ``compile_workers`` at a time
+        (``loop.compile_pool``), checks ``check_workers`` at a time (a backend that loads a sweep's
+        workers at once)."""
         screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
-        return points * (self.capture_s + self.verify_s) + screen + self.confirm_s(rounds)
+        compiles = math.ceil(points / max(1, compile_workers)) * self.capture_s
+        checks = math.ceil(points / max(1, check_workers)) * self.verify_s
+        return compiles + checks + screen + self.confirm_s(rounds)
 
     def to_json(self) -> dict:
         return {"verify_s": round(self.verify_s, 3), "run_s": round(self.run_s, 3),
@@ -77,10 +82,11 @@ class Plan:
 
 
 def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, screen_rounds: int = 1,
-         margin: float = MARGIN) -> Plan:
+         margin: float = MARGIN, compile_workers: int = 1, check_workers: int = 1) -> Plan:
     """How many of ``n_points`` candidates to screen and how many rounds to confirm with.
     Fewer confirmation rounds first (down to ``MIN_CONFIRM_ROUNDS``), then fewer points."""
-    est = lambda k, r: costs.iteration_s(k, r, screen_rounds)
+    est = lambda k, r: costs.iteration_s(k, r, screen_rounds, compile_workers=compile_workers,
+                                         check_workers=check_workers)
     if budget_s is None or not costs.known:
         return Plan(list(range(n_points)), [], screen_rounds, rounds, est(n_points, rounds), budget_s)
     avail = budget_s * margin

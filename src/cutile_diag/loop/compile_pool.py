@@ -124,8 +124,9 @@ def job_json(*, root: Path, kernel_file: str, kernel: str, files: Mapping[str, s
 # ---------------------------------------------------------------------------------------
 # the child
 
-def install_overrides(overrides: Mapping[str, str]) -> None:
-    """Imports and ``linecache`` read ``overrides[path]`` for these paths instead of the disk."""
+def install_overrides(overrides: Mapping[str, str]) -> set[str]:
+    """Imports and ``linecache`` read ``overrides[path]`` for these paths instead of the disk.
+    Returns the set that collects the (real) paths an import did read from the overrides."""
     import linecache
     from importlib.machinery import SourceFileLoader
     texts = {os.path.realpath(p): t for p, t in overrides.items()}
@@ -136,9 +137,14 @@ def install_overrides(overrides: Mapping[str, str]) -> None:
         t = texts.get(path)
         return t if t is not None or not isinstance(path, str) else texts.get(os.path.realpath(path))
 
+    read: set[str] = set()
+
     def _data(self, path):
         t = _text(path)
-        return t.encode() if t is not None else get_data(self, path)
+        if t is None:
+            return get_data(self, path)
+        read.add(os.path.realpath(path))
+        return t.encode()
 
     def _stats(self, path):
         if _text(path) is not None:   # no stale .pyc of the worktree's version: compile the text
@@ -148,6 +154,7 @@ def install_overrides(overrides: Mapping[str, str]) -> None:
     SourceFileLoader.get_data, SourceFileLoader.path_stats = _data, _stats
     for p, t in texts.items():      # mtime None: linecache.checkcache leaves the entry alone
         linecache.cache[p] = (len(t), None, t.splitlines(True), p)
+    return read
 
 
 def _warm_cache(ref: str, specs: dict | None, arch: str) -> dict:

@@ -9,6 +9,7 @@ The same path serves automatic steps and ``loop record``.
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from typing import Any, Sequence
@@ -45,8 +46,10 @@ class Evaluation:
         return self.opt.iteration_budget_s if left is None else max(0.0, min(self.opt.iteration_budget_s, left))
 
     def plan(self, n_points: int) -> budget_mod.Plan:
+        # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.opt.rounds,
-                               screen_rounds=self.opt.screen_rounds)
+                               screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,
+                               check_workers=n_points if hasattr(self.backend, "prepare") else 1)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
                  plan: budget_mod.Plan | None = None) -> dict:

@@ -41,6 +41,7 @@ class _State:
     inputs: dict = {}
     expected: dict = {}
     last: dict = {}
+    overrides_read: set = set()         # files imported from the load request's overrides
 
 
 def _load(req: dict, st: _State) -> dict:
@@ -51,7 +52,7 @@ def _load(req: dict, st: _State) -> dict:
         # this version's files at the worktree's paths, without writing them there: workers of a
         # sweep's points load concurrently (``WorkloadBackend.prepare``)
         from ..compile_pool import install_overrides
-        install_overrides(req["overrides"])
+        st.overrides_read = install_overrides(req["overrides"])
     dev = req.get("device")
     if dev is not None and torch.cuda.is_available():
         torch.cuda.set_device(int(dev))
@@ -85,7 +86,7 @@ def _load(req: dict, st: _State) -> dict:
             st.last[cfg.name] = wl.run(inputs)          # compiles now, while this version is on disk
         torch.cuda.synchronize()
     return {"ok": True, "passed": passed, "configs": [c.name for c in cfgs], "checks": checks, "info": info,
-            "device": _device(st.device), "pid": os.getpid()}
+            "device": _device(st.device), "pid": os.getpid(), "overrides_read": sorted(st.overrides_read)}
 
 
 def _device(device: str) -> dict:

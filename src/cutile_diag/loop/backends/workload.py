@@ -163,13 +163,20 @@ class WorkloadBackend:
         if len(todo) < 2 or self._configs is None:
             return
 
+        kernel = os.path.realpath(ws.root / ws.kernel_file)
+
         def load(v: Version) -> None:
             w = _Worker(v, ws, self._log(v), self.device)
             try:
                 w.loaded = w.request(self._load_request(ws, v), deadline.timeout(), f"loading and checking {v.label}")
-                self.workers[v.digest] = w
             except LoopError:
                 w.kill()
+                return
+            # only a worker that really ran this version's kernel text counts (else the tree's would)
+            if kernel in (w.loaded.get("overrides_read") or []):
+                self.workers[v.digest] = w
+            else:
+                w.close()
 
         with cf.ThreadPoolExecutor(max_workers=len(todo)) as ex:
             list(ex.map(load, todo))
