@@ -63,6 +63,6 @@ case "${1:-}" in
   s4d) run row_variants 120 --rounds 3 --set followups ;;
   # session 5 (#21, items 3-5): wall time of one 4-point sweep step, old main (c43bc57, from
   # .gpu/old-main.tar.xz: `git archive c43bc57 src | xz > .gpu/old-main.tar.xz`) vs this tree
-  s5a) run step_time 270 --budget-s 235 --kernels softmax,vector_add,row_lse ;;
+  s5a) run step_time 270 --budget-s 235 --kernels row_lse,softmax,vector_add ;;
   *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a" >&2; exit 2 ;;
 esac
