@@ -123,7 +123,7 @@ def report(rows: list[dict], args, started: float) -> tuple[str, dict]:
     from cutile_diag.loop.costs import split_line
     for r in rows:
         lines.append(f"| {r['kernel']} | {r['impl']} | {r.get('step_s', '-')} | {r.get('points', '-')} | "
-                     f"{r.get('status') or r.get('error') or r.get('note', '')} | {r.get('wall_s', '-')} | "
+                     f"{(r.get('status') or r.get('error') or r.get('note', ''))[:100]} | {r.get('wall_s', '-')} | "
                      f"{split_line(r.get('step_costs')) if r.get('step_costs') else ''} |")
     lines += ["", "| kernel | old/new |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in ratios.items()]
     verdict = (f"median step: old {med['old']} s, new {med['new']} s; target <= {TARGET_S:g} s: "

@@ -5,6 +5,7 @@ loop targets the measured ceiling and measures one first when none is cached."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -136,3 +137,15 @@ def test_the_plan_counts_parallel_compiles_and_checks_once_per_batch():
     both = budget_mod.plan(4, c, 120.0, rounds=2, compile_workers=16, check_workers=4)
     assert both.screen == [0, 1, 2, 3] and not both.skipped and both.estimate_s == 18 + 6 + 8 + 4
     assert c.iteration_s(4, 2, compile_workers=2) == 2 * 18 + 4 * 6 + 8 + 4
+
+
+def test_later_steps_plan_with_a_candidates_compile_not_the_baselines_capture_run():
+    """Command mode on TileGym: the baseline's capture is a second run of the test command (87 s);
+    a candidate is compiled from the recorded launch in seconds: once a step has timed that, the
+    plan and the smallest budget use it."""
+    base = {"costs": {"verify_s": 30.0, "run_s": 16.0, "capture_s": 87.0}}
+    step = {"costs": {"run_s": 15.0, "compile_s": 6.0}}
+    first, later = budget_mod.costs_from_ledger([base]), budget_mod.costs_from_ledger([base, step])
+    assert first.candidate_capture_s == 87.0 and later.candidate_capture_s == 6.0
+    assert budget_mod.min_budget_s(later) < budget_mod.min_budget_s(first) == math.ceil((87 + 30 + 32) / 0.85)
+    assert budget_mod.Costs.from_json(later.to_json()) == later

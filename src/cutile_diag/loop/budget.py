@@ -29,6 +29,13 @@ class Costs:
     verify_s: float = 0.0          # one correctness check of one version
     run_s: float = 0.0             # one measurement run of one version over every configuration
     capture_s: float = 0.0         # one AOT capture (0 with --no-capture)
+    compile_s: float = 0.0         # one candidate's compile (loop.compile_pool); 0: none yet
+
+    @property
+    def candidate_capture_s(self) -> float:
+        """What capturing one candidate costs: its compile once one was timed (the launch recorded,
+        no second run), else the baseline's capture."""
+        return self.compile_s or self.capture_s
 
     @property
     def known(self) -> bool:
@@ -45,23 +52,24 @@ class Costs:
         (``loop.compile_pool``), checks ``check_workers`` at a time (a backend that loads a sweep's
         workers at once)."""
         screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
-        compiles = math.ceil(points / max(1, compile_workers)) * self.capture_s
+        compiles = math.ceil(points / max(1, compile_workers)) * self.candidate_capture_s
         checks = math.ceil(points / max(1, check_workers)) * self.verify_s
         return compiles + checks + screen + self.confirm_s(rounds)
 
     def to_json(self) -> dict:
         return {"verify_s": round(self.verify_s, 3), "run_s": round(self.run_s, 3),
-                "capture_s": round(self.capture_s, 3)}
+                "capture_s": round(self.capture_s, 3), "compile_s": round(self.compile_s, 3)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Costs":
         d = dict(d or {})
-        return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0))
+        return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0),
+                   float(d.get("compile_s") or 0.0))
 
     def merge(self, other: "Costs") -> "Costs":
         """The larger of each cost (a later, slower version must not be planned with the baseline's speed)."""
         return Costs(max(self.verify_s, other.verify_s), max(self.run_s, other.run_s),
-                     max(self.capture_s, other.capture_s))
+                     max(self.capture_s, other.capture_s), max(self.compile_s, other.compile_s))
 
 
 @dataclass

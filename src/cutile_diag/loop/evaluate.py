@@ -270,7 +270,7 @@ class Evaluation:
         c = self.costs()
         if not c.known:
             return None
-        return (checks * (c.capture_s + c.verify_s) + screens * 2 * plan.screen_rounds * c.run_s
+        return (checks * (c.candidate_capture_s + c.verify_s) + screens * 2 * plan.screen_rounds * c.run_s
                 + c.confirm_s(plan.confirm_rounds))
 
     def _screened_latency(self, record: dict) -> None:
@@ -437,6 +437,9 @@ class Evaluation:
             record["correctness"] = "-"      # the candidate did not finish: its correctness is not established
         record["seconds"] = round(deadline.elapsed(), 3)
         record["step_costs"] = self.clock.to_json()
+        done = [c["s"] for c in self.clock.compiles if c["ok"]]
+        if done:                 # later steps plan with a candidate's compile, not the baseline's capture run
+            record["costs"] = {**(record.get("costs") or {}), "compile_s": round(max(done), 3)}
         self.led.append(record)
         self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
         try:

@@ -452,7 +452,7 @@ class Runner(Evaluation):
         c, b = self.costs(), self.opt.iteration_budget_s
         need = budget_mod.min_budget_s(c)
         if need is not None and need > b:
-            cap = f", one capture {c.capture_s:.1f} s" if c.capture_s else ""
+            cap = f", one capture {c.candidate_capture_s:.1f} s" if c.candidate_capture_s else ""
             raise _Stop("budget", f"--budget {b:g} s cannot hold one step: the baseline measured one check at "
                         f"{c.verify_s:.1f} s and one run at {c.run_s:.1f} s{cap}; the smallest budget that works "
                         f"is {need} s: raise it with --budget {need}")
