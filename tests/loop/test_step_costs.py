@@ -149,3 +149,26 @@ def test_later_steps_plan_with_a_candidates_compile_not_the_baselines_capture_ru
     assert first.candidate_capture_s == 87.0 and later.candidate_capture_s == 6.0
     assert budget_mod.min_budget_s(later) < budget_mod.min_budget_s(first) == math.ceil((87 + 30 + 32) / 0.85)
     assert budget_mod.Costs.from_json(later.to_json()) == later
+
+
+@pytest.mark.gpu
+def test_a_sweeps_workers_load_at_once_each_with_its_own_files(repo):
+    """``WorkloadBackend.prepare``: two versions loaded concurrently while the worktree holds the
+    first; the second's (wrong) kernel text is what its worker ran — its check fails."""
+    pytest.importorskip("torch")
+    from cutile_diag.loop.backends import Version, WorkloadBackend, Workspace
+    from cutile_diag.loop.proc import Deadline
+    ws = Workspace(repo, repo / "state", ["vector_add.py"], kernel_file="vector_add.py")
+    good = Version("good", ws.current())
+    bad = Version("bad", {"vector_add.py": good.files["vector_add.py"].replace("tile=ta + tb", "tile=ta + tb + 1")})
+    b = WorkloadBackend("examples:vector_add", kwargs={"source": str(repo / "vector_add.py")}, configs=["16M-f32"],
+                        log_dir=repo / "logs")
+    try:
+        b.verify(good, ws, Deadline(300))             # the first load learns the configurations
+        b.close()
+        b.prepare([good, bad], ws, Deadline(300))
+        assert set(b.workers) == {good.digest, bad.digest}     # both loaded by prepare, with their own text
+        assert b.verify(good, ws, Deadline(60)).passed and not b.verify(bad, ws, Deadline(60)).passed
+        assert ws.current() == good.files                      # the worktree was never written
+    finally:
+        b.close()
