@@ -75,7 +75,7 @@ def recorded_specs(capture: Path | None) -> dict[str, str] | None:
     return args or None
 
 
-def _launch_block(capture: Path | None) -> dict | None:
+def launch_block(capture: Path | None) -> dict | None:
     try:
         return json.loads((Path(capture) / "manifest.json").read_text()).get("launch") if capture else None
     except (OSError, ValueError):

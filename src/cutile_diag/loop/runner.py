@@ -228,7 +228,7 @@ class Runner(Evaluation):
             return
         cap_a = self.captures.get(a.digest)
         base = cap_a.path if cap_a is not None and cap_a.ok else None
-        launch = compile_pool._launch_block(base)
+        launch = compile_pool.launch_block(base)
         specs = None if self.opt.capture_args else compile_pool.recorded_specs(base)
         jobs = []
         for v in todo:
