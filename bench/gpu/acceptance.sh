@@ -64,5 +64,8 @@ case "${1:-}" in
   # session 5 (#21 items 1-2): composite steps (A+W) and the lookahead under --until-roof 0.9 on a
   # three-pass gather norm, a persistent 2-blocks/SM row kernel and TileGym softmax (TMA), < 8 min
   s5b) run composite_suite 470 --budget-s 410 --grace-s 20 ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5b" >&2; exit 2 ;;
+  # session 5 (#21, items 3-5): wall time of one 4-point sweep step, old main (c43bc57, from
+  # .gpu/old-main.tar.xz: `git archive c43bc57 src | xz > .gpu/old-main.tar.xz`) vs this tree
+  s5a) run step_time 270 --budget-s 235 --kernels row_lse,softmax,vector_add ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b" >&2; exit 2 ;;
 esac

@@ -52,7 +52,9 @@ def test_every_iteration_has_a_capture_and_an_ir_diff(lse_repo, capsys):
     repo, spec = lse_repo
     base, it1 = _optimize(capsys, repo, spec, "examples:row_lse")
     assert base["capture"]["ok"] and base["capture"]["source"] == "workload-cpu"
-    assert it1["capture"]["ok"] and it1["capture"]["source"] == "workload-cpu"
+    # the candidate is compiled AOT with the launch the baseline's run recorded (no second run)
+    assert it1["capture"]["ok"] and it1["capture"]["source"] == "recorded-launch"
+    assert [c["source"] for c in it1["step_costs"]["compiles"]] == ["recorded-launch"]
     assert it1["ir_diff"]["equivalent"] is False and it1["ir_diff"]["summary"]["semantic_changes"] >= 1
     assert it1["diagnosis"]["source"] == "engine"
     man = json.loads((repo / "cutile-diag-out/optimize/row_lse/captures" / base["digest"][:16]

@@ -76,7 +76,10 @@ def test_command_backend_hang_is_killed(cmd_repo):
     ts = {"hang": FakeTransform("hang", "A")}
     ts["hang"]._marker = lambda params: "# HANG"
     r = make(cmd_repo, ts, [rec("A", "hang")], max_iterations=1, iteration_budget_s=3)
-    r.start()
+    r.baseline()
+    from cutile_diag.loop.budget import min_budget_s
+    r.opt.iteration_budget_s = max(3, min_budget_s(r.costs()))    # the smallest budget the loop takes
+    r.run()
     it = r.led.iterations[1]
     assert it["status"] == "crash" and "killed" in it["decision"]["reason"] and dirty(r.s.worktree) == []
 

@@ -122,6 +122,12 @@ def run_status(args) -> int:
         cap = f"; capture {e['capture']}" if e.get("capture") else ""
         console.print(f"  {e['iteration']:>3} {pct:>8}  {e['ir_diff']}{cap}", markup=False, highlight=False,
                       soft_wrap=True)
+    if st.costs:
+        from ..loop.costs import split_line
+        console.print("wall time per step:", highlight=False)
+        for c in st.costs:
+            total = f"{c['seconds']:.1f} s" if isinstance(c.get("seconds"), (int, float)) else "-"
+            console.print(f"  {c['iteration']:>3} {total:>8}  {split_line(c)}", markup=False, highlight=False)
     if st.baseline_ms and st.best_ms:
         console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
                       f"kept commit {str(st.kept_commit)[:12]}")

@@ -14,6 +14,7 @@ time left, and re-checks the remaining time before each confirmation it adds.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -28,6 +29,13 @@ class Costs:
     verify_s: float = 0.0          # one correctness check of one version
     run_s: float = 0.0             # one measurement run of one version over every configuration
     capture_s: float = 0.0         # one AOT capture (0 with --no-capture)
+    compile_s: float = 0.0         # one candidate's compile (loop.compile_pool); 0: none yet
+
+    @property
+    def candidate_capture_s(self) -> float:
+        """What capturing one candidate costs: its compile once one was timed (the launch recorded,
+        no second run), else the baseline's capture."""
+        return self.compile_s or self.capture_s
 
     @property
     def known(self) -> bool:
@@ -37,25 +45,31 @@ class Costs:
         """The full interleaved comparison of one checked candidate with the kept version."""
         return 2 * rounds * self.run_s
 
-    def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1) -> float:
+    def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1, *, compile_workers: int = 1,
+                    check_workers: int = 1) -> float:
         """Check ``points`` candidates, screen them against the kept version when there is more
-        than one, then confirm the best."""
+        than one, then confirm the best.  Captures run ``compile_workers`` at a time
+        (``loop.compile_pool``), checks ``check_workers`` at a time (a backend that loads a sweep's
+        workers at once)."""
         screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
-        return points * (self.capture_s + self.verify_s) + screen + self.confirm_s(rounds)
+        compiles = math.ceil(points / max(1, compile_workers)) * self.candidate_capture_s
+        checks = math.ceil(points / max(1, check_workers)) * self.verify_s
+        return compiles + checks + screen + self.confirm_s(rounds)
 
     def to_json(self) -> dict:
         return {"verify_s": round(self.verify_s, 3), "run_s": round(self.run_s, 3),
-                "capture_s": round(self.capture_s, 3)}
+                "capture_s": round(self.capture_s, 3), "compile_s": round(self.compile_s, 3)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Costs":
         d = dict(d or {})
-        return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0))
+        return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0),
+                   float(d.get("compile_s") or 0.0))
 
     def merge(self, other: "Costs") -> "Costs":
         """The larger of each cost (a later, slower version must not be planned with the baseline's speed)."""
         return Costs(max(self.verify_s, other.verify_s), max(self.run_s, other.run_s),
-                     max(self.capture_s, other.capture_s))
+                     max(self.capture_s, other.capture_s), max(self.compile_s, other.compile_s))
 
 
 @dataclass
@@ -76,10 +90,11 @@ class Plan:
 
 
 def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, screen_rounds: int = 1,
-         margin: float = MARGIN) -> Plan:
+         margin: float = MARGIN, compile_workers: int = 1, check_workers: int = 1) -> Plan:
     """How many of ``n_points`` candidates to screen and how many rounds to confirm with.
     Fewer confirmation rounds first (down to ``MIN_CONFIRM_ROUNDS``), then fewer points."""
-    est = lambda k, r: costs.iteration_s(k, r, screen_rounds)
+    est = lambda k, r: costs.iteration_s(k, r, screen_rounds, compile_workers=compile_workers,
+                                         check_workers=check_workers)
     if budget_s is None or not costs.known:
         return Plan(list(range(n_points)), [], screen_rounds, rounds, est(n_points, rounds), budget_s)
     avail = budget_s * margin
@@ -99,6 +114,14 @@ def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, sc
         notes.append(f"confirming with {r} round(s) instead of {rounds} (one run takes {costs.run_s:.1f} s)")
     return Plan(list(range(k)), list(range(k, n_points)), screen_rounds, r, est(k, r), budget_s,
                 est(1, 1) <= budget_s, notes)
+
+
+def min_budget_s(costs: Costs, margin: float = MARGIN) -> int | None:
+    """The smallest --budget (whole seconds) whose plan holds one candidate checked and compared
+    in one round (None: nothing measured yet)."""
+    if not costs.known:
+        return None
+    return max(1, math.ceil(costs.iteration_s(1, 1) / margin))
 
 
 def costs_from_ledger(iterations: list[dict]) -> Costs:

@@ -9,6 +9,7 @@ The same path serves automatic steps and ``loop record``.
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from typing import Any, Sequence
@@ -19,6 +20,7 @@ from . import proc, stats
 from .backends import CorrectnessFailure, Version
 from .choose import Candidate, sweep_prefix
 from .composite import part_records, point_label
+from .costs import StepClock
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
 from .evidence import changed_outside_kernel, diff_line, uncredit
 from .integrations import ir_diff
@@ -45,8 +47,10 @@ class Evaluation:
         return self.opt.iteration_budget_s if left is None else max(0.0, min(self.opt.iteration_budget_s, left))
 
     def plan(self, n_points: int) -> budget_mod.Plan:
+        # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.opt.rounds,
-                               screen_rounds=self.opt.screen_rounds)
+                               screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,
+                               check_workers=n_points if hasattr(self.backend, "prepare") else 1)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
                  plan: budget_mod.Plan | None = None) -> dict:
@@ -55,6 +59,8 @@ class Evaluation:
         screened point is confirmed, while the budget lasts (a screening round can mislead)."""
         idir = self.s.iteration_dir(n)
         plan = plan or self.plan(len(cands))
+        # this step's cost split; candidates compile (concurrently) against A's recorded launch
+        self.clock, self._compile_ref = StepClock(), a
         # saved before anything can fail, so that what recover() promises exists
         saved = save_candidates(idir, a.files, [c.version.files for c in cands])
         # the candidates go into the begin record: after a hard kill, recover() marks them tried so
@@ -214,7 +220,7 @@ class Evaluation:
                 lambda x, y: ir_diff(*(c.path if c and c.ok else None
                                        for c in (self._capture(x, deadline), self._capture(y, deadline))))))
         # a sweep point was checked in the sweep: the same files need no second check
-        ver = self._verified.get(b.version.digest) or self.backend.verify(b.version, self.ws, deadline)
+        ver = self._verified.get(b.version.digest) or self._verify(b.version, deadline)
         record["verification"] = ver.to_json()
         record["correctness"] = "PASS" if ver.passed else "FAIL"
         # what recover() reports as the correctness of an iteration killed after this point
@@ -225,7 +231,7 @@ class Evaluation:
             self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
             return None
         t0 = time.monotonic()
-        runs = self.backend.measure([a, b.version], self.ws, deadline, plan.confirm_rounds)
+        runs = self._measure([a, b.version], deadline, plan.confirm_rounds)
         # later iterations plan with the slower of the baseline's and this run time
         record["costs"] = budget_mod.Costs(run_s=(time.monotonic() - t0) / (2 * plan.confirm_rounds)).to_json()
         self._hook("after_measure", hctx)
@@ -270,7 +276,7 @@ class Evaluation:
         c = self.costs()
         if not c.known:
             return None
-        return (checks * (c.capture_s + c.verify_s) + screens * 2 * plan.screen_rounds * c.run_s
+        return (checks * (c.candidate_capture_s + c.verify_s) + screens * 2 * plan.screen_rounds * c.run_s
                 + c.confirm_s(plan.confirm_rounds))
 
     def _screened_latency(self, record: dict) -> None:
@@ -292,6 +298,12 @@ class Evaluation:
             return [cands[0]], None
         info, passing = [], []
         todo = [cands[i] for i in plan.screen]
+        self._capture(a, deadline)                  # A's capture holds the launch the compiles reuse
+        self.precompile(a, [c.version for c in todo], deadline)
+        prepare = getattr(self.backend, "prepare", None)     # the points' checks at once, where it can
+        if prepare is not None:
+            with self.clock.phase("check"):
+                prepare([c.version for c in todo], self.ws, deadline)
         for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
             info.append(row)
@@ -308,7 +320,7 @@ class Evaluation:
                 row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
                 continue
             try:
-                ver = self.backend.verify(c.version, self.ws, share)
+                ver = self._verify(c.version, share)
             except MeasurementTimeout as e:
                 # killed at its share of the iteration's time: no verdict on the point, not a crash
                 row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {e.one_line()}", "budget"
@@ -336,7 +348,7 @@ class Evaluation:
                 row = next(r for r in info if r["label"] == c.version.label)
                 share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1))
                 try:
-                    runs = self.backend.measure([a, c.version], self.ws, share, plan.screen_rounds)
+                    runs = self._measure([a, c.version], share, plan.screen_rounds)
                 except MeasurementTimeout as e:
                     row["result"], row["failure"] = f"{budget_mod.SKIPPED} in screening: {e.one_line()}", "budget"
                     continue
@@ -430,6 +442,10 @@ class Evaluation:
         if record["status"] == "crash" and record.get("correctness") != "FAIL":
             record["correctness"] = "-"      # the candidate did not finish: its correctness is not established
         record["seconds"] = round(deadline.elapsed(), 3)
+        record["step_costs"] = self.clock.to_json()
+        done = [c["s"] for c in self.clock.compiles if c["ok"]]
+        if done:                 # later steps plan with a candidate's compile, not the baseline's capture run
+            record["costs"] = {**(record.get("costs") or {}), "compile_s": round(max(done), 3)}
         self.led.append(record)
         self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
         try:

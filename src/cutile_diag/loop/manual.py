@@ -336,6 +336,7 @@ class Status:
     worktree: str = ""
     take: list[str] = field(default_factory=list)     # how to bring the kept result into the user's branch
     evidence: list[dict] = field(default_factory=list)   # per iteration: latency change + IR diff + capture
+    costs: list[dict] = field(default_factory=list)      # per iteration: where its wall time went (loop.costs)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -384,4 +385,6 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
                   head=git.head() if have_wt else None, kept_commit=kept, worktree=str(s.worktree),
                   take=s.take_commands(kept), dirty=dirty, pending=pend, rows=led.rows(),
                   last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
-                  best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations))
+                  best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations),
+                  costs=[{"iteration": r["iteration"], "seconds": r.get("seconds"), **r["step_costs"]}
+                         for r in led.iterations if r.get("step_costs")])

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -44,7 +45,10 @@ from .choose import Candidate, Choice, choose, row_label, transform_key  # noqa:
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, committed_ledgers, loop_calibration
 from .errors import LoopError
 from .evaluate import Evaluation
-from .evidence import capture_sources
+from . import compile_pool
+from .ceiling import ensure_ceiling
+from .costs import StepClock
+from .evidence import capture_sources, changed_outside_kernel
 from .frontier import DEFAULT_LOOKAHEAD, lookahead_choice
 from .integrations import CaptureResult, capture_version
 from .ledger import Ledger
@@ -55,6 +59,7 @@ from ..output import prog
 
 HOOK_POINTS = ("before_apply", "after_apply", "after_verify", "after_measure", "after_commit", "after_record")
 MAX_ITERATIONS = decide_mod.MAX_ITERATIONS
+BASELINE_CAP_S = 1800.0     # the baseline's hang guard (its time is checked against --budget after it)
 
 
 @dataclass
@@ -164,6 +169,8 @@ class Runner(Evaluation):
         self.echo = echo or (lambda _s: None)
         self.started = time.monotonic()         # --time-limit counts from here (this invocation)
         self.captures: dict[str, CaptureResult] = {}
+        self.clock = StepClock()                # the current step's cost split (loop.costs)
+        self._compile_cut: dict[str, CaptureResult] = {}   # compiles the clock killed (loop.compile_pool)
         self.capture_off_reason: str | None = None if self.opt.capture else "disabled (--no-capture)"
         base = next((r for r in ledger.iterations if r["iteration"] == 0), None)
         cap0 = (base or {}).get("capture") or {}
@@ -198,9 +205,15 @@ class Runner(Evaluation):
     def _capture(self, v: Version, deadline: proc.Deadline | None) -> CaptureResult | None:
         if self.capture_off_reason:
             return None
+        ref = getattr(self, "_compile_ref", None)
+        if v.digest not in self.captures and ref is not None and v.digest != ref.digest \
+                and v.digest not in self._compile_cut:
+            self.precompile(ref, [v], deadline)
+        if v.digest in self._compile_cut:       # cut short by the clock: no verdict, tried again later
+            return self._compile_cut.pop(v.digest)
         if v.digest in self.captures:
             return self.captures[v.digest]
-        with self.ws.materialize(v):
+        with self.ws.materialize(v), self.clock.phase("capture"):
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
                                   cwd=self.ws.root, env=self.ws.env(v),
@@ -209,6 +222,50 @@ class Runner(Evaluation):
         if not res.timed_out:             # a capture cut short by the clock is tried again
             self.captures[v.digest] = res
         return res
+
+    def precompile(self, a: Version, versions, deadline: proc.Deadline | None) -> None:
+        """Compile the versions not captured yet, concurrently, in child processes
+        (``loop.compile_pool``): their captures (and so their IR diffs) come from that compile,
+        with the launch ``a``'s run recorded where the change stays inside the kernel function.
+        What the compile cannot capture (no recorded launch, no specs) is left to ``_capture``'s run."""
+        todo = [v for v in versions if v.digest not in self.captures]
+        if self.capture_off_reason or not todo:
+            return
+        cap_a = self.captures.get(a.digest)
+        base = cap_a.path if cap_a is not None and cap_a.ok else None
+        launch = compile_pool.launch_block(base)
+        specs = None if self.opt.capture_args else compile_pool.recorded_specs(base)
+        jobs = []
+        for v in todo:
+            same = specs is not None and not changed_outside_kernel(a.files, v.files, self.s.kernel_file,
+                                                                    self.s.function)
+            jobs.append(compile_pool.job_json(
+                root=self.ws.root, kernel_file=self.s.kernel_file, kernel=self.s.kernel, files=v.files,
+                name=v.digest[:16], out_dir=self.s.state_dir / "captures", archs=self.opt.archs,
+                args=self.opt.capture_args, specs=specs if same else None, launch=launch if same else None,
+                env=self.ws.env(v), cwd=self.ws.root))
+        by_name = {v.digest[:16]: v for v in todo}
+        for job, reply, t0, t1 in compile_pool.compile_versions(jobs, deadline=deadline):
+            v = by_name[job["name"]]
+            self.clock.add("compile", t0, t1)
+            res = CaptureResult(bool(reply.get("ok")), Path(reply["path"]) if reply.get("path") else None,
+                                error=reply.get("error") or "", seconds=t1 - t0, source=reply.get("source") or "",
+                                timed_out=reply.get("kind") == "timeout")
+            fallback = "" if reply.get("ok") or reply.get("kind") in ("compile", "timeout") else (reply.get("error") or "")
+            c = compile_pool.Compiled(v.label, v.digest, res, t0, t1, fallback=fallback, warm=reply.get("warm") or {})
+            self.clock.compiles.append(c.to_json())
+            if res.timed_out:
+                self._compile_cut[v.digest] = res
+            elif not fallback:             # a compile verdict (either way); the rest is captured by a run
+                self.captures[v.digest] = res
+
+    def _verify(self, v: Version, deadline: proc.Deadline):
+        with self.clock.phase("check"):
+            return self.backend.verify(v, self.ws, deadline)
+
+    def _measure(self, versions, deadline: proc.Deadline, rounds: int):
+        with self.clock.phase("time"):
+            return self.backend.measure(versions, self.ws, deadline, rounds)
 
     def _points_of(self, rec: dict | None) -> list[dict]:
         if not rec:
@@ -284,9 +341,13 @@ class Runner(Evaluation):
         n = 0
         a = Version("baseline", self.ws.current(), self.s.start_commit, ())
         self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest})
-        deadline = proc.Deadline(self.opt.iteration_budget_s)
+        # the baseline is measured whole, never cut by the iteration budget: what it costs is what
+        # the budget is then checked against (``run`` refuses a budget too small for one step)
+        deadline = proc.Deadline(max(self.opt.iteration_budget_s, BASELINE_CAP_S))
+        self.clock, self._compile_ref = StepClock(), None
         self.echo("iteration 0: baseline (no code change)")
         try:
+            ceiling = ensure_ceiling(self.backend, self.echo)     # the target, before the baseline
             t0 = time.monotonic()
             cap = self._capture(a, deadline)
             if cap is not None and not cap.ok:
@@ -295,12 +356,12 @@ class Runner(Evaluation):
             elif cap is not None:
                 self.echo(f"  capture: {cap.source or 'ok'}" + (f" ({'; '.join(cap.tried)})" if cap.tried else ""))
             t1 = time.monotonic()
-            ver = self.backend.verify(a, self.ws, deadline)
+            ver = self._verify(a, deadline)
             if not ver.passed:
                 raise LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",
                                 hint="the loop needs a correct baseline; fix the kernel or the reference first")
             t2 = time.monotonic()
-            runs = self.backend.measure([a], self.ws, deadline, self.opt.rounds)[a.label]
+            runs = self._measure([a], deadline, self.opt.rounds)[a.label]
             # what the budget planner plans every later iteration with (the user's commands, timed)
             costs = budget_mod.Costs(verify_s=t2 - t1, run_s=(time.monotonic() - t2) / self.opt.rounds,
                                      capture_s=(t1 - t0) if cap is not None else 0.0)
@@ -327,7 +388,7 @@ class Runner(Evaluation):
                "roofline_note": why, "roofline_guard": guard, "classification": self._classification(pts),
                "workload_info": self.backend.workload_info(),
                "capture": cap.to_json() if cap else {"skipped": self.capture_off_reason},
-               "costs": costs.to_json(),
+               "costs": costs.to_json(), "step_costs": self.clock.to_json(), "ceiling": ceiling,
                "decision": decide_mod.Decision("keep", "baseline", "iteration 0: the unchanged kernel").to_json(),
                "commits": {"base": a.commit, "candidate": None, "kept": a.commit},
                "seconds": round(deadline.elapsed(), 3)}
@@ -367,6 +428,7 @@ class Runner(Evaluation):
     def run(self) -> LoopResult:
         manual: list[dict] = []
         try:
+            self._check_budget()
             while True:
                 chk = self.check_stop()
                 if chk.stop:
@@ -398,6 +460,16 @@ class Runner(Evaluation):
         except _Stop as st:
             self.record_stop(st.rule, st.reason, st.manual or manual)
             return self.result(st.rule, st.reason, st.manual or manual)
+
+    def _check_budget(self) -> None:
+        """Refuse, before any iteration, a --budget too small for one step as the baseline measured it."""
+        c, b = self.costs(), self.opt.iteration_budget_s
+        need = budget_mod.min_budget_s(c)
+        if need is not None and need > b:
+            cap = f", one capture {c.candidate_capture_s:.1f} s" if c.candidate_capture_s else ""
+            raise _Stop("budget", f"--budget {b:g} s cannot hold one step: the baseline measured one check at "
+                        f"{c.verify_s:.1f} s and one run at {c.run_s:.1f} s{cap}; the smallest budget that works "
+                        f"is {need} s: raise it with --budget {need}")
 
     def result(self, rule: str, reason: str, manual: list[dict] | None = None) -> LoopResult:
         its = self.led.iterations

@@ -64,6 +64,18 @@ class CommandBackend:
                 out[c] = {"flops": f or 0.0, "bytes": b or 0.0, "unit": list(self._unit())}
         return out
 
+    @property
+    def uses_preset(self) -> bool:
+        """The roofline is against an offline preset (--roof-device), not this GPU."""
+        return bool(self.counts.get("device"))
+
+    @property
+    def roofline_off(self) -> str | None:
+        """Why there is no roofline to put a ceiling under (``loop.ceiling``)."""
+        if not (self.counts.get("flops") or self.counts.get("bytes")):
+            return "the benchmark's configurations have no FLOP/byte counts (no roofline)"
+        return None
+
     def _device(self):
         """The device model the guard uses: --roof-device's preset, else the live GPU."""
         if self._dev is None:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -37,6 +38,10 @@ class SimSpec:
     unit: tuple[str, str] = ("f32", "cuda")
     device: str = "h200"
     seed: int = 0
+    # the simulated GPU's measured ceiling: {"dram_tbps": 4.24, "flops_tflops": {"f32:cuda": 60},
+    # "cached": false (the loop measures it before the baseline), "measure_s": 0.1}; None: it has
+    # none, and "% of roof" is of the datasheet roof (the loop says so)
+    ceiling: dict | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SimSpec":
@@ -87,6 +92,7 @@ class SimulatedBackend:
         self.spec = spec if isinstance(spec, SimSpec) else SimSpec.from_json(spec)
         self.calls: list[tuple[str, str]] = []           # (op, label): what ran, for tests
         self._sittings: dict[tuple, int] = {}             # version set -> times measured (A/A calibration)
+        self._ceiling_measured = False
 
     def describe(self) -> dict:
         return {"backend": self.name, "spec": self.spec.to_json()}
@@ -171,9 +177,34 @@ class SimulatedBackend:
                 continue
             p = analyze("simulated", c, latency_ms=float(ms), flops=float(self.spec.flops.get(c, 0.0)),
                         bytes=float(self.spec.bytes.get(c, 0.0)), unit=tuple(self.spec.unit), device=dev,
-                        latency_source="recorded")
+                        ceilings=self._ceilings() if self.spec.ceiling else None, latency_source="recorded")
             out[c] = point_json(p)
         return out
+
+    def ceiling(self, measure: bool = False) -> dict | str | None:
+        """``loop.ceiling``'s question: the ceilings json (``roofline.peaks.Ceilings``), None when
+        none is cached yet (``measure`` then "measures" it: sleeps ``measure_s``), or why none."""
+        spec = self.spec.ceiling
+        if not spec:
+            return "the simulation spec gives no 'ceiling'"
+        if not (spec.get("cached") or self._ceiling_measured):
+            if not measure:
+                return None
+            self.calls.append(("measure-ceiling", ""))
+            time.sleep(float(spec.get("measure_s", 0.0)))
+            self._ceiling_measured = True
+        return self._ceilings().to_json()
+
+    def _ceilings(self):
+        from ...roofline.device import Quantity
+        from ...roofline.peaks import Ceilings
+        spec = self.spec.ceiling or {}
+        src = "simulated: the simulation spec's ceiling"
+        return Ceilings(device_key=f"simulated {self.spec.device}", device_name=f"simulated {self.spec.device}",
+                        dram_bw=Quantity(float(spec["dram_tbps"]) * 1e12, "B/s", src) if spec.get("dram_tbps") else None,
+                        flops={k: Quantity(float(v) * 1e12, "FLOP/s", src)
+                               for k, v in (spec.get("flops_tflops") or {}).items()},
+                        details={"recorded_from": "the simulation spec"})
 
     def retain(self, versions: Sequence[Version]) -> None:
         # the workload backend keys its workers by digest: take the same argument it does

@@ -16,7 +16,8 @@ stdout (fd 1 is pointed at stderr at start-up, so prints from kernels or librari
 corrupt the channel).  Requests::
 
     {"op": "load", "workload": REF, "kwargs": {...}, "configs": [..] | null, "seed": 0,
-     "check_seed": null, "device": null}          # check_seed null: fresh inputs per check (seed recorded)
+     "check_seed": null, "device": null,          # check_seed null: fresh inputs per check (seed recorded)
+     "overrides": {PATH: TEXT}}                   # optional: the version's files, read instead of the disk
     {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true}
     {"op": "roofline", "latencies": {NAME: ms}}
     {"op": "quit"}
@@ -40,12 +41,18 @@ class _State:
     inputs: dict = {}
     expected: dict = {}
     last: dict = {}
+    overrides_read: set = set()         # files imported from the load request's overrides
 
 
 def _load(req: dict, st: _State) -> dict:
     import torch
     from ...bench.correctness import check_workload, reference_outputs
     from ...workloads import load_workload
+    if req.get("overrides"):
+        # this version's files at the worktree's paths, without writing them there: workers of a
+        # sweep's points load concurrently (``WorkloadBackend.prepare``)
+        from ..compile_pool import install_overrides
+        st.overrides_read = install_overrides(req["overrides"])
     dev = req.get("device")
     if dev is not None and torch.cuda.is_available():
         torch.cuda.set_device(int(dev))
@@ -81,7 +88,7 @@ def _load(req: dict, st: _State) -> dict:
             st.last[cfg.name] = wl.run(inputs)          # compiles now, while this version is on disk
         torch.cuda.synchronize()
     return {"ok": True, "passed": passed, "configs": [c.name for c in cfgs], "checks": checks, "info": info,
-            "device": _device(st.device), "pid": os.getpid()}
+            "device": _device(st.device), "pid": os.getpid(), "overrides_read": sorted(st.overrides_read)}
 
 
 def _device(device: str) -> dict:

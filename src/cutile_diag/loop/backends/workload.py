@@ -34,6 +34,7 @@ class _Worker:
                                      start_new_session=True, preexec_fn=proc.die_with_parent)
         self._buf = b""
         self.loaded: dict | None = None
+        self.checked = False            # its imports were checked (``WorkloadBackend._worker``)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -146,9 +147,46 @@ class WorkloadBackend:
         base = self.log_dir or Path(os.environ.get("TMPDIR", "/tmp"))
         return base / f"worker-{v.label.replace('/', '_')}-{v.digest[:10]}.log"
 
+    def _load_request(self, ws: Workspace, v: Version | None = None) -> dict:
+        req = {"op": "load", "workload": ws.remap(self.workload), "kwargs": ws.remap(self.kwargs),
+               "configs": self._configs, "seed": self.seed, "check_seed": self.check_seed, "device": self.device}
+        if v is not None:
+            req["overrides"] = {str(ws.root / p): t for p, t in v.files.items()}
+        return req
+
+    def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
+        """Start and load (compile + check) the workers of several versions at once, each seeing
+        its own files (the worktree holds one version): a sweep's checks overlap instead of
+        queueing.  A worker that fails here is dropped: ``verify`` loads it again and reports."""
+        import concurrent.futures as cf
+        todo = [v for v in versions if not (self.workers.get(v.digest) and self.workers[v.digest].loaded)]
+        if len(todo) < 2 or self._configs is None:
+            return
+
+        kernel = os.path.realpath(ws.root / ws.kernel_file)
+
+        def load(v: Version) -> None:
+            w = _Worker(v, ws, self._log(v), self.device)
+            try:
+                w.loaded = w.request(self._load_request(ws, v), deadline.timeout(), f"loading and checking {v.label}")
+            except LoopError:
+                w.kill()
+                return
+            # only a worker that really ran this version's kernel text counts (else the tree's would)
+            if kernel in (w.loaded.get("overrides_read") or []):
+                self.workers[v.digest] = w
+            else:
+                w.close()
+
+        with cf.ThreadPoolExecutor(max_workers=len(todo)) as ex:
+            list(ex.map(load, todo))
+
     def _worker(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> _Worker:
         w = self.workers.get(v.digest)
         if w is not None and w.alive() and w.loaded is not None:
+            if not w.checked:
+                w.checked = True
+                self.imports = ws.check_imports([w.loaded.get("imports") or {}], f"the workload worker of {v.label}")
             return w
         if w is not None:
             w.kill()
@@ -157,15 +195,13 @@ class WorkloadBackend:
             w = _Worker(v, ws, self._log(v), self.device)
             self.workers[v.digest] = w
             try:
-                reply = w.request({"op": "load", "workload": ws.remap(self.workload), "kwargs": ws.remap(self.kwargs),
-                                   "configs": self._configs, "seed": self.seed, "check_seed": self.check_seed,
-                                   "device": self.device}, deadline.timeout(), f"loading and checking {v.label}")
+                reply = w.request(self._load_request(ws), deadline.timeout(), f"loading and checking {v.label}")
                 self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {v.label}")
             except LoopError:
                 self.workers.pop(v.digest, None)
                 w.kill()
                 raise
-        w.loaded = reply
+        w.loaded, w.checked = reply, True
         if reply.get("ok"):
             if self._configs is None:
                 self._configs = list(reply["configs"])

@@ -1,0 +1,87 @@
+"""The loop's target: the measured ceiling of this GPU (issue 21, item 5).
+
+``--until-roof`` and every "% of roof" the loop reports are meant against what this GPU really
+delivers (``roofline.peaks``: measured once per device + driver and cached).  Before the
+baseline the loop makes sure that ceiling exists: a cached one is used; when none is cached it
+is measured (seconds: a large copy and a GEMM) in a killable child, and the loop says so.  Only
+when it cannot be measured does the loop fall back to the datasheet roof — and says that too,
+never silently.
+
+A backend may provide its own ceiling (``backend.ceiling(measure)``: the simulated device's
+comes from its spec); otherwise ``cutile-diag peaks --json`` runs in a child process (the loop
+process itself never touches the GPU).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Callable
+
+from . import proc
+
+MEASURE_CAP_S = 180.0       # a copy + two GEMMs take seconds; a wedged GPU must not hold the loop
+
+
+def _summary(ceilings: dict | None) -> dict:
+    if not ceilings:
+        return {}
+    bw = (ceilings.get("dram_bw") or {}).get("value")
+    return {"device": ceilings.get("device_name") or ceilings.get("device_key"),
+            "dram_tbps": round(float(bw) / 1e12, 4) if bw else None,
+            "flops_tflops": {k: round(float(q["value"]) / 1e12, 2) for k, q in (ceilings.get("flops") or {}).items()
+                             if q and q.get("value")},
+            "measured_at": ceilings.get("measured_at")}
+
+
+def _peaks_child(measure: bool, timeout: float) -> tuple[dict | None, str]:
+    """``cutile-diag peaks --json`` in a child: (its ceilings json or None, why not)."""
+    argv = [sys.executable, "-m", "cutile_diag", "peaks", "--json"] + ([] if measure else ["--no-measure"])
+    res = proc.run(argv, timeout=timeout)
+    if res.timed_out:
+        return None, f"measuring the ceiling took longer than {timeout:.0f} s"
+    if res.returncode != 0:
+        err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+        return None, (err[-1] if err else f"exit {res.returncode}").replace("cutile-diag: error: ", "")
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError:
+        return None, "cutile-diag peaks printed no JSON"
+    if (doc.get("device") or {}).get("kind") not in (None, "live"):
+        return None, "no live GPU"
+    return doc.get("ceilings"), "" if doc.get("ceilings") else "no measured ceiling"
+
+
+def ensure_ceiling(backend: Any, echo: Callable[[str], None], *, timeout: float = MEASURE_CAP_S) -> dict:
+    """The measured ceiling the loop targets, measured first when none is cached.  Returns what
+    the ledger keeps: ``{"basis", "source": cached|measured|none, "seconds", ...summary}``."""
+    t0 = time.monotonic()
+    own = getattr(backend, "ceiling", None)
+    off = getattr(backend, "roofline_off", None)
+    if off:
+        return {"basis": None, "source": "none", "why": off, "seconds": 0.0}
+    if own is not None:
+        # a dict: the ceiling; None: none cached (measure it); a string: why there is none
+        got, source = own(measure=False), "cached"
+        if got is None:
+            echo("  ceiling: none cached for this GPU: measuring it before the baseline")
+            got, source = own(measure=True), "measured"
+        got, why = (got, "") if isinstance(got, dict) else (None, str(got or "no measured ceiling"))
+    elif getattr(backend, "uses_preset", False):
+        got, source, why = None, "none", "the roofline uses an offline device preset (--roof-device)"
+    else:
+        got, why = _peaks_child(False, timeout)
+        source = "cached"
+        if got is None and why == "no measured ceiling":
+            echo("  ceiling: none cached for this GPU: measuring it (copy + GEMM, seconds) before the baseline")
+            got, why = _peaks_child(True, timeout)
+            source = "measured"
+    out: dict[str, Any] = {"seconds": round(time.monotonic() - t0, 3)}
+    if got:
+        out.update({"basis": "measured ceiling", "source": source, **_summary(got)})
+        echo(f"  ceiling: {out['dram_tbps']} TB/s DRAM ({source}{', ' + out['measured_at'] if out.get('measured_at') else ''})"
+             " — --until-roof and % of roof use it")
+    else:
+        out.update({"basis": "datasheet roof", "source": "none", "why": why})
+        echo(f"  ceiling: no measured ceiling ({why}): % of roof is of the DATASHEET roof")
+    return out
