@@ -90,6 +90,27 @@ def test_cli_errors_are_one_line(repo, spec, capsys):
     assert rc == 2 and "no optimisation loop" in err
 
 
+def test_untracked_files_do_not_block_the_loop(repo, spec, capsys):
+    """A log or a notes file is not in the loop's worktree (made from HEAD): the loop starts,
+    says so once, and leaves it alone; a tracked uncommitted change is still refused."""
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    (repo / "notes.txt").write_text("my notes\n")
+    (repo / "logs").mkdir()
+    (repo / "logs" / "run.log").write_text("log\n")
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
+                       "--max-iterations", "1")
+    assert rc == 0, err
+    said = [ln for ln in (out + err).splitlines() if "untracked files" in ln]
+    assert len(said) == 1 and "not in the loop's worktree" in said[0] and "logs/run.log" in said[0] \
+        and "notes.txt" in said[0]
+    assert (repo / "notes.txt").read_text() == "my notes\n" and (repo / "logs" / "run.log").exists()
+    wt = Path(json.loads(run(capsys, "loop", "status", ref, "--json")[1])["worktree"])
+    assert not (wt / "notes.txt").exists()
+    (repo / "README.md").write_text("dirty\n")
+    rc, _, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--branch", "other")
+    assert rc == 2 and "uncommitted changes: README.md" in err and "notes.txt" not in err
+
+
 def test_resume_through_the_cli(repo, spec, capsys):
     ref = f"{repo / 'vector_add.py'}::vector_add"
     rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
