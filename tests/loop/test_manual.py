@@ -42,10 +42,24 @@ def test_record_keeps_a_faster_manual_edit(started, repo):
     next_step(started.s, started.led, diagnoser=RankedDiagnoser([rec("B", "", name="persistent")]))
     edit(started.s.worktree, "PLANTED_FAST")
     r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
-    assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "PASS", "keep-baseline")
+    assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "not checked (simulated)", "keep-baseline")
     assert r["entry"]["id"] == "B" and r["optimization"] == "B manual: grid-stride loop by hand"
     assert head(started.s.worktree) == r["commits"]["kept"] != started.s.start_commit and dirty(started.s.worktree) == [] and untouched(repo, started)
     assert "PLANTED_FAST" in git(started.s.worktree, "show", "HEAD:vector_add.py")
+
+
+def test_next_does_not_propose_again_the_entry_just_kept(started, repo):
+    """B applied by hand and kept as a clear win (not "tried": a win is not demoted) is done:
+    `loop next` goes on to the untried entries instead of proposing B again; the automatic
+    entry whose sweep still has settings left (E here, untouched) stays proposable."""
+    from cutile_diag.loop.manual import next_step, record_manual
+    d = RankedDiagnoser([rec("B", "", name="persistent"), rec("E", "latency_hints"), rec("L", "", name="custom")])
+    assert next_step(started.s, started.led, diagnoser=d).rec.id == "B"
+    edit(started.s.worktree, "PLANTED_FAST")
+    r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
+    assert (r["status"], r["decision"]["rule"]) == ("keep", "keep-baseline")
+    ns = next_step(started.s, started.led, diagnoser=d)
+    assert ns.rec.id == "E" and "loop record --entry E" in ns.command
 
 
 def test_record_reverts_a_wrong_manual_edit_and_saves_it(started, repo):

@@ -214,7 +214,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     if missing:
         raise UsageError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} of {loaded.attr}",
-                         hint="give --arg NAME=SPEC for each: " + param_hint(loaded, missing))
+                         hint=_missing_hint(loaded, missing))
     specs = []
     for n in names:
         s = given[n]
@@ -285,6 +285,17 @@ def param_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpe
         else:
             parts.append(f"{n}=DTYPE ({k}: i32, f32, ...)")
     return ", ".join(parts)
+
+
+def _missing_hint(loaded, missing: list[str]) -> str:
+    """Where a spec can go: the module's CAPTURE_SPECS when it has the kernel's (the only way
+    inside `loop record`, which edits that file and takes no --arg), else --arg."""
+    if (getattr(loaded.module, "CAPTURE_SPECS", None) or {}).get(loaded.attr):
+        return (f"add {' and '.join(missing)} to CAPTURE_SPECS[{loaded.attr!r}] in {loaded.path.name}: "
+                f"{param_hint(loaded, missing)} (the capture command also takes --arg NAME=SPEC)")
+    return "give --arg NAME=SPEC for each: " + param_hint(loaded, missing)
+
+
 def _constant_defaults(loaded, consts, given) -> dict[str, "ConstSpec"]:
     """``ROWS: ct.Constant[int] = 4`` needs no spec: its Python default is the value (the
     loop's structural transforms add constants this way, so fixed --capture-arg lists still bind)."""

@@ -96,7 +96,8 @@ def _run_record(args) -> int:
     if args.json:
         print_json(rec)
         return 0
-    lat = "-" if rec.get("latency_ms") is None else f"{rec['latency_ms']:.6f} ms"
+    lat = "-" if rec.get("latency_ms") is None else f"{rec['latency_ms']:.6f} ms" + (
+        " (simulated)" if rec.get("simulated") else "")
     console.print(f"iteration {rec['iteration']}: {rec['optimization']} — {lat}, {rec['correctness']}, "
                   f"[bold]{rec['status']}[/]")
     console.print(f"reason: {rec['decision']['reason']}")
@@ -117,14 +118,17 @@ def run_status(args) -> int:
     console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
                   + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
     console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)
+    if st.simulated:
+        console.print("simulated: these latencies and changes come from the simulation spec; nothing ran on a GPU",
+                      markup=False, highlight=False)
     for e in st.evidence:          # the latency change beside what changed in the IR
         pct = f"{e['change_pct']:+.2f}%" if isinstance(e.get("change_pct"), (int, float)) else "-"
         cap = f"; capture {e['capture']}" if e.get("capture") else ""
         console.print(f"  {e['iteration']:>3} {pct:>8}  {e['ir_diff']}{cap}", markup=False, highlight=False,
                       soft_wrap=True)
     if st.baseline_ms and st.best_ms:
-        console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
-                      f"kept commit {str(st.kept_commit)[:12]}")
+        from .optimize import latency_line
+        console.print(latency_line(st.baseline_ms, st.best_ms, st.kept_commit, st.simulated), highlight=False)
     if st.last_stop:
         console.print(f"last stop: {st.last_stop.get('reason')}")
     if st.pending:

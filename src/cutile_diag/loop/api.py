@@ -217,7 +217,7 @@ def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None, b
     with closing(backend):
         rec = record_manual(s, led, backend, entry=entry, note=note, options=opts, echo=echo,
                             allow_noop=allow_noop)
-    return {**rec, "table": str(led.table_path)}
+    return {**rec, "table": str(led.table_path), "simulated": led.simulated}
 
 
 def status(ref: LoopRef):

@@ -217,9 +217,9 @@ class Evaluation:
         # a sweep point was checked in the sweep: the same files need no second check
         ver = self._verified.get(b.version.digest) or self.backend.verify(b.version, self.ws, deadline)
         record["verification"] = ver.to_json()
-        record["correctness"] = "PASS" if ver.passed else "FAIL"
+        record["correctness"] = ver.correctness
         # what recover() reports as the correctness of an iteration killed after this point
-        self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
+        self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.checked})
         self._hook("after_verify", hctx)
         if not ver.passed:
             record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()

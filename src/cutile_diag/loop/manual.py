@@ -153,9 +153,13 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
             if pick is None:
                 raise LoopError(f"no playbook entry '{entry}'", hint="entries: " + ", ".join(r.id for r in recs))
     else:
-        # untried first; with everything tried (the engine's hand-over), the manual entries (custom plan)
-        pick = next((r for r in recs if not r.tried), None) or next((r for r in recs if not r.automatic), None) \
-            or (recs[0] if recs else None)
+        # untried first; with everything tried (the engine's hand-over), the manual entries (custom plan).
+        # A kept entry counts as done (a clear win is not "tried") unless the automatic loop has more of it
+        kept = {(r.get("entry") or {}).get("id") for r in led.iterations if r["iteration"] > 0 and r["status"] == "keep"}
+        more = choice.rec.id if choice is not None else None
+        fresh = [r for r in recs if r.id not in kept or r.id == more]
+        pick = next((r for r in fresh if not r.tried), None) or next((r for r in fresh if not r.automatic), None) \
+            or (fresh[0] if fresh else recs[0] if recs else None)
     loc = locate(s.kernel_path, s.kernel, source=a.files[s.kernel_file])
     recipe = recipe_for(pick, loc) if pick else ["No playbook entry applies to the kept version."]
     # an automatic entry whose transform finds nothing to change (e.g. hints the autotuned wrapper
@@ -337,6 +341,7 @@ class Status:
     worktree: str = ""
     take: list[str] = field(default_factory=list)     # how to bring the kept result into the user's branch
     evidence: list[dict] = field(default_factory=list)   # per iteration: latency change + IR diff + capture
+    simulated: bool = False                              # latencies from a simulation spec, not a GPU
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -385,4 +390,5 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
                   head=git.head() if have_wt else None, kept_commit=kept, worktree=str(s.worktree),
                   take=s.take_commands(kept), dirty=dirty, pending=pend, rows=led.rows(),
                   last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
-                  best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations))
+                  best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations),
+                  simulated=led.simulated)
