@@ -101,3 +101,13 @@ def test_a_launch_that_does_not_match_the_kernel_fails_its_check_and_a_launch_fi
     it = Ledger.load(res["state_dir"]).iterations[-1]
     assert it["ir_diff"]["equivalent"] is True and it["decision"]["rule"] != "no-op"
     assert "launch equal" not in it["decision"]["reason"]
+
+
+def test_without_specs_the_plan_names_capture_workload(lse_repo, capsys):
+    """A simulated loop of a kernel without specs diagnoses from the source; the note says how to
+    get a capture without a GPU (--capture-workload), which is what --simulate users can give."""
+    repo, spec = lse_repo
+    rc = main(["optimize", f"{repo / 'row_lse.py'}::row_lse", "--simulate", str(spec), "--plan"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "capture failed" in out and "--capture-workload REF" in " ".join(out.split())
