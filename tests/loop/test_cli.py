@@ -127,6 +127,7 @@ def test_nothing_simulated_is_called_pass_or_a_speedup(repo, spec, capsys):
     rc, out, err = run(capsys, "loop", "record", ref, "--note", "manual", "--max-iterations", "3")
     assert rc == 0, err
     assert "PASS" not in out + err and "not checked (simulated)" in out and "ms (simulated)" in out
+    assert "ms, simulated): " in err and "reason (simulated latencies): " in out
     rc, out, err = run(capsys, "loop", "record", ref, "--json")
     assert rc == 2                                   # nothing to record: the edit was recorded
     rc, out, err = run(capsys, "loop", "status", ref)
@@ -136,6 +137,26 @@ def test_nothing_simulated_is_called_pass_or_a_speedup(repo, spec, capsys):
     assert all(r["verification"]["passed"] is None and r["verification"]["simulated"] for r in led.iterations)
     assert all(r["passed"] is None for r in led.of_type("progress"))
     assert "PASS" not in led.table_path.read_text() and "PASS" not in led.path.read_text()
+
+
+def test_loop_record_s_max_iterations_is_the_loop_s_cap_from_then_on(repo, spec, capsys):
+    """Raised once in `loop record`, the cap holds for the next record and for status."""
+    from cutile_diag.loop.session import load_session
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
+                       "--max-iterations", "1", "--only", "E", "--json")
+    assert rc == 0, err
+    state, wt = json.loads(out)["state_dir"], Path(json.loads(out)["worktree"])
+    f = wt / "vector_add.py"
+    f.write_text(f.read_text() + "# one\n")
+    rc, _, err = run(capsys, "loop", "record", ref)
+    assert rc == 2 and "iteration cap is reached" in err
+    rc, _, err = run(capsys, "loop", "record", ref, "--max-iterations", "3", "--rounds", "1")
+    assert rc == 0, err
+    assert load_session(state)[0].options["max_iterations"] == 3
+    f.write_text(f.read_text() + "# two\n")
+    rc, _, err = run(capsys, "loop", "record", ref, "--rounds", "1")
+    assert rc == 0, err
 
 
 def test_resume_through_the_cli(repo, spec, capsys):

@@ -100,7 +100,7 @@ def _run_record(args) -> int:
         " (simulated)" if rec.get("simulated") else "")
     console.print(f"iteration {rec['iteration']}: {rec['optimization']} — {lat}, {rec['correctness']}, "
                   f"[bold]{rec['status']}[/]")
-    console.print(f"reason: {rec['decision']['reason']}")
+    console.print(f"reason{' (simulated latencies)' if rec.get('simulated') else ''}: {rec['decision']['reason']}")
     if rec.get("stop", {}).get("stop"):
         console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `cutile-diag loop next` for another "
                       "manual step)")

@@ -252,7 +252,8 @@ class Evaluation:
         record["status"] = d.status
         verdict = "keep unless a later setting does better" if more and d.status == "keep" and not d.improved \
             else d.status
-        self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
+        sim = ", simulated" if self.backend.name == "simulated" else ""
+        self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms{sim}): "
                   f"{verdict} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
         return d
 
