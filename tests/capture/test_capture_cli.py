@@ -101,6 +101,18 @@ def test_missing_specs_without_shipped_defaults(capsys, tmp_path):
     assert "no spec for parameters b, TILE" in err and "Traceback" not in err
 
 
+def test_a_new_parameter_missing_from_capture_specs_says_where_its_spec_goes(capsys, tmp_path):
+    """An edit added a parameter to a kernel that ships CAPTURE_SPECS (inside the loop, `loop
+    record` takes no --arg): the hint names the table entry to extend, with the parameter's kind."""
+    src = tmp_path / "grown.py"
+    src.write_text((EXAMPLES_DIR / "vector_add.py").read_text().replace(
+        "def vector_add(a, b, c, TILE", "def vector_add(a, b, c, n, TILE"))
+    code, _, err = run_cli(capsys, "capture", f"{src}::vector_add", "--out", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no spec for parameter n of vector_add (add n to CAPTURE_SPECS['vector_add'] in grown.py: " \
+           "n=DTYPE (scalar: i32, f32, ...)" in err
+
+
 def test_cutile_type_error_points_at_python_line(capsys, tmp_path):
     src = tmp_path / "bad_kernel.py"
     src.write_text(textwrap.dedent("""\

@@ -22,6 +22,24 @@ def test_wrappers_give_grid_and_specs():
     assert va.kernel == "vector_add_persistent" and va.grid_blocks == 4 * 132
 
 
+def test_a_launch_whose_arguments_do_not_match_the_kernel_is_refused_not_truncated():
+    """A record made from one argument too many (or too few) would drop it silently and the
+    capture would compile a kernel the launch never runs: one line names the kernel and counts."""
+    import cuda.tile as ct
+    import pytest
+
+    from cutile_diag.capture.launches import LaunchArgumentsError
+    t = torch.zeros(4096)
+    with cpu_cuda(), intercept_launches() as recs:
+        for args in ((t, t, t, 1024, 1), (t, t, t)):
+            with pytest.raises(LaunchArgumentsError) as e:
+                ct.launch(None, (4,), vector_add.vector_add, args)
+            assert e.value.one_line() == (f"the launch of vector_add passes {len(args)} argument(s); the kernel "
+                                          "takes 4 (a, b, c, TILE)")
+        ct.launch(None, (4,), vector_add.vector_add, (t, t, t, 1024))
+    assert [len(r.args) for r in recs] == [4]
+
+
 def test_records_round_trip_and_restore_launch():
     import cuda.tile as ct
     before = ct.launch

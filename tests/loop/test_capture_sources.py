@@ -73,3 +73,46 @@ def test_a_workload_that_launches_nothing_costs_evidence_not_the_loop(lse_repo, 
     assert "optimize takes these as --capture-arg NAME=SPEC (capture's --arg)" in base["capture"]["error"]
     assert "without IR evidence" in base["capture"]["fallback"]
     assert "skipped" in it1["ir_diff"] and it1["diagnosis"]["source"] == "applicability"
+
+
+def test_a_launch_that_does_not_match_the_kernel_fails_its_check_and_a_launch_fix_is_no_no_op(lse_repo, capsys):
+    """Simulated GPU, captures from the workload's intercepted launch.  An edit whose launch
+    passes one argument more than the kernel takes (with a real kernel change beside it) is
+    refused in one line naming the kernel and both counts — not recorded PASS with the extra
+    argument dropped.  A change of the launch alone (its grid) is a change, measured, and no
+    reason says the launch is equal."""
+    repo, spec = lse_repo
+    rc = main(["optimize", f"{repo / 'row_lse.py'}::row_lse", "--simulate", str(spec), "--capture-workload",
+               "examples:row_lse", "--only", "E", "--max-iterations", "3", "--max-sweep", "1", "--rounds", "1",
+               "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    res = json.loads(out)
+    led = Ledger.load(res["state_dir"])
+    n = len(led.iterations)
+    f = __import__("pathlib").Path(res["worktree"]) / "row_lse.py"
+    kept = f.read_text()
+    assert "(x, out, tile_n))" in kept and "ct.log(s)" in kept
+    f.write_text(kept.replace("(x, out, tile_n))", "(x, out, tile_n, 1))").replace("ct.log(s)", "ct.log(s + 1.0)"))
+    rc = main(["loop", "record", f"{repo / 'row_lse.py'}::row_lse", "--note", "extra argument"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "the launch of row_lse passes 4 argument(s); the kernel takes 3 (X, Out, TILE_N)" in err
+    assert len(Ledger.load(res["state_dir"]).iterations) == n and "tile_n, 1))" in f.read_text()
+    f.write_text(kept.replace("ct.launch(stream, (m,),", "ct.launch(stream, (m, 1),"))
+    rc = main(["loop", "record", f"{repo / 'row_lse.py'}::row_lse", "--note", "2-D grid", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    it = Ledger.load(res["state_dir"]).iterations[-1]
+    assert it["ir_diff"]["equivalent"] is True and it["decision"]["rule"] != "no-op"
+    assert "launch equal" not in it["decision"]["reason"]
+
+
+def test_without_specs_the_plan_names_capture_workload(lse_repo, capsys):
+    """A simulated loop of a kernel without specs diagnoses from the source; the note says how to
+    get a capture without a GPU (--capture-workload), which is what --simulate users can give."""
+    repo, spec = lse_repo
+    rc = main(["optimize", f"{repo / 'row_lse.py'}::row_lse", "--simulate", str(spec), "--plan"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "capture failed" in out and "--capture-workload REF" in " ".join(out.split())

@@ -33,7 +33,7 @@ def test_optimize_with_real_transforms_on_a_simulated_gpu(repo, spec, capsys, mo
                        "--continue", "--max-iterations", "4", "--skip", "C,G", "--json")
     assert rc == 0, err
     res = json.loads(out)
-    assert res["iterations"] >= 2 and res["speedup"] > 1.1
+    assert res["iterations"] >= 2 and res["speedup"] is None and res["simulated_speedup"] > 1.1
     from cutile_diag.loop.ledger import Ledger, parse_table
     led = Ledger.load(res["state_dir"])
     rows = parse_table(open(res["table"]).read())
@@ -101,6 +101,75 @@ def test_cli_errors_are_one_line(repo, spec, capsys):
     assert rc == 2 and "1..25" in err
     rc, _, err = run(capsys, "loop", "record", ref)
     assert rc == 2 and "no optimisation loop" in err
+
+
+def test_untracked_files_do_not_block_the_loop(repo, spec, capsys):
+    """A log or a notes file is not in the loop's worktree (made from HEAD): the loop starts,
+    says so once, and leaves it alone; a tracked uncommitted change is still refused."""
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    (repo / "notes.txt").write_text("my notes\n")
+    (repo / "logs").mkdir()
+    (repo / "logs" / "run.log").write_text("log\n")
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
+                       "--max-iterations", "1")
+    assert rc == 0, err
+    said = [ln for ln in (out + err).splitlines() if "untracked files" in ln]
+    assert len(said) == 1 and "not in the loop's worktree" in said[0] and "logs/run.log" in said[0] \
+        and "notes.txt" in said[0]
+    assert (repo / "notes.txt").read_text() == "my notes\n" and (repo / "logs" / "run.log").exists()
+    wt = Path(json.loads(run(capsys, "loop", "status", ref, "--json")[1])["worktree"])
+    assert not (wt / "notes.txt").exists()
+    (repo / "README.md").write_text("dirty\n")
+    rc, _, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--branch", "other")
+    assert rc == 2 and "uncommitted changes: README.md" in err and "notes.txt" not in err
+
+
+def test_nothing_simulated_is_called_pass_or_a_speedup(repo, spec, capsys):
+    """--simulate: optimize, loop record, loop status (text and --json), the ledger and
+    perf_results.md say "not checked (simulated)" / "simulated", never PASS or a bare speedup."""
+    from cutile_diag.loop.ledger import Ledger
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
+                       "--max-iterations", "1", "--only", "E")
+    assert rc == 0, err
+    assert "PASS" not in out + err and "simulated latency" in out and "not a speedup" in out
+    state = json.loads(run(capsys, "loop", "status", ref, "--json")[1])
+    assert state["simulated"] is True
+    wt = Path(state["worktree"])
+    (wt / "vector_add.py").write_text((wt / "vector_add.py").read_text() + "# PLANTED\n")
+    rc, out, err = run(capsys, "loop", "record", ref, "--note", "manual", "--max-iterations", "3")
+    assert rc == 0, err
+    assert "PASS" not in out + err and "not checked (simulated)" in out and "ms (simulated)" in out
+    assert "ms, simulated): " in err and "reason (simulated latencies): " in out
+    rc, out, err = run(capsys, "loop", "record", ref, "--json")
+    assert rc == 2                                   # nothing to record: the edit was recorded
+    rc, out, err = run(capsys, "loop", "status", ref)
+    assert rc == 0 and "PASS" not in out and "simulated: these latencies" in out and "simulated latency" in out
+    led = Ledger.load(state["state_dir"])
+    assert all(r["correctness"] == "not checked (simulated)" for r in led.iterations)
+    assert all(r["verification"]["passed"] is None and r["verification"]["simulated"] for r in led.iterations)
+    assert all(r["passed"] is None for r in led.of_type("progress"))
+    assert "PASS" not in led.table_path.read_text() and "PASS" not in led.path.read_text()
+
+
+def test_loop_record_s_max_iterations_is_the_loop_s_cap_from_then_on(repo, spec, capsys):
+    """Raised once in `loop record`, the cap holds for the next record and for status."""
+    from cutile_diag.loop.session import load_session
+    ref = f"{repo / 'vector_add.py'}::vector_add"
+    rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
+                       "--max-iterations", "1", "--only", "E", "--json")
+    assert rc == 0, err
+    state, wt = json.loads(out)["state_dir"], Path(json.loads(out)["worktree"])
+    f = wt / "vector_add.py"
+    f.write_text(f.read_text() + "# one\n")
+    rc, _, err = run(capsys, "loop", "record", ref)
+    assert rc == 2 and "iteration cap is reached" in err
+    rc, _, err = run(capsys, "loop", "record", ref, "--max-iterations", "3", "--rounds", "1")
+    assert rc == 0, err
+    assert load_session(state)[0].options["max_iterations"] == 3
+    f.write_text(f.read_text() + "# two\n")
+    rc, _, err = run(capsys, "loop", "record", ref, "--rounds", "1")
+    assert rc == 0, err
 
 
 def test_resume_through_the_cli(repo, spec, capsys):

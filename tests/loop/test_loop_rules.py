@@ -57,7 +57,7 @@ def test_regression_on_one_config_is_reverted(repo):
     base = head(repo)
     r.start()
     it = r.led.iterations[1]
-    assert (it["status"], it["correctness"], it["decision"]["rule"]) == ("revert", "PASS", "regression")
+    assert (it["status"], it["correctness"], it["decision"]["rule"]) == ("revert", "not checked (simulated)", "regression")
     assert it["decision"]["regressions"][0]["config"] == "large"
     assert it["latency_ms"] is not None                 # measured, then reverted
     # the candidate was committed, then reset away, and stays reachable
@@ -295,6 +295,6 @@ def test_crash_row_keeps_the_verification_and_the_screening_latency(repo):
     # verified PASS before the crash (the ledger keeps it), but a crash row does not claim PASS; the row
     # shows the chosen point's screening latency, said so in the ledger
     assert (it["status"], it["correctness"]) == ("crash", "-")
-    assert next(p for p in it["sweep"] if p.get("chosen"))["verification"].startswith("PASS")
+    assert next(p for p in it["sweep"] if p.get("chosen"))["verification"].startswith("not checked (simulated)")
     assert it["latency_ms"] == chosen["screen_ms"] and it["latency_source"] == "screening"
     assert table_rows(r)[1]["latency_ms"] == round(chosen["screen_ms"], 6) and dirty(r.s.worktree) == [] and untouched(repo, r)

@@ -42,10 +42,24 @@ def test_record_keeps_a_faster_manual_edit(started, repo):
     next_step(started.s, started.led, diagnoser=RankedDiagnoser([rec("B", "", name="persistent")]))
     edit(started.s.worktree, "PLANTED_FAST")
     r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
-    assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "PASS", "keep-baseline")
+    assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "not checked (simulated)", "keep-baseline")
     assert r["entry"]["id"] == "B" and r["optimization"] == "B manual: grid-stride loop by hand"
     assert head(started.s.worktree) == r["commits"]["kept"] != started.s.start_commit and dirty(started.s.worktree) == [] and untouched(repo, started)
     assert "PLANTED_FAST" in git(started.s.worktree, "show", "HEAD:vector_add.py")
+
+
+def test_next_does_not_propose_again_the_entry_just_kept(started, repo):
+    """B applied by hand and kept as a clear win (not "tried": a win is not demoted) is done:
+    `loop next` goes on to the untried entries instead of proposing B again; the automatic
+    entry whose sweep still has settings left (E here, untouched) stays proposable."""
+    from cutile_diag.loop.manual import next_step, record_manual
+    d = RankedDiagnoser([rec("B", "", name="persistent"), rec("E", "latency_hints"), rec("L", "", name="custom")])
+    assert next_step(started.s, started.led, diagnoser=d).rec.id == "B"
+    edit(started.s.worktree, "PLANTED_FAST")
+    r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
+    assert (r["status"], r["decision"]["rule"]) == ("keep", "keep-baseline")
+    ns = next_step(started.s, started.led, diagnoser=d)
+    assert ns.rec.id == "E" and "loop record --entry E" in ns.command
 
 
 def test_record_reverts_a_wrong_manual_edit_and_saves_it(started, repo):
@@ -172,7 +186,7 @@ def test_record_checks_the_edit_before_measuring(started_with_capture, repo):
     broken = good.replace("tile=ta + tb)", "tile=ta + tb[None, :])", 1)
     f.write_text(broken)
     calls = len(r.backend.calls)
-    with pytest.raises(LoopError, match="does not compile") as e:
+    with pytest.raises(LoopError, match="fails its compile check") as e:
         record_manual(r.s, r.led, r.backend, note="broken")
     assert "rank" in str(e.value)                       # the compiler's own message
     assert "still in the loop's worktree" in e.value.hint
@@ -185,3 +199,22 @@ def test_record_checks_the_edit_before_measuring(started_with_capture, repo):
     assert len(r.backend.calls) == calls and len(r.led.iterations) == 1
     rec_ = record_manual(r.s, r.led, r.backend, allow_noop=True, note="comment")
     assert rec_["ir_diff"]["equivalent"] is True and rec_["iteration"] == 1
+
+
+def test_a_change_of_the_launch_alone_is_measured_not_refused_as_a_no_op(started_with_capture, repo):
+    """The kernel file holds its launch wrapper too: a change there (here the tile the wrapper
+    launches with) leaves the spec-captured TileIR equal but is a change; a comment is not."""
+    from cutile_diag.loop.errors import LoopError
+    from cutile_diag.loop.manual import record_manual
+    r = started_with_capture
+    f = r.s.worktree / "vector_add.py"
+    good = f.read_text()
+    f.write_text(good.replace("def launch(", "# the host wrapper\ndef launch("))
+    with pytest.raises(LoopError, match="no-op edit: the candidate's TileIR and cubin equal the kept version's, "
+                                        "and nothing outside the kernel changed"):
+        record_manual(r.s, r.led, r.backend)
+    f.write_text(good.replace("tile: int = 1024", "tile: int = 2048"))
+    lines = []
+    rec_ = record_manual(r.s, r.led, r.backend, note="wrapper tile 2048", echo=lines.append)
+    assert rec_["ir_diff"]["equivalent"] is True and rec_["decision"]["rule"] != "no-op"
+    assert any("its launch or launch wrapper changed: measuring" in ln for ln in lines)

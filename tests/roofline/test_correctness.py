@@ -195,3 +195,22 @@ def test_measure_config_checks_on_a_fresh_seed_unless_one_is_given():
     assert a.status == b.status == "mismatch" and a.check.seed != b.check.seed
     assert f"seed {a.check.seed}" in a.error
     assert measure_config(wl, cfg, device="cpu", check_seed=7).check.seed == 7
+
+
+def test_a_launch_with_an_argument_too_many_fails_the_check_in_one_line():
+    """The check process (a GPU's, here on CPU tensors): a wrapper that passes the kernel one
+    argument more than it takes fails with one line naming the kernel and both counts, before
+    anything reaches the driver (cuTile would reject it too, in its own words)."""
+    import cuda.tile as ct
+
+    from cutile_diag.examples import vector_add as va
+
+    class ExtraArg(_Scale):
+        def run(self, inputs):
+            x, y = inputs["x"], inputs["y"]
+            ct.launch(None, (1,), va.vector_add, (x, x, y, 64, 1))
+
+    r = check_workload(ExtraArg(), ExtraArg.configs[0], seed=3, device="cpu")
+    assert not r.passed
+    assert r.error == "the launch of vector_add passes 5 argument(s); the kernel takes 4 (a, b, c, TILE)"
+    assert r.summary.count("\n") == 0 and "vector_add" in r.summary

@@ -279,13 +279,17 @@ def check_workload(wl: Workload, cfg: WorkloadConfig, *, seed: int | None = None
     else:
         sizes = sorted({int(t.numel()) * s for t in expected.values() if isinstance(t, torch.Tensor) for s in (2, 4)})
         poison_allocator(sizes, device)
+    from ..capture.launches import LaunchArgumentsError, intercept_launches
     try:
-        with torch.no_grad():
+        # launches pass through, each checked against its kernel's parameters: a mismatch is one line
+        with torch.no_grad(), intercept_launches(execute=True):
             result = wl.run(inputs)
         _sync(device)
         actual = run_outputs(wl, inputs, result)
     except WorkloadError:
         raise
+    except LaunchArgumentsError as e:
+        return CheckResult(False, seed, error=e.one_line())
     except Exception as e:
         return CheckResult(False, seed, error=f"run raised {type(e).__name__}: {' '.join(str(e).split())[:300]}")
     return check_outputs(wl, cfg, actual, expected, seed)

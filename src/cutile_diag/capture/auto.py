@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import CutileDiagError, UsageError
 from . import spec as spec_mod
-from .launches import LaunchRecord, cpu_cuda, intercept_launches
+from .launches import LaunchArgumentsError, LaunchRecord, cpu_cuda, intercept_launches
 from .manifest import MANIFEST, CaptureFolder, load_capture
 
 DEFAULT_SMS = 132            # the H200 the CPU stand-in pretends to be (the loop's reference GPU)
@@ -116,6 +116,8 @@ def _launch_from_config(wl, kernel: str | None, cfg, seed: int, sm_count: int,
     with cpu_cuda(sm_count), intercept_launches(execute=False) as recs:
         try:
             wl.run(inputs)
+        except LaunchArgumentsError:
+            raise                          # the launch itself is wrong: no other source can make it right
         except Exception as e:
             if not any(r.kernel == kernel for r in recs):
                 raise LaunchNotSeen(f"workload {name} raises on CPU inputs ({type(e).__name__}: "

@@ -18,6 +18,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
+from ..errors import CutileDiagError
 from .spec import BITS, ArraySpec, ConstSpec, ParamSpec, ScalarSpec
 
 SCHEMA = "cutile-diag.launch/1"
@@ -145,7 +146,26 @@ def describe_arg(name: str, value, constant: bool) -> ArgInfo:
     return ArgInfo(name, "other", type_name=type(value).__name__)
 
 
+class LaunchArgumentsError(CutileDiagError):
+    """A launch whose arguments do not bind to the kernel's parameters (cuTile rejects it too)."""
+
+
+def check_launch_args(kernel, args) -> None:
+    """Raise ``LaunchArgumentsError`` when ``args`` do not bind to ``kernel``'s parameters:
+    a record made from them would silently drop (or lack) an argument."""
+    ann = getattr(kernel, "_annotated_function", None)
+    if ann is None:
+        return
+    try:
+        ann.pysig.bind(*args)
+    except TypeError:
+        names = list(ann.pysig.parameters)
+        raise LaunchArgumentsError(f"the launch of {kernel_name(kernel)} passes {len(args)} argument(s); the "
+                                   f"kernel takes {len(names)} ({', '.join(names)})") from None
+
+
 def describe_launch(kernel, grid, args) -> LaunchRecord:
+    check_launch_args(kernel, args)
     names, consts = _param_info(kernel)
     names = names or [f"arg{i}" for i in range(len(args))]
     f = getattr(kernel, "_pyfunc", None)

@@ -214,7 +214,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     if missing:
         raise UsageError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} of {loaded.attr}",
-                         hint=spec_hint(loaded, missing))
+                         hint=_missing_hint(loaded, missing))
     specs = []
     for n in names:
         s = given[n]
@@ -277,6 +277,14 @@ def spec_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpec
     then a complete example built from those parameters, with concrete sizes (``roofline``
     needs them) and each constant's Python default where it has one.  ``alternative``: another way
     the command has, e.g. `` (or --workload REF: the specs of its launch)``."""
+    parts, example = _typed(loaded, names, known)
+    return (f"give {flag} NAME=SPEC for each{alternative}: " + ", ".join(parts)
+            + "; e.g. " + " ".join(f"{flag} {e}" for e in example))
+
+
+def _typed(loaded, names: list[str] | None, known: dict[str, ParamSpec] | None = None
+           ) -> tuple[list[str], list[str]]:
+    """Each parameter with its real kind, and an example spec for it."""
     import inspect
     kinds = param_kinds(loaded)
     try:
@@ -304,8 +312,16 @@ def spec_hint(loaded, names: list[str] | None = None, known: dict[str, ParamSpec
             dtype = {"scalar float": "f32", "scalar bool": "bool"}.get(k, "i32")
             parts.append(f"{n}=DTYPE ({k}: {dtype}, ...)" if k != "scalar" else f"{n}=DTYPE ({k}: i32, f32, ...)")
             example.append(f"{n}={dtype}")
-    return (f"give {flag} NAME=SPEC for each{alternative}: " + ", ".join(parts)
-            + "; e.g. " + " ".join(f"{flag} {e}" for e in example))
+    return parts, example
+
+
+def _missing_hint(loaded, missing: list[str]) -> str:
+    """Where a spec can go: the module's CAPTURE_SPECS when it has the kernel's (the only way
+    inside `loop record`, which edits that file and takes no --arg), else --arg."""
+    if (getattr(loaded.module, "CAPTURE_SPECS", None) or {}).get(loaded.attr):
+        return (f"add {' and '.join(missing)} to CAPTURE_SPECS[{loaded.attr!r}] in {loaded.path.name}: "
+                f"{', '.join(_typed(loaded, missing)[0])} (the capture command also takes --arg NAME=SPEC)")
+    return spec_hint(loaded, missing)
 
 
 def _constant_defaults(loaded, consts, given) -> dict[str, "ConstSpec"]:

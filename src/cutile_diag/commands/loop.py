@@ -96,10 +96,11 @@ def _run_record(args) -> int:
     if args.json:
         print_json(rec)
         return 0
-    lat = "-" if rec.get("latency_ms") is None else f"{rec['latency_ms']:.6f} ms"
+    lat = "-" if rec.get("latency_ms") is None else f"{rec['latency_ms']:.6f} ms" + (
+        " (simulated)" if rec.get("simulated") else "")
     console.print(f"iteration {rec['iteration']}: {rec['optimization']} — {lat}, {rec['correctness']}, "
                   f"[bold]{rec['status']}[/]")
-    console.print(f"reason: {rec['decision']['reason']}")
+    console.print(f"reason{' (simulated latencies)' if rec.get('simulated') else ''}: {rec['decision']['reason']}")
     if rec.get("stop", {}).get("stop"):
         console.print(f"[yellow]stop: {rec['stop']['reason']}[/] (recorded; `{prog()} loop next` for another "
                       "manual step)")
@@ -117,6 +118,9 @@ def run_status(args) -> int:
     console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
                   + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
     console.print(ledger_table(st.rows, "perf_results.md"))
+    if st.simulated:
+        console.print("simulated: these latencies and changes come from the simulation spec; nothing ran on a GPU",
+                      markup=False, highlight=False)
     for e in st.evidence:          # the latency change beside what changed in the IR
         pct = f"{e['change_pct']:+.2f}%" if isinstance(e.get("change_pct"), (int, float)) else "-"
         cap = f"; capture {e['capture']}" if e.get("capture") else ""
@@ -129,8 +133,8 @@ def run_status(args) -> int:
             total = f"{c['seconds']:.1f} s" if isinstance(c.get("seconds"), (int, float)) else "-"
             console.print(f"  {c['iteration']:>3} {total:>8}  {split_line(c)}", markup=False, highlight=False)
     if st.baseline_ms and st.best_ms:
-        console.print(f"baseline {st.baseline_ms:.6f} ms -> kept {st.best_ms:.6f} ms ({st.baseline_ms / st.best_ms:.3f}x); "
-                      f"kept commit {str(st.kept_commit)[:12]}")
+        from .optimize import latency_line
+        console.print(latency_line(st.baseline_ms, st.best_ms, st.kept_commit, st.simulated), highlight=False)
     if st.last_stop:
         console.print(f"last stop: {st.last_stop.get('reason')}")
     if st.pending:

@@ -180,12 +180,19 @@ def _show(result) -> None:
         console.print(f"[yellow]roofline guard partial:[/] {guard.get('why')}", highlight=False)
     console.print(f"stopped: {result.stop_reason}")
     if result.baseline_ms and result.final_ms:
-        console.print(f"latency {result.baseline_ms:.6f} ms -> {result.final_ms:.6f} ms "
-                      f"({result.speedup:.3f}x); kept commit {str(result.kept_commit)[:12]}")
+        console.print(latency_line(result.baseline_ms, result.final_ms, result.kept_commit, result.simulated))
     for m in result.manual[:3]:
         console.print(f"manual entry {m['id']} ({m['name']}): {prog()} loop next --entry {m['id']}")
     show_take(result.branch, result.worktree, result.take)
     console.print(f"[dim]ledger: {result.ledger}[/]")
+
+
+def latency_line(baseline_ms: float, final_ms: float, kept_commit: str | None, simulated: bool) -> str:
+    ratio = f"{baseline_ms / final_ms:.3f}x"
+    if simulated:
+        return (f"simulated latency {baseline_ms:.6f} ms -> {final_ms:.6f} ms ({ratio} in the simulation spec: "
+                f"nothing ran on a GPU, not a speedup); kept commit {str(kept_commit)[:12]}")
+    return f"latency {baseline_ms:.6f} ms -> {final_ms:.6f} ms ({ratio}); kept commit {str(kept_commit)[:12]}"
 
 
 def show_take(branch: str, worktree: str, take: list[str]) -> None:

@@ -214,11 +214,14 @@ def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None, b
     from .runner import LoopOptions
     s, led = open_loop(ref)
     opts = LoopOptions.from_json(s.options, iteration_budget_s=budget, rounds=rounds, max_iterations=max_iterations)
+    if max_iterations is not None and max_iterations != s.options.get("max_iterations"):
+        # the cap is the loop's (status, the next record, --resume read it), not this step's
+        led.append({"type": "options", "options": {**s.options, "max_iterations": opts.max_iterations}})
     backend = make_backend(s.backend, log_dir=s.state_dir / "logs")
     with closing(backend):
         rec = record_manual(s, led, backend, entry=entry, note=note, options=opts, echo=echo,
                             allow_noop=allow_noop)
-    return {**rec, "table": str(led.table_path)}
+    return {**rec, "table": str(led.table_path), "simulated": led.simulated}
 
 
 def status(ref: LoopRef):

@@ -109,7 +109,8 @@ class EngineDiagnoser:
             d = self.fallback.diagnose(ctx)
             d.notes.insert(0, "no capture of this version: ranked the transforms that apply to the source "
                               "(capture needs the kernel's arguments: a --workload that launches it, a "
-                              "--test-cmd run on a GPU, CAPTURE_SPECS or --capture-arg)")
+                              "--test-cmd run on a GPU, CAPTURE_SPECS, --capture-arg, or --capture-workload REF "
+                              "whose launch is intercepted on CPU inputs: no GPU needed, works with --simulate)")
             return d
         from ..diagnose.engine import diagnose
         from ..diagnose import Evidence, collect_capture, collect_gpu

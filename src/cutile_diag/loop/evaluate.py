@@ -91,17 +91,23 @@ class Evaluation:
                     self.echo(f"  no time left to confirm the next screened setting ({b.result.description})")
                     break
                 if i:
-                    self.echo(f"  the screened winner lost its confirmation; confirming the next: "
+                    self.echo(f"  {_short(ranked[i - 1].result.description, 60)} did not gain enough in its "
+                              f"confirmation ({tried[-1][1].rule}); confirming the next screened setting: "
                               f"{_short(b.result.description, 60)}")
                     self._restore_tree(a)
                     record = self._next_record(record)
                     hctx["record"] = record
-                d = self._confirm(n, a, b, deadline, record, hctx, plan, label, sweep_info, idir)
+                d = self._confirm(n, a, b, deadline, record, hctx, plan, label, sweep_info, idir,
+                                  more=i + 1 < len(ranked))
                 tried.append((b, d, record))
                 if d is None or d.improved or not sweep_info:
                     break
             b, d, record = _best_confirmation(tried)
             if len(tried) > 1:
+                # iterations/<n>/ holds the candidate of the row, not the last one confirmed
+                record["change"].update(self._change_info(a, b, idir))
+                self.echo(f"  the row takes {_short(b.result.description, 60)}, the best of {len(tried)} "
+                          f"confirmed settings -> {d.status if d else record['status']}")
                 record["confirmations"] = [{"label": c.version.label, "params": c.params,
                                             "status": dd.status if dd else r["status"],
                                             "rule": dd.rule if dd else r["decision"]["rule"],
@@ -188,9 +194,10 @@ class Evaluation:
         return rec
 
     def _confirm(self, n: int, a: Version, b: Candidate, deadline: proc.Deadline, record: dict, hctx: dict,
-                 plan: budget_mod.Plan, label: str, sweep_info, idir) -> decide_mod.Decision | None:
+                 plan: budget_mod.Plan, label: str, sweep_info, idir, more: bool = False) -> decide_mod.Decision | None:
         """Check and measure one candidate against ``a``; fills ``record``; None when it ended
-        before a decision (its record then carries the rejection)."""
+        before a decision (its record then carries the rejection).  ``more``: a next screened
+        setting may still be confirmed, so a keep without improvement is not final yet."""
         record["digest"] = b.version.digest
         record["applied"] = list(b.version.applied)
         record["optimization"] = _short(label if not sweep_info else point_label(label, b, sweep_prefix))
@@ -222,9 +229,9 @@ class Evaluation:
         # a sweep point was checked in the sweep: the same files need no second check
         ver = self._verified.get(b.version.digest) or self._verify(b.version, deadline)
         record["verification"] = ver.to_json()
-        record["correctness"] = "PASS" if ver.passed else "FAIL"
+        record["correctness"] = ver.correctness
         # what recover() reports as the correctness of an iteration killed after this point
-        self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.passed})
+        self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.checked})
         self._hook("after_verify", hctx)
         if not ver.passed:
             record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
@@ -255,8 +262,11 @@ class Evaluation:
             a.files, b.version.files, self.s.kernel_file, self.s.function))
         record["decision"] = d.to_json()
         record["status"] = d.status
-        self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms): "
-                  f"{d.status} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
+        verdict = "keep unless a later setting does better" if more and d.status == "keep" and not d.improved \
+            else d.status
+        sim = ", simulated" if self.backend.name == "simulated" else ""
+        self.echo(f"  {cmp.improvement_pct:+.2f}% ({cmp.baseline_ms:.6f} -> {cmp.candidate_ms:.6f} ms{sim}): "
+                  f"{verdict} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
         return d
 
     def _share(self, deadline: proc.Deadline, parts: int, after_s: float | None = None) -> proc.Deadline:
@@ -397,6 +407,10 @@ class Evaluation:
 
     def _change_info(self, a: Version, b: Candidate, idir) -> dict:
         files = save_files(idir, a.files, {p: b.version.files.get(p, "") for p in self.s.allowed})
+        mine = {p.replace("/", "__") for p in files} | ({"candidate.diff"} if files else set())
+        for f in idir.glob("*"):        # an earlier confirmation's files (the sweep's points stay in point-<i>/)
+            if f.is_file() and f.name not in mine:
+                f.unlink()
         text = (idir / "candidate.diff").read_text() if files else ""
         res = b.result
         return {"transform": getattr(res, "transform", None), "description": getattr(res, "description", ""),

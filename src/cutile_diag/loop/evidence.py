@@ -73,19 +73,18 @@ def diff_line(ir_diff: Mapping[str, Any] | None) -> str:
     return text + (f" — {first}" if first else "")
 
 
-def _without_function(text: str, function: str) -> str:
-    """The module's source without ``function``'s definition (decorators included)."""
+def _code_without(text: str, function: str | None) -> str:
+    """The module's code without ``function``'s definition, as its AST: comments and layout
+    are not code (the text when it does not parse)."""
     import ast
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return text
-    drop: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            drop.update(range(first - 1, node.end_lineno or node.lineno))
-    return "\n".join(ln for i, ln in enumerate(text.splitlines()) if i not in drop)
+    if function:
+        tree.body = [n for n in tree.body
+                     if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function)]
+    return ast.dump(tree)
 
 
 def changed_outside_kernel(a_files: Mapping[str, str] | None, b_files: Mapping[str, str] | None,
@@ -95,8 +94,8 @@ def changed_outside_kernel(a_files: Mapping[str, str] | None, b_files: Mapping[s
         return True
     for path in set(a_files) | set(b_files):
         old, new = a_files.get(path, ""), b_files.get(path, "")
-        if path == kernel_file and function:
-            old, new = _without_function(old, function), _without_function(new, function)
+        if old != new and path.endswith(".py"):
+            old, new = (_code_without(t, function if path == kernel_file else None) for t in (old, new))
         if old != new:
             return True
     return False

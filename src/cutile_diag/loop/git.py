@@ -136,13 +136,17 @@ class Git:
         return _run(["merge-base", "--is-ancestor", a, b], self.root, check=False).returncode == 0
 
     # -- changes ---------------------------------------------------------------------------
-    def require_clean(self) -> None:
-        dirty = self.dirty_files()
+    def require_clean(self) -> list[str]:
+        """Refuse tracked uncommitted changes (the user may expect them measured); return the
+        untracked files, which the loop's worktree (made from HEAD) simply does not hold."""
+        status = self.status()
+        dirty = [p for xy, p in status if xy != "??"]
         if dirty:
             shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
             raise DirtyTreeError(f"the work tree has uncommitted changes: {shown}",
                                  hint="commit or stash them first: the loop works in its own worktree made from "
                                       "HEAD, so uncommitted changes would not be part of what it measures")
+        return [p for xy, p in status if xy == "??"]
 
     def common_dir(self) -> Path:
         """The repository's shared git folder (``.git`` of the main checkout, for every worktree)."""

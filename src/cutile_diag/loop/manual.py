@@ -22,7 +22,7 @@ from . import worktree as worktree_mod
 from .backends import Backend, Version
 from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import ForbiddenEditError, LoopError
-from .evidence import iteration_evidence
+from .evidence import changed_outside_kernel, iteration_evidence, no_op
 from .ledger import Ledger
 from .locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
@@ -154,9 +154,13 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
             if pick is None:
                 raise LoopError(f"no playbook entry '{entry}'", hint="entries: " + ", ".join(r.id for r in recs))
     else:
-        # untried first; with everything tried (the engine's hand-over), the manual entries (custom plan)
-        pick = next((r for r in recs if not r.tried), None) or next((r for r in recs if not r.automatic), None) \
-            or (recs[0] if recs else None)
+        # untried first; with everything tried (the engine's hand-over), the manual entries (custom plan).
+        # A kept entry counts as done (a clear win is not "tried") unless the automatic loop has more of it
+        kept = {(r.get("entry") or {}).get("id") for r in led.iterations if r["iteration"] > 0 and r["status"] == "keep"}
+        more = choice.rec.id if choice is not None else None
+        fresh = [r for r in recs if r.id not in kept or r.id == more]
+        pick = next((r for r in fresh if not r.tried), None) or next((r for r in fresh if not r.automatic), None) \
+            or (fresh[0] if fresh else recs[0] if recs else None)
     loc = locate(s.kernel_path, s.kernel, source=a.files[s.kernel_file])
     recipe = recipe_for(pick, loc) if pick else ["No playbook entry applies to the kept version."]
     # an automatic entry whose transform finds nothing to change (e.g. hints the autotuned wrapper
@@ -214,9 +218,10 @@ class _LedgerBackend:
 
 def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = False,
                echo: Callable[[str], None] | None = None) -> dict:
-    """Compile the edited kernel ahead of time and diff its IR against the kept version, before
-    any timing.  Raises ``LoopError`` (the edit stays in the tree) when it does not compile, or
-    when only the kernel file changed and its IR did not (a no-op; ``allow_noop`` measures it)."""
+    """Compile the edited kernel ahead of time (a launch it is captured from must match its
+    parameters) and diff its IR against the kept version, before any timing.  Raises
+    ``LoopError`` (the edit stays in the tree) when that check fails, or when the edit is a
+    no-op by ``evidence.no_op`` (``allow_noop`` measures it)."""
     echo = echo or (lambda _s: None)
     if runner.capture_off_reason:
         echo(f"edit not compiled ahead of time: capture {runner.capture_off_reason}")
@@ -225,20 +230,21 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
     deadline = proc.Deadline(runner.opt.iteration_budget_s)
     cap_b = runner._capture(v, deadline)
     if cap_b is not None and not cap_b.ok:
-        raise LoopError(f"the edited kernel does not compile: {cap_b.error}",
+        raise LoopError(f"the edited kernel fails its compile check: {cap_b.error}",
                         hint="nothing was measured or recorded and your edit is still in the loop's worktree: fix it and run "
                              f"`{prog()} loop record` again")
     cap_a = runner._capture(a, deadline)
     diff = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b else None,
                    entry=runner.s.kernel)
-    changed = [p for p in runner.s.allowed if a.files.get(p) != v.files.get(p)]
     if diff.get("equivalent"):
-        if changed == [runner.s.kernel_file] and not allow_noop:
-            raise LoopError("no-op edit: the kernel's TileIR and cubin are unchanged by it (IR diff against the "
-                            "kept version: equivalent)",
+        # the same rule the decision applies (evidence.no_op): a changed launch or wrapper is a change
+        why = no_op(diff, outside_changed=changed_outside_kernel(a.files, v.files, runner.s.kernel_file,
+                                                                 runner.s.function))
+        if why and not allow_noop:
+            raise LoopError(f"no-op edit: {why}",
                             hint="nothing was measured or recorded; `--allow-noop` measures it anyway")
-        echo("the kernel's IR is unchanged" + (" (the launch wrapper changed: measuring)" if changed !=
-                                               [runner.s.kernel_file] else " (--allow-noop: measuring)"))
+        echo("the kernel's IR is unchanged" + (" (--allow-noop: measuring)" if why else
+                                               " (its launch or launch wrapper changed: measuring)"))
     elif "skipped" not in diff:
         echo(f"compiles; IR diff against the kept version: {_diff_line(diff)}")
         for c in diff.get("changes", [])[:5]:
@@ -337,6 +343,7 @@ class Status:
     take: list[str] = field(default_factory=list)     # how to bring the kept result into the user's branch
     evidence: list[dict] = field(default_factory=list)   # per iteration: latency change + IR diff + capture
     costs: list[dict] = field(default_factory=list)      # per iteration: where its wall time went (loop.costs)
+    simulated: bool = False                              # latencies from a simulation spec, not a GPU
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -387,4 +394,5 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
                   last_stop=led.last_stop(), stop_now=stop, baseline_ms=base["latency_ms"] if base else None,
                   best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations),
                   costs=[{"iteration": r["iteration"], "seconds": r.get("seconds"), **r["step_costs"]}
-                         for r in led.iterations if r.get("step_costs")])
+                         for r in led.iterations if r.get("step_costs")],
+                  simulated=led.simulated)

@@ -91,7 +91,7 @@ def recover(session: Session, led: Ledger, *, echo: Callable[[str], None] | None
                     f"{entry['id']} {entry.get('transform') or 'manual'} (interrupted)" if entry else "interrupted"),
                 "latency_ms": None, "status": "crash", "entry": entry,
                 # a crash row never claims PASS: FAIL when its verification failed, else not established
-                "correctness": "FAIL" if verified and not verified[-1].get("passed") else "-",
+                "correctness": "FAIL" if verified and verified[-1].get("passed") is False else "-",
                 "base_commit": pend.get("base_commit"), "base_digest": pend.get("base_digest"),
                 # the interrupted candidates count as tried: a step that killed the loop is not run again
                 "change": {"tried": pend.get("tried") or []},

@@ -130,6 +130,7 @@ class LoopResult:
     branch: str = ""                                        # the loop's branch, in ...
     worktree: str = ""                                      # ... the loop's own worktree
     take: list[str] = field(default_factory=list)           # commands that bring the kept result over
+    simulated: bool = False                                 # latencies from a simulation spec, not a GPU
 
     @property
     def speedup(self) -> float | None:
@@ -139,7 +140,10 @@ class LoopResult:
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
-        d["speedup"] = self.speedup
+        # a simulated ratio is the spec's number: never under the key an agent reports as a gain
+        d["speedup" if not self.simulated else "simulated_speedup"] = self.speedup
+        if self.simulated:
+            d["speedup"] = None
         return d
 
 
@@ -382,7 +386,7 @@ class Runner(Evaluation):
                    for c, rs in runs.items()}
         headline = stats.headline_ms(v["median_ms"] for v in configs.values())
         rec = {"type": "iteration", "iteration": 0, "optimization": "baseline", "latency_ms": headline,
-               "correctness": "PASS", "status": "keep", "entry": None, "applied": [],
+               "correctness": ver.correctness, "status": "keep", "entry": None, "applied": [],
                "base_commit": a.commit, "base_digest": a.digest, "digest": a.digest,
                "configs": configs, "verification": ver.to_json(), "roofline": pts,
                "roofline_note": why, "roofline_guard": guard, "classification": self._classification(pts),
@@ -483,7 +487,8 @@ class Runner(Evaluation):
                           rows=self.led.rows(), classification=(base or {}).get("classification") or {},
                           roofline_guard=(base or {}).get("roofline_guard") or {}, branch=self.s.branch,
                           worktree=str(self.s.worktree),
-                          take=self.s.take_commands(kept["commits"]["kept"] if kept else None))
+                          take=self.s.take_commands(kept["commits"]["kept"] if kept else None),
+                          simulated=self.led.simulated)
 
     # ----------------------------------------------------------------------------------
     # one iteration

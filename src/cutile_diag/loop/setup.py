@@ -46,7 +46,10 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
                         hint="e.g. --out cutile-diag-out/optimize (the default) or a folder outside the repository")
     if own:
         git.exclude(own)       # every loop's state folder stays out of this and later loops' dirty checks
-    git.require_clean()
+    untracked = git.require_clean()
+    if untracked:
+        shown = ", ".join(untracked[:3]) + (f" and {len(untracked) - 3} more" if len(untracked) > 3 else "")
+        echo(f"note: untracked files are not in the loop's worktree (made from HEAD): {shown}")
     loc = locate(path, name)
     allowed = [rel]
     for w in wrappers:

@@ -112,16 +112,29 @@ class Workspace:
 
 @dataclass
 class Verification:
-    passed: bool
+    passed: bool                 # the loop may go on with this version
     summary: str
     per_config: dict[str, Any] = field(default_factory=dict)
     output: str = ""
     seconds: float = 0.0
     imports: dict = field(default_factory=dict)     # where the checked code was imported from
+    simulated: bool = False      # nothing ran: a pass is "not checked", never PASS
+
+    @property
+    def correctness(self) -> str:
+        """The table's and the record's verdict."""
+        from ..ledger import SIMULATED
+        return "FAIL" if not self.passed else SIMULATED if self.simulated else "PASS"
+
+    @property
+    def checked(self) -> bool | None:
+        """The ledger's ``passed``: None when nothing was checked (a simulated pass)."""
+        return None if self.simulated and self.passed else self.passed
 
     def to_json(self) -> dict:
-        return {"passed": self.passed, "summary": self.summary, "per_config": self.per_config,
-                "output": self.output[-2000:], "seconds": round(self.seconds, 3), "imports": self.imports}
+        return {"passed": self.checked, "summary": self.summary, "per_config": self.per_config,
+                "output": self.output[-2000:], "seconds": round(self.seconds, 3), "imports": self.imports,
+                **({"simulated": True} if self.simulated else {})}
 
 
 Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one RunStat per round

@@ -136,8 +136,8 @@ class SimulatedBackend:
             cfg = next(iter(self.spec.configs))
             return Verification(False, f"FAIL on {cfg}: 1024 of 1048576 elements outside tolerance "
                                        f"(simulated: {bad})", {cfg: {"passed": False}})
-        return Verification(True, f"PASS on {len(self.spec.configs)} configurations (simulated)",
-                            {c: {"passed": True} for c in self.spec.configs})
+        return Verification(True, f"not checked (simulated): no correctness test ran on {len(self.spec.configs)} "
+                                  "configurations", {c: {"passed": None} for c in self.spec.configs}, simulated=True)
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
         out: Runs = {v.label: {} for v in versions}
