@@ -1,0 +1,145 @@
+"""``cutile-diag campaign`` on a fixture repository with three kernels and pytest perf tests
+(CPU tensors: the survey records the launches without executing them)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from campaign_repo import git, make_campaign_repo  # noqa: E402
+
+from cutile_diag.cli import main  # noqa: E402
+
+PYTEST = [sys.executable, "-m", "pytest", "tests", "-k", "perf", "-q", "-p", "no:cacheprovider"]
+SPECS = {
+    "vector_add": {"configs": {"1M": 0.02, "4M": 0.06}, "bytes": {"1M": 12582912, "4M": 50331648},
+                   "effects": {"persistent_grid": 0.85, "latency_hints": 0.92}},
+    "softmax": {"configs": {"256": 0.01, "1024": 0.025}, "bytes": {"256": 1048576, "1024": 4194304},
+                "effects": {"latency_hints": 0.92, "exp_to_exp2": 0.96}},
+    "row_norm": {"configs": {"512": 0.02}, "bytes": {"512": 8392704},
+                 "effects": {"gather_to_load": 0.6, "latency_hints": 0.95}},
+}
+
+
+def checkout_state(repo: Path) -> tuple:
+    """What the user sees of their checkout: HEAD, branch, index entries, status."""
+    return (git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--show-current"), git(repo, "ls-files", "-s"),
+            git(repo, "status", "--porcelain", "--untracked-files=all"))
+
+
+def run_main(argv: list[str]) -> tuple[int, str]:
+    """The CLI in this process, its stdout captured (a module-scoped fixture has no capsys)."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(argv)
+    return rc, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """The fixture repository and its `campaign --plan --dry-run --json` (the survey is reused after)."""
+    repo = make_campaign_repo(tmp_path_factory.mktemp("campaign"))
+    before = checkout_state(repo)
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        rc, out = run_main(["campaign", "--plan", "--dry-run", "--json", "--", *PYTEST])
+    finally:
+        os.chdir(cwd)
+    return repo, before, rc, json.loads(out)
+
+
+def test_plan_lists_the_three_kernels_with_refs_configs_and_derived_commands(planned):
+    repo, before, rc, d = planned
+    assert rc == 0
+    ks = {k["name"]: k for k in d["plan"]["kernels"]}
+    assert sorted(ks) == ["row_norm", "softmax", "vector_add"] and sorted(d["selected"]) == sorted(ks)
+    va = ks["vector_add"]
+    assert va["ref"] == f"{repo}/ops/vector_add.py::vector_add" and va["file"] == "ops/vector_add.py"
+    assert [c["grid"] for c in va["configs"]] == [[1024], [4096]]
+    assert [c["bytes"] for c in va["configs"]] == [3 * 4 * (1 << 20), 3 * 4 * (1 << 22)]
+    assert va["tests"] == ["tests/test_ops.py::test_perf_vector_add[1048576]",
+                           "tests/test_ops.py::test_perf_vector_add[4194304]"]
+    py = sys.executable
+    assert va["bench_cmd"] == (f"{py} -m pytest 'tests/test_ops.py::test_perf_vector_add[1048576]' "
+                               "'tests/test_ops.py::test_perf_vector_add[4194304]' --print-record -s")
+    assert va["test_cmd"] == f"{py} -m pytest tests/test_ops.py -k 'not perf'"
+    # the counts the loop's roofline guard gets, keyed by test id
+    assert va["counts"]["bytes"]["test_ops.py::test_perf_vector_add[4194304]"] == 3 * 4 * (1 << 22)
+    assert va["counts"]["unit"] == ["f32", "cuda"]
+    sm = ks["softmax"]
+    assert [c["specs"]["X"] for c in sm["configs"]] == ["f16[256,1024]", "f16[1024,1024]"]
+    assert ks["row_norm"]["tests"] == ["tests/test_ops.py::test_perf_row_norm"]
+    # not executed: ranked by the share of the bytes moved, the largest first
+    assert d["plan"]["kernels"][0]["name"] == "vector_add" and "not executed" in d["plan"]["ranked_by"]
+    assert d["survey"]["complete"] and d["survey"]["launches"] == 5 and d["survey"]["tests"] == 5
+    assert checkout_state(repo) == before
+
+
+def test_dry_run_without_plan_or_simulate_is_refused(capsys, planned):
+    assert main(["campaign", "--dry-run", "--", *PYTEST]) == 2
+    assert "goes with --plan" in capsys.readouterr().err
+
+
+def test_select_names_an_unknown_kernel(capsys, planned, monkeypatch):
+    repo = planned[0]
+    monkeypatch.chdir(repo)
+    assert main(["campaign", "--plan", "--dry-run", "--select", "nope", "--", *PYTEST]) == 2
+    assert "no kernel 'nope'" in capsys.readouterr().err
+
+
+def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(planned, tmp_path):
+    """`campaign --simulate` in a child, SIGTERM once the first loop has a ledger; `--resume`
+    finishes: every loop done, the report complete, the user's checkout untouched."""
+    repo, before, _rc, _d = planned
+    spec = tmp_path / "specs.json"
+    spec.write_text(json.dumps(SPECS))
+    out = repo / "cutile-diag-out" / "campaign"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-m", "cutile_diag", "campaign", "--simulate", str(spec),
+                              "--max-iterations", "2", "--no-capture", "--", *PYTEST], cwd=repo, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = out / "loops" / "vector_add" / "ledger.jsonl"
+    deadline = time.monotonic() + 120
+    while not first.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)
+    err = child.communicate(timeout=60)[1]
+    assert child.returncode == 143, err[-2000:]
+    state = json.loads((out / "campaign.json").read_text())
+    assert state["kernels"]["vector_add"]["status"] == "running"            # cut short, resumable
+    assert "survey: complete from an earlier run" in err                     # the --plan survey was reused
+
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        rc, text = run_main(["campaign", "--resume", "--json"])
+    finally:
+        os.chdir(cwd)
+    d = json.loads(text)
+    rows = {r["kernel"]: r for r in d["report"]["kernels"]}
+    assert rc == 0 and sorted(rows) == ["row_norm", "softmax", "vector_add"]
+    assert all(r["status"] == "done" and r["start_ms"] and r["final_ms"] for r in rows.values())
+    assert rows["vector_add"]["branch"] == git(repo, "branch", "--list", "cutile-perf-vector_add-*").strip(" *+")
+    # the resumed loop went on from its ledger: one baseline, not two
+    led = [json.loads(x) for x in (first).read_text().splitlines()]
+    assert sum(1 for r in led if r.get("type") == "iteration" and r["iteration"] == 0) == 1
+    assert rows["row_norm"]["speedup"] > 1.3 and rows["row_norm"]["kept_steps"] >= 1
+    md = (out / "campaign.md").read_text()
+    for name in rows:
+        assert f"ops/{name}.py::{name}" in md
+    assert "[perf_results.md](loops/row_norm/perf_results.md)" in md and "[diff](diffs/row_norm.diff)" in md
+    assert "ops/row_norm.py" in (out / "diffs" / "row_norm.diff").read_text()
+    html = (out / "campaign.html").read_text()
+    assert html.count("<tr data-kernel=") == 3 and "data:image/svg+xml;base64," in html
+    assert checkout_state(repo) == before
