@@ -61,5 +61,11 @@ case "${1:-}" in
        run structural_suite $((b + 20)) --budget-s "$b" --grace-s 15 --only row_lse ;;
   # the steps after the loops' kept versions, side by side (what the loops ran out of time for)
   s4d) run row_variants 120 --rounds 3 --set followups ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d" >&2; exit 2 ;;
+  # session 5 (#22): a campaign over TileGym's perf tests of four ops (local executor), resumable across
+  # calls: its work folder comes back as $OUT/campaign_state.tgz; copy that to .gpu/campaign_state.tgz
+  # (carried with .gpu) and run s5c again to continue. S5C_BUDGET: the wall budget of this call.
+  s5c) b=${S5C_BUDGET:-400}
+       run campaign_suite $((b + 60)) --budget-s "$b" --grace-s 40 \
+         --state-in .gpu/campaign_state.tgz --state-out "$OUT/campaign_state.tgz" ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5c" >&2; exit 2 ;;
 esac

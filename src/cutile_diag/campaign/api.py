@@ -28,6 +28,8 @@ class CampaignRequest:
     resurvey: bool = False
     device: str | None = None                    # a preset for the ranking (dry run)
     options: dict = field(default_factory=dict)  # LoopOptions fields for every loop
+    max_tests: int | None = None                 # bench each kernel with its N perf tests of the most GPU time
+    test_k: str | None = None                    # the correctness command's -k, instead of the derived one
     executor: str = "local"
     ray_address: str | None = None
     num_gpus: int | None = None
@@ -82,8 +84,7 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
     req.out.mkdir(parents=True, exist_ok=True)
     _own_out(req.root, req.out)
     sv = survey(req.command, req.out, execute=req.execute, echo=say, fresh=req.resurvey)
-    say("plan: static counts per kernel and configuration")
-    plan = build_plan(sv, req.root, device=dev, ceilings=ceilings, on_step=lambda m: say(f"plan: {m}"))
+    plan = _plan(req, sv, dev, ceilings, say)
     chosen = select(plan, req.select, req.skip)
     if req.plan_only:
         return CampaignResult(req.out, plan, chosen, survey=sv.to_json())
@@ -115,6 +116,24 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
     return _run(c, ex, plan, chosen, say)
 
 
+def _plan(req: CampaignRequest, sv, dev, ceilings, say) -> CampaignPlan:
+    """The plan of this survey: built once (static counts take a while), then read back from
+    ``<out>/plan.json`` while the survey and the plan's options are the same."""
+    key = {"command": sv.command, "executed": sv.executed, "launches": len(sv.records), "runs": len(sv.runs),
+           "max_tests": req.max_tests, "test_k": req.test_k, "device": dev.name if dev is not None else None}
+    path = req.out / "plan.json"
+    if path.is_file():
+        d = json.loads(path.read_text())
+        if d.get("key") == key:
+            say("plan: reused from an earlier run of this survey")
+            return CampaignPlan.from_json(d["plan"])
+    say("plan: static counts per kernel and configuration")
+    plan = build_plan(sv, req.root, device=dev, ceilings=ceilings, on_step=lambda m: say(f"plan: {m}"),
+                      max_tests=req.max_tests, test_k=req.test_k)
+    path.write_text(json.dumps({"key": key, "plan": plan.to_json()}, indent=1))
+    return plan
+
+
 def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> CampaignResult:
     from .report import write_report
     try:
@@ -126,9 +145,11 @@ def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> 
 
 
 def resume(out: Path, *, executor: str | None = None, ray_address: str | None = None, num_gpus: int | None = None,
-           echo: Echo = None) -> CampaignResult:
+           time_limit: float | None = None, echo: Echo = None) -> CampaignResult:
     from .executors import make_executor
     c = Campaign.load(out)
+    if time_limit is not None:               # this run may take time_limit more seconds
+        c.data["time_limit_s"] = c.data["spent_s"] + time_limit
     name = executor or c.data["executor"].get("executor", "local")
     ex = make_executor(name, ray_address=ray_address, num_gpus=num_gpus)
     c.data["executor"] = ex.describe()

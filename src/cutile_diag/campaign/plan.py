@@ -111,7 +111,8 @@ def _resolve_file(nodeid_file: str, cwd: Path, root: Path) -> Path | None:
     return None
 
 
-def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path) -> tuple[str | None, str | None, list[str]]:
+def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path,
+              test_k: str | None = None) -> tuple[str | None, str | None, list[str]]:
     """(correctness command, bench command, test ids relative to the repository root)."""
     prefix = pytest_prefix(cmd)
     if prefix is None or not tests:
@@ -125,16 +126,27 @@ def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path) -> tu
         if rel not in files:
             files.append(rel)
     user_k = next((cmd[i + 1] for i, w in enumerate(cmd[:-1]) if w == "-k"), None)
-    if user_k and PERF_WORD.search(user_k):
+    if test_k:
+        k = test_k
+    elif user_k and PERF_WORD.search(user_k):
         k = PERF_WORD.sub(lambda m: f"not {m.group(1)}", user_k, count=1)
     else:
         k = f"not perf and ({user_k})" if user_k else "not perf"
     q = lambda ws: " ".join(shlex.quote(w) for w in ws)   # noqa: E731
-    return (q([*prefix, *files, "-k", k]), q([*prefix, *ids, "--print-record", "-s"]), ids)
+    return (q([*prefix, *files, "-k", k]), q([*prefix, *ids, *_plugin(), "--print-record", "-s"]), ids)
+
+
+def _plugin() -> list[str]:
+    """``-p cutile_diag.pytest_plugin`` where cutile-diag is not installed (only on PYTHONPATH): its
+    plugin prints the records the bench command is read by."""
+    from importlib.metadata import entry_points
+    eps = entry_points(group="pytest11")
+    return [] if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else ["-p", "cutile_diag.pytest_plugin"]
 
 
 def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
-               on_step: Callable[[str], None] | None = None) -> CampaignPlan:
+               on_step: Callable[[str], None] | None = None, max_tests: int | None = None,
+               test_k: str | None = None) -> CampaignPlan:
     from ..roofline.observed import _attr_of, roofline_launches
     results = roofline_launches(sv.records, device=device if sv.executed else None, ceilings=ceilings,
                                 on_step=on_step)
@@ -174,7 +186,7 @@ def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
         if r.status in ("no_static", "invalid"):
             kp.problems.append(f"{g.label}: {r.error or r.status}")
     for kp in by_kernel.values():
-        _finish(kp, sv, cwd, root)
+        _finish(kp, sv, cwd, root, max_tests, test_k)
     kernels = list(by_kernel.values())
     timed = sv.executed and all(c["total_ms"] is not None for k in kernels for c in k.configs)
     if timed:
@@ -202,10 +214,24 @@ def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
     return CampaignPlan(sv.command, str(root), sv.executed, kernels, ranked_by, suite, list(sv.warnings))
 
 
-def _finish(kp: KernelPlan, sv: Survey, cwd: Path, root: Path) -> None:
+def _test_ms(kp: KernelPlan, sv: Survey) -> dict[str, float]:
+    """GPU time (or, not executed, calls) of this kernel per test."""
+    out: dict[str, float] = {}
+    for r in sv.records:
+        t = r.extra.get("test")
+        if t and r.kernel == kp.name and r.file and kp.ref.startswith(r.file + "::"):
+            out[t] = out.get(t, 0.0) + (r.device_ms if r.device_ms is not None else 1.0)
+    return out
+
+
+def _finish(kp: KernelPlan, sv: Survey, cwd: Path, root: Path, max_tests: int | None = None,
+            test_k: str | None = None) -> None:
     """Tests, derived commands, per-test counts and GPU time of one kernel."""
     tests = sorted({t for c in kp.configs for t in c["tests"]})
-    test_cmd, bench_cmd, ids = _commands(sv.command, tests, cwd, root)
+    if max_tests is not None and len(tests) > max_tests:
+        ms = _test_ms(kp, sv)
+        tests = sorted(sorted(tests, key=lambda t: -ms.get(t, 0.0))[:max_tests])
+    test_cmd, bench_cmd, ids = _commands(sv.command, tests, cwd, root, test_k)
     kp.tests, kp.test_cmd, kp.bench_cmd = ids, test_cmd, bench_cmd
     if not tests:
         kp.problems.append("no pytest test launched it: no command to derive (run the campaign over pytest)")

@@ -1,7 +1,8 @@
 """The campaign's run: the optimisation loop on each selected kernel, best expected gain first.
 
 State: ``<out>/campaign.json`` (the plan, the selection, the overall time limit, and per
-kernel its status — pending, running, done, crashed — its time share and its loop's result),
+kernel its status — pending, running, paused (its loop stopped at its time share), done,
+crashed — its time share and its loop's result),
 written only by the driver, after every change.  Every kernel's loop is ``loop.api.optimize``,
 the entry point ``cutile-diag optimize`` uses: its own branch and worktree, its state under
 ``<out>/loops/<kernel>``.  ``--resume`` continues: a kernel left running (a killed campaign)
@@ -117,7 +118,7 @@ class Campaign:
         return self.data["kernels"][name]
 
     def todo(self) -> list[str]:
-        return [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry")]
+        return [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry", "paused")]
 
     def time_share(self, name: str, started: float) -> float | None:
         """The time left times this kernel's share of the expected gain of the kernels still to run."""
@@ -152,7 +153,9 @@ def record_outcome(c: Campaign, name: str, outcome: dict) -> None:
     st = c.state(name)
     if outcome["status"] == "done":
         r = outcome["result"]
-        c.mark(name, status="done", result=r, state_dir=r["state_dir"], branch=r["branch"], error=None)
+        # a loop stopped by its share of the time limit is paused: --resume continues it
+        c.mark(name, status="paused" if r.get("stop_rule") == "time-limit" else "done", result=r,
+               state_dir=r["state_dir"], branch=r["branch"], error=None)
     else:
         c.mark(name, status="crashed", error=outcome.get("error"), result=None,
                crashes=st.get("crashes", 0) + (1 if outcome.get("worker_died") else 0))

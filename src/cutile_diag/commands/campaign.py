@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--skip", help="comma-separated kernels not to optimise")
     p.add_argument("--simulate", metavar="SPECS.json", help="a simulated GPU per kernel (CI and demos)")
     p.add_argument("--time-limit", type=float, metavar="S",
-                   help="wall time for all the loops, split between kernels by expected gain (resumable)")
+                   help="wall time for all the loops, split between kernels by expected gain; with --resume: "
+                        "the time this run may take (default: what is left of the first limit)")
     p.add_argument("--resume", action="store_true", help="continue the campaign in --out after a crash or kill")
     p.add_argument("--resurvey", action="store_true", help="run the survey again instead of reusing it")
     p.add_argument("--out", help=f"state and report folder (default <repo>/{DEFAULT_OUT})")
@@ -46,6 +47,15 @@ def register(sub) -> None:
     lp.add_argument("--max-iterations", type=int, help="per kernel (1..25)")
     lp.add_argument("--until-roof", type=float, metavar="F", help="go on while below F of the measured ceiling")
     lp.add_argument("--no-capture", action="store_true", help="no AOT capture for the diagnoses")
+    lp.add_argument("--rounds", type=int, help="interleaved measurement rounds per comparison (default 3)")
+    lp.add_argument("--max-sweep", type=int, help="parameter settings screened per sweep step (default 4)")
+    lp.add_argument("--budget", type=float, metavar="S", help="time budget per iteration in seconds (default 600)")
+    dp = p.add_argument_group("derived commands")
+    dp.add_argument("--max-tests", type=int, metavar="N",
+                    help="bench each kernel with its N perf tests of the most GPU time (default: all that launched it)")
+    dp.add_argument("--test-k", metavar="EXPR",
+                    help="the correctness command's -k (default: the survey's -k with its perf word negated, "
+                         "e.g. 'not test_perf and cutile')")
     p.add_argument("--json", action="store_true", help="machine-readable output (progress stays on stderr)")
     p.set_defaults(func=run)
 
@@ -81,13 +91,16 @@ def _run(args) -> int:
     from ..campaign import api
     root = _root()
     out = _out(args, root)
-    opts = {k: v for k, v in (("max_iterations", args.max_iterations), ("until_roof", args.until_roof)) if v is not None}
+    opts = {k: v for k, v in (("max_iterations", args.max_iterations), ("until_roof", args.until_roof),
+                              ("rounds", args.rounds), ("max_sweep", args.max_sweep),
+                              ("iteration_budget_s", args.budget)) if v is not None}
     if args.no_capture:
         opts["capture"] = False
     if args.resume:
         if args.passthrough:
             raise UsageError("--resume continues the campaign in --out: give no command")
-        res = api.resume(out, executor=args.executor, ray_address=args.ray_address, num_gpus=args.ray_gpus, echo=_say)
+        res = api.resume(out, executor=args.executor, ray_address=args.ray_address, num_gpus=args.ray_gpus,
+                         time_limit=args.time_limit, echo=_say)
         return _show_run(args, res)
     if not args.passthrough:
         raise UsageError("give the command to survey after '--'",
@@ -105,7 +118,8 @@ def _run(args) -> int:
     req = api.CampaignRequest(command=list(args.passthrough), root=root, out=out, plan_only=args.plan,
                               execute=not (args.dry_run or sim is not None), select=_names(args.select),
                               skip=_names(args.skip), simulate=sim, time_limit=args.time_limit,
-                              resurvey=args.resurvey, device=args.device, options=opts,
+                              resurvey=args.resurvey, device=args.device, options=opts, max_tests=args.max_tests,
+                              test_k=args.test_k,
                               executor=args.executor or "local", ray_address=args.ray_address, num_gpus=args.ray_gpus)
     res = api.campaign(req, echo=_say)
     if args.plan:
@@ -156,7 +170,7 @@ def _show_run(args, res) -> int:
     rep = res.report
     if args.json:
         print_json({"out": str(res.out), "report": rep, "plan": res.plan.to_json() if res.plan else None})
-        return 0 if all(r["status"] == "done" for r in rep["kernels"]) else 1
+        return 1 if any(r["status"] == "crashed" for r in rep["kernels"]) else 0
     from rich.markup import escape
     from rich.table import Table
     t = Table(title=f"campaign ({rep['markdown']})", title_justify="left")
@@ -170,4 +184,7 @@ def _show_run(args, res) -> int:
                   escape((r["stopped"] or "-")[:60]), escape(r["branch"] or "-"))
     console.print(t)
     console.print(f"report: {rep['html']}", highlight=False)
-    return 0 if all(r["status"] == "done" for r in rep["kernels"]) else 1
+    left = [r["kernel"] for r in rep["kernels"] if r["status"] in ("pending", "paused", "running")]
+    if left:
+        console.print(f"not finished: {', '.join(left)} — `cutile-diag campaign --resume` goes on", highlight=False)
+    return 1 if any(r["status"] == "crashed" for r in rep["kernels"]) else 0

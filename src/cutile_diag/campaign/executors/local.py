@@ -17,8 +17,7 @@ class LocalExecutor:
         for i, name in enumerate(todo, 1):
             share = c.time_share(name, started)
             if share is not None and share < 1.0:
-                c.mark(name, status="skipped", error="no time left of --time-limit")
-                say(f"[{i}/{len(todo)}] {name}: skipped, no time left of --time-limit")
+                say(f"[{i}/{len(todo)}] {name}: no time left of --time-limit; `campaign --resume` runs it")
                 continue
             job = c.job(name, share)
             st = c.state(name)

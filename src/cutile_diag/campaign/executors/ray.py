@@ -122,7 +122,7 @@ class RayExecutor:
                     name = queue.popleft()
                     share = c.time_share(name, started)
                     if share is not None and share < 1.0:
-                        c.mark(name, status="skipped", error="no time left of --time-limit")
+                        say(f"{name}: no time left of --time-limit; `campaign --resume` runs it")
                         continue
                     actor = idle.pop()
                     job = c.job(name, share)
