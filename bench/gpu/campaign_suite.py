@@ -15,7 +15,7 @@ Steps (each a ``cutile-diag`` command, listed in report.md with exit code and ti
    killed at half the budget (what it saw is kept: the next call continues it).
 2. ``campaign --time-limit <left> ... -- <same command>`` (the survey reused), or ``campaign --resume
    --time-limit <left>`` when an earlier call started the loops; killed (SIGTERM: resumable) past it.
-``--dry-run``: the fixture repository of tests/campaign (three example kernels, CPU perf tests),
+``--dry-run``: the demo repository of ``campaign.demo`` (three example kernels, CPU perf tests),
 the survey with --dry-run and the loops with --simulate; everything else as on the GPU.
 Output under --out: report.md, summary.json, plan.json, campaign/{campaign.md,campaign.html,
 campaign-roofline.svg,campaign.json,diffs/,loops/<kernel>/{perf_results.md,ledger.jsonl}}, logs.
@@ -87,10 +87,8 @@ def setup(args, env: dict) -> tuple[Path, list[str], list[str]]:
         m = json.loads(meta.read_text())
         return Path(m["repo"]), m["command"], m["flags"]
     if args.dry_run:
-        sys.path.insert(0, str(ROOT / "tests" / "campaign"))
-        from campaign_repo import make_campaign_repo
-        from test_campaign import SPECS
-        repo = make_campaign_repo(WORK)
+        from cutile_diag.campaign.demo import SPECS, make_repo
+        repo = make_repo(WORK)
         spec = WORK / "specs.json"
         spec.write_text(json.dumps(SPECS))
         cmd = [*PYTEST, "tests", "-k", "perf"]

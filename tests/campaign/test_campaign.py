@@ -14,20 +14,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from campaign_repo import git, make_campaign_repo  # noqa: E402
 
-from cutile_diag.cli import main  # noqa: E402
+from cutile_diag.campaign.demo import SPECS, git, make_repo, survey_command
+from cutile_diag.cli import main
 
-PYTEST = [sys.executable, "-m", "pytest", "tests", "-k", "perf", "-q", "-p", "no:cacheprovider"]
-SPECS = {
-    "vector_add": {"configs": {"1M": 0.02, "4M": 0.06}, "bytes": {"1M": 12582912, "4M": 50331648},
-                   "effects": {"persistent_grid": 0.85, "latency_hints": 0.92}},
-    "softmax": {"configs": {"256": 0.01, "1024": 0.025}, "bytes": {"256": 1048576, "1024": 4194304},
-                "effects": {"latency_hints": 0.92, "exp_to_exp2": 0.96}},
-    "row_norm": {"configs": {"512": 0.02}, "bytes": {"512": 8392704},
-                 "effects": {"gather_to_load": 0.6, "latency_hints": 0.95}},
-}
+PYTEST = survey_command()
 
 
 def checkout_state(repo: Path) -> tuple:
@@ -47,7 +38,7 @@ def run_main(argv: list[str]) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
     """The fixture repository and its `campaign --plan --dry-run --json` (the survey is reused after)."""
-    repo = make_campaign_repo(tmp_path_factory.mktemp("campaign"))
+    repo = make_repo(tmp_path_factory.mktemp("campaign"))
     before = checkout_state(repo)
     cwd = os.getcwd()
     os.chdir(repo)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from campaign_repo import git, make_campaign_repo  # noqa: E402
-from test_campaign import SPECS, checkout_state  # noqa: E402
+from test_campaign import checkout_state  # noqa: E402
 
 ray = pytest.importorskip("ray")
 
+from cutile_diag.campaign.demo import SPECS, git, make_repo  # noqa: E402
 from cutile_diag.campaign.executors.ray import NAMESPACE, RayExecutor  # noqa: E402
 from cutile_diag.campaign.plan import CampaignPlan, KernelPlan  # noqa: E402
 from cutile_diag.campaign.report import write_report  # noqa: E402
@@ -48,7 +48,7 @@ def _kill_first_worker(state: Path, killed: list) -> None:
 
 
 def test_ray_actor_killed_mid_loop_its_kernel_is_retried_and_the_report_is_complete(tmp_path, local_ray):
-    repo = make_campaign_repo(tmp_path)
+    repo = make_repo(tmp_path)
     before = checkout_state(repo)
     out = repo / "cutile-diag-out" / "campaign"
     out.mkdir(parents=True)

@@ -35,6 +35,15 @@ def test_demo_json_captures_diffs_and_diagnoses(demo_json):
     assert first["gather_scale"] == "A" and first["matmul_f32"] == "D"
 
 
+def test_demo_shows_a_simulated_campaign(demo_json):
+    out, doc = demo_json
+    rows = {r["kernel"]: r for r in doc["campaign"]["kernels"]}
+    assert sorted(rows) == ["row_norm", "softmax", "vector_add"]
+    assert all(r["status"] == "done" and r["start_ms"] and r["final_ms"] for r in rows.values())
+    assert rows["row_norm"]["speedup"] > 1.3            # the simulated gather -> tile-load step
+    assert (out / "campaign" / "kernels" / "cutile-diag-out" / "campaign" / "campaign.html").is_file()
+
+
 def test_demo_rich_output_is_readable(capsys, demo_json):
     out, _ = demo_json
     assert main(["demo", "--out", str(out), "--kernel", "matmul", "--kernel", "matmul_tuned"]) == 0
