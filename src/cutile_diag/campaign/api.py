@@ -153,5 +153,10 @@ def resume(out: Path, *, executor: str | None = None, ray_address: str | None = 
     name = executor or c.data["executor"].get("executor", "local")
     ex = make_executor(name, ray_address=ray_address, num_gpus=num_gpus)
     c.data["executor"] = ex.describe()
+    if c.data.get("roof_device") == "live":
+        # the loops place their points against this machine's measured ceilings (measured once, cached)
+        from ..roofline.device import live_device
+        from ..roofline.peaks import get_ceilings
+        get_ceilings(live_device(), measure_if_missing=True)
     plan = c.plan
     return _run(c, ex, plan, [plan.kernel(n) for n in c.data["selected"]], echo or (lambda _m: None))
