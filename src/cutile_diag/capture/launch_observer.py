@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
-from ..procs import wait_or_kill
+from ..procs import die_with_parent, wait_or_kill
 from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
 
 SITE_DIR = Path(__file__).resolve().parent / "_observer_site"
@@ -134,7 +134,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         try:
             proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     stdin=subprocess.DEVNULL, start_new_session=True, text=True,
-                                    errors="replace", bufsize=1, cwd=cwd)
+                                    errors="replace", bufsize=1, cwd=cwd, preexec_fn=die_with_parent)
         except FileNotFoundError:
             raise UsageError(f"command not found: {command[0]}") from None
         except PermissionError:
