@@ -18,6 +18,9 @@ import pytest
 from cutile_diag.campaign.demo import SPECS, git, make_repo, survey_command
 from cutile_diag.cli import main
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from diff.test_html_browser import browser  # noqa: E402,F401  (the headless Chromium fixture)
+
 PYTEST = survey_command()
 
 
@@ -88,10 +91,11 @@ def test_select_names_an_unknown_kernel(capsys, planned, monkeypatch):
     assert "no kernel 'nope'" in capsys.readouterr().err
 
 
-def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(planned, tmp_path):
-    """`campaign --simulate` in a child, SIGTERM once the first loop has a ledger; `--resume`
-    finishes: every loop done, the report complete, the user's checkout untouched."""
+@pytest.fixture(scope="module")
+def simulated(planned, tmp_path_factory):
+    """`campaign --simulate` in a child, SIGTERM once the first loop has a ledger, then `--resume`."""
     repo, before, _rc, _d = planned
+    tmp_path = tmp_path_factory.mktemp("specs")
     spec = tmp_path / "specs.json"
     spec.write_text(json.dumps(SPECS))
     out = repo / "cutile-diag-out" / "campaign"
@@ -106,18 +110,23 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(planned, tm
         time.sleep(0.2)
     child.send_signal(signal.SIGTERM)
     err = child.communicate(timeout=60)[1]
-    assert child.returncode == 143, err[-2000:]
-    state = json.loads((out / "campaign.json").read_text())
-    assert state["kernels"]["vector_add"]["status"] == "running"            # cut short, resumable
-    assert "survey: complete from an earlier run" in err                     # the --plan survey was reused
-
+    killed = (child.returncode, json.loads((out / "campaign.json").read_text()), err)
     cwd = os.getcwd()
     os.chdir(repo)
     try:
         rc, text = run_main(["campaign", "--resume", "--json"])
     finally:
         os.chdir(cwd)
-    d = json.loads(text)
+    return repo, before, out, killed, rc, json.loads(text)
+
+
+def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
+    """Every loop done after --resume, the report complete, the user's checkout untouched."""
+    repo, before, out, (code, state, err), rc, d = simulated
+    first = out / "loops" / "vector_add" / "ledger.jsonl"
+    assert code == 143, err[-2000:]
+    assert state["kernels"]["vector_add"]["status"] == "running"            # cut short, resumable
+    assert "survey: complete from an earlier run" in err                     # the --plan survey was reused
     rows = {r["kernel"]: r for r in d["report"]["kernels"]}
     assert rc == 0 and sorted(rows) == ["row_norm", "softmax", "vector_add"]
     assert all(r["status"] == "done" and r["start_ms"] and r["final_ms"] for r in rows.values())
@@ -134,3 +143,23 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(planned, tm
     html = (out / "campaign.html").read_text()
     assert html.count("<tr data-kernel=") == 3 and "data:image/svg+xml;base64," in html
     assert checkout_state(repo) == before
+
+
+@pytest.mark.browser
+def test_report_page_in_headless_chromium(simulated, browser):
+    """The page is self-contained: its chart is an inline image that renders, and each kernel's
+    row links to files that exist next to it."""
+    _repo, _before, out, _killed, _rc, _d = simulated
+    page = browser.new_page()
+    try:
+        page.goto((out / "campaign.html").as_uri())
+        assert page.evaluate("document.getElementById('roofline').naturalWidth") > 100
+        assert page.evaluate("document.getElementById('roofline').src.startsWith('data:image/svg+xml')")
+        rows = page.locator("#kernels tbody tr")
+        assert rows.count() == 3
+        assert sorted(rows.nth(i).get_attribute("data-kernel") for i in range(3)) == ["row_norm", "softmax", "vector_add"]
+        hrefs = page.evaluate("[...document.querySelectorAll('#kernels a')].map(a => a.getAttribute('href'))")
+        assert len(hrefs) == 6 and all((out / h).is_file() for h in hrefs)
+        assert "perf_results.md" in page.inner_text("#kernels")
+    finally:
+        page.close()
