@@ -163,3 +163,28 @@ def test_report_page_in_headless_chromium(simulated, browser):
         assert "perf_results.md" in page.inner_text("#kernels")
     finally:
         page.close()
+
+
+def test_measured_survey_ranks_by_headroom_times_share(planned):
+    """The survey's launches with device times (as a GPU run records them): the kernel with the most
+    GPU time to give back at the measured ceiling ranks first; the gain is headroom x share."""
+    from dataclasses import replace
+
+    from cutile_diag.campaign.plan import build_plan
+    from cutile_diag.campaign.survey import Survey, _load
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.peaks import recorded_ceilings
+    repo = planned[0]
+    records = _load(repo / "cutile-diag-out" / "campaign" / "survey" / "records")
+    ms = {"vector_add": 0.05, "softmax": 2.0, "row_norm": 0.01}
+    timed = [replace(r, device_ms=ms[r.kernel], extra={**r.extra, "first": False}) for r in records]
+    dev = preset("h200")
+    plan = build_plan(Survey(PYTEST, str(repo), True, True, timed), repo, device=dev, ceilings=recorded_ceilings(dev))
+    ks = {k.name: k for k in plan.kernels}
+    assert [k.name for k in plan.kernels][0] == "softmax" and "headroom" in plan.ranked_by
+    assert plan.suite_gpu_ms == pytest.approx(2 * 0.05 + 2 * 2.0 + 0.01)
+    for k in ks.values():
+        assert k.expected_gain == pytest.approx(k.share * k.headroom)
+        assert all(c["pct_of_ceiling"] is not None and c["roof_ms"] < c["median_ms"] for c in k.configs)
+    # softmax moves 5 MB in 2 ms: nearly all of its time is headroom
+    assert ks["softmax"].headroom > 0.99 and ks["softmax"].share == pytest.approx(4.0 / 4.11)

@@ -14,7 +14,6 @@ gain over the expected gains of the kernels not yet run (``time_share``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,14 +39,11 @@ class Job:
     time_limit_s: float | None = None
     resume: bool = False
     options: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)    # set for the loop's run (a worker's device and cuTile cache)
 
 
 def run_job(job: Job, echo: Echo = None) -> dict:
     """Run one kernel's loop (in this process); returns {"status": done|crashed, "result"|"error"}."""
     from ..loop import api
-    old = {k: os.environ.get(k) for k in job.env}
-    os.environ.update(job.env)
     try:
         opts = dict(job.options)
         if job.time_limit_s is not None:
@@ -68,12 +64,6 @@ def run_job(job: Job, echo: Echo = None) -> dict:
         return {"status": "done", "result": res.to_json()}
     except CutileDiagError as e:
         return {"status": "crashed", "error": e.one_line()}
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Campaign:
