@@ -95,7 +95,9 @@ def setup(args, env: dict) -> tuple[Path, list[str], list[str]]:
         flags = ["--simulate", str(spec), "--no-capture"]
     else:
         repo = suite.tilegym_repo(WORK, Path(args.tilegym).resolve())
-        files = [f"tests/ops/test_{op}.py" for op in args.ops.split(",") if (repo / f"tests/ops/test_{op}.py").is_file()]
+        # test_<op>.py, or its variants (TileGym 75a1430 has test_layer_norm_legacy.py only)
+        files = sorted({p.relative_to(repo).as_posix() for op in args.ops.split(",")
+                        for p in (repo / "tests" / "ops").glob(f"test_{op}*.py")})
         if not files:
             raise SystemExit(f"no tests/ops/test_<op>.py of {args.ops} in {repo}")
         cmd = [*PYTEST, *files, "-k", "test_perf and cutile"]
@@ -112,7 +114,7 @@ def collect(repo: Path, out: Path) -> list[dict]:
         shutil.rmtree(dest)
     if not src.is_dir():
         return []
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("records", "iterations", "logs", "*.tmp"))
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("records", "iterations", "logs", "captures", "*.tmp"))
     rows = []
     if (src / "campaign.json").is_file():
         from cutile_diag.campaign.report import kernel_rows
@@ -157,7 +159,8 @@ def main() -> int:
         run(["campaign", "--resume", "--time-limit", f"{max(1.0, left() - 30):.0f}", "--json"],
             repo, env, left(), log, steps)
     else:
-        rc, text = run(["campaign", "--plan", "--json", *dry, "--", *cmd], repo, env, left() / 2, log, steps)
+        # the survey may take most of a first call: it is kept when killed, and the next call continues it
+        rc, text = run(["campaign", "--plan", "--json", *dry, "--", *cmd], repo, env, left() * 0.6, log, steps)
         if rc == 0:
             (out / "plan.json").write_text(text)
             # the loops get what is left, less the time a killed step takes to stop
@@ -181,11 +184,16 @@ def main() -> int:
     if args.state_out:
         # without the loops' worktrees (checkouts of their branches) and caches: the tarball must come back
         # from the device (16 MiB a file) and travel again
-        skip = lambda ti: None if ("/.git/cutile-diag/worktrees/" in f"/{ti.name}/" or "__pycache__" in ti.name  # noqa: E731
-                                   or ti.name.endswith("/.git/cutile-diag/worktrees")) else ti
-        with tarfile.open(args.state_out, "w:gz") as t:
-            for p in WORK.iterdir():
-                t.add(p, arcname=p.name, filter=skip)
+        def pack(drop: tuple[str, ...]) -> float:
+            skip = lambda ti: None if any(d in f"/{ti.name}/" for d in drop) else ti   # noqa: E731
+            with tarfile.open(args.state_out, "w:gz") as t:
+                for p in WORK.iterdir():
+                    t.add(p, arcname=p.name, filter=skip)
+            return Path(args.state_out).stat().st_size
+        drop = ("/.git/cutile-diag/worktrees/", "/__pycache__/")
+        if pack(drop) > 15e6:                 # the loops' captures are remade by a resumed loop when needed
+            print("[campaign_suite] state over 15 MB: packed again without the loops' captures", flush=True)
+            pack(drop + ("/captures/",))
         print(f"[campaign_suite] state: {args.state_out} ({Path(args.state_out).stat().st_size / 1e6:.1f} MB)")
     print(f"[campaign_suite] {len(rows)} kernel(s), {sum(1 for r in rows if r['status'] == 'done')} done, "
           f"in {time.monotonic() - started:.0f} s")
