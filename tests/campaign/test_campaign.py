@@ -188,3 +188,20 @@ def test_measured_survey_ranks_by_headroom_times_share(planned):
         assert all(c["pct_of_ceiling"] is not None and c["roof_ms"] < c["median_ms"] for c in k.configs)
     # softmax moves 5 MB in 2 ms: nearly all of its time is headroom
     assert ks["softmax"].headroom > 0.99 and ks["softmax"].share == pytest.approx(4.0 / 4.11)
+
+
+def test_time_limit_is_split_by_expected_gain_and_paused_loops_resume(tmp_path):
+    import time as _time
+
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.run import Campaign
+    ks = [KernelPlan("a", "/r/a.py::a", "a.py", expected_gain=0.6), KernelPlan("b", "/r/b.py::b", "b.py", expected_gain=0.2)]
+    c = Campaign.create(tmp_path, CampaignPlan(["pytest"], "/r", True, ks, "test"), ks, time_limit=100.0,
+                        simulate=None, options={}, executor={"executor": "local"})
+    now = _time.monotonic()
+    assert c.time_share("a", now) == pytest.approx(75.0, abs=0.1)
+    c.mark("a", status="done")
+    c.data["spent_s"] = 70.0
+    assert c.time_share("b", now) == pytest.approx(30.0, abs=0.1)       # all that is left goes to the last one
+    c.mark("b", status="paused")
+    assert Campaign.load(tmp_path).todo() == ["b"]                       # a paused loop resumes

@@ -188,13 +188,14 @@ def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
     for kp in by_kernel.values():
         _finish(kp, sv, cwd, root, max_tests, test_k)
     kernels = list(by_kernel.values())
-    timed = sv.executed and all(c["total_ms"] is not None for k in kernels for c in k.configs)
+    # configurations without a device time (launched inside CUDA-graph capture) count as none of it
+    timed = sv.executed and any(c["total_ms"] is not None for k in kernels for c in k.configs)
     if timed:
         ranked_by = "headroom to the measured ceiling x share of the suite's GPU time"
         suite = sum(k.gpu_ms or 0.0 for k in kernels)
         for k in kernels:
             saved = sum(c["total_ms"] * max(0.0, 1.0 - c["roof_ms"] / c["median_ms"])
-                        for c in k.configs if c["roof_ms"] and c["median_ms"])
+                        for c in k.configs if c["roof_ms"] and c["median_ms"] and c["total_ms"])
             k.share = (k.gpu_ms or 0.0) / suite if suite else 0.0
             k.headroom = saved / k.gpu_ms if k.gpu_ms else None
             k.expected_gain = saved / suite if suite else 0.0
@@ -248,8 +249,8 @@ def _finish(kp: KernelPlan, sv: Survey, cwd: Path, root: Path, max_tests: int | 
         units.add(tuple(dom["unit"]))
     if bytes_ or flops:
         kp.counts = {"flops": flops, "bytes": bytes_, "unit": list(sorted(units)[0])}
-    times = [c["total_ms"] for c in kp.configs]
-    kp.gpu_ms = sum(times) if all(t is not None for t in times) else None
+    times = [c["total_ms"] for c in kp.configs if c["total_ms"] is not None]
+    kp.gpu_ms = sum(times) if times else None
     roofs = [c["roof_ms"] * c["calls"] for c in kp.configs if c["roof_ms"]]
     kp.roof_ms = sum(roofs) if roofs else None
 
