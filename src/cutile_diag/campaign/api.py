@@ -88,6 +88,9 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
     chosen = select(plan, req.select, req.skip)
     if req.plan_only:
         return CampaignResult(req.out, plan, chosen, survey=sv.to_json())
+    if not (req.root / ".git").exists():
+        raise UsageError(f"{req.root} is not a git repository: every kernel's loop works on a branch of it",
+                         hint="run the campaign from the repository's root (--plan works anywhere)")
     if not chosen:
         raise UsageError("no kernel to optimise", hint="see --plan: every kernel is skipped or has a problem")
     bad = [k for k in chosen if not k.ok]

@@ -30,6 +30,10 @@ are recorded without times (``extra["graph_capture"]``; replays do not pass thro
 (the start event fires before it); it is marked ``extra["first"]`` and ``roofline.observed``
 leaves it out of the medians.
 
+Under pytest each record names the test that launched it (``extra["test"]``, from
+``PYTEST_CURRENT_TEST``), and a process writes its records out whenever the test changes, so
+a run killed later keeps every finished test's launches (the campaign's incremental survey).
+
 ``CUTILE_DIAG_LAUNCH_EXECUTE=0`` records without executing anything (no GPU needed: the
 usual ``torch.cuda`` stream/SM queries answer on a CPU, see ``launches.cpu_cuda``).
 """
