@@ -2,8 +2,9 @@
 
 Per kernel: configurations, start and final latency (the loop's headline: geometric mean of
 its configurations' medians), start and final percent of the measured ceiling (the median
-over configurations of the loop's roofline points, the datasheet's roof where no ceiling was
-measured, marked), speedup, kept steps, why the loop stopped, its branch, and links to its
+over configurations of the loop's roofline points, placed again with the report's device model:
+a preset's recorded ceilings or this machine's measured ones; the datasheet's roof where no
+ceiling was measured, marked), speedup, kept steps, why the loop stopped, its branch, and links to its
 ``perf_results.md`` and to the kept diff (``diffs/<kernel>.diff``, ``git diff`` from the
 loop's start commit to its kept commit).  One roofline chart: per kernel its slowest
 configuration at the start (hollow) and at the end, an arrow between them.
@@ -24,16 +25,42 @@ def _points(rec: dict | None) -> dict[str, dict]:
     return dict((rec or {}).get("roofline") or {}) if isinstance((rec or {}).get("roofline"), dict) else {}
 
 
-def _pct(points: dict[str, dict]) -> tuple[float | None, str]:
-    meas = [p["pct_measured"] for p in points.values() if p.get("pct_measured") is not None]
-    if meas and len(meas) == len(points):
-        return statistics.median(meas), "measured ceiling"
-    ds = [p["pct_datasheet"] for p in points.values() if p.get("pct_datasheet") is not None]
-    return (statistics.median(ds), "datasheet") if ds else (None, "")
+class _Roof:
+    """The device model and ceilings the report places every point with (table and chart alike):
+    a preset's recorded ceilings, or this machine's measured ones (cached by the campaign)."""
+
+    def __init__(self, device_name: str | None):
+        from ..roofline.device import live_device, preset
+        from ..roofline.peaks import get_ceilings, recorded_ceilings
+        try:
+            self.dev = preset(device_name) if device_name and device_name != "live" else live_device()
+        except Exception:
+            self.dev, self.ceil = None, None
+            return
+        self.ceil = get_ceilings(self.dev, measure_if_missing=False) if self.dev.kind == "live" \
+            else recorded_ceilings(self.dev)
+
+    def point(self, name: str, p: dict):
+        """A ledger's roofline point (its latency, FLOPs, bytes, unit) placed again here."""
+        from ..roofline.model import analyze
+        return analyze(name, name, latency_ms=p["latency_ms"], flops=p["flops"], bytes=p["bytes"],
+                       unit=(p["compute_dtype"], p["compute_unit"]), device=self.dev, ceilings=self.ceil)
+
+    def pct(self, name: str, points: dict[str, dict]) -> tuple[float | None, str]:
+        """Median over the configurations of the percent of the measured ceiling (else the datasheet)."""
+        if not points or self.dev is None:
+            return None, ""
+        placed = [self.point(name, p) for p in points.values()]
+        meas = [q.pct_measured for q in placed if q.pct_measured is not None]
+        if len(meas) == len(placed):
+            return statistics.median(meas), "measured ceiling"
+        ds = [q.pct_datasheet for q in placed if q.pct_datasheet is not None]
+        return (statistics.median(ds), "datasheet") if ds else (None, "")
 
 
-def kernel_rows(c: Campaign) -> list[dict]:
+def kernel_rows(c: Campaign, roof: _Roof | None = None) -> list[dict]:
     from ..loop.ledger import Ledger
+    roof = roof or _Roof(c.data.get("roof_device"))
     rows = []
     for name in c.data["selected"]:
         st, kp = c.state(name), c.kernel(name)
@@ -53,8 +80,8 @@ def kernel_rows(c: Campaign) -> list[dict]:
             kept = led.last_kept()
             row["kept_steps"] = sum(1 for i in its if i.get("status") == "keep" and i.get("iteration"))
             bp, kp_ = _points(base), _points(kept)
-            row["start_pct"], row["pct_of"] = _pct(bp)
-            row["final_pct"], _ = _pct(kp_)
+            row["start_pct"], row["pct_of"] = roof.pct(name, bp)
+            row["final_pct"], _ = roof.pct(name, kp_)
             if bp:
                 slowest = max(bp, key=lambda k: bp[k].get("latency_ms") or 0)
                 row["start_point"], row["final_point"] = bp.get(slowest), kp_.get(slowest)
@@ -75,29 +102,16 @@ def _write_diff(c: Campaign, name: str, root: str, start: str, end: str) -> str 
     return str(p)
 
 
-def _chart(rows: list[dict], out: Path, device_name: str | None) -> str | None:
+def _chart(rows: list[dict], out: Path, roof: _Roof) -> str | None:
     """The roofline chart as an SVG file next to the report (inlined into the page)."""
-    from ..roofline.device import live_device, preset
-    from ..roofline.model import analyze
-    from ..roofline.peaks import recorded_ceilings
     from ..roofline.plot import plot_roofline
     pairs = [(r, r["start_point"], r["final_point"] or r["start_point"]) for r in rows if r["start_point"]]
-    if not pairs:
+    if not pairs or roof.dev is None:
         return None
-    try:
-        dev = preset(device_name) if device_name and device_name != "live" else live_device()
-    except Exception:
-        return None
-    ceil = recorded_ceilings(dev)
-
-    def point(row, p):
-        q = analyze(row["kernel"], row["kernel"], latency_ms=p["latency_ms"], flops=p["flops"], bytes=p["bytes"],
-                    unit=(p["compute_dtype"], p["compute_unit"]), device=dev, ceilings=ceil)
-        return q
-    finals = [point(r, f) for r, _s, f in pairs]
-    starts = [point(r, s) for r, s, _f in pairs]
-    path = plot_roofline(finals, dev, ceil, out / "campaign-roofline.svg", starts=starts,
-                         title=f"campaign: start (hollow) -> final per kernel, slowest configuration, {dev.name}")
+    finals = [roof.point(r["kernel"], f) for r, _s, f in pairs]
+    starts = [roof.point(r["kernel"], s) for r, s, _f in pairs]
+    path = plot_roofline(finals, roof.dev, roof.ceil, out / "campaign-roofline.svg", starts=starts,
+                         title=f"campaign: start (hollow) -> final per kernel, slowest configuration, {roof.dev.name}")
     return str(path)
 
 
@@ -110,9 +124,10 @@ def _rel(path: str | None, out: Path) -> str | None:
 
 
 def write_report(c: Campaign) -> dict:
-    rows = kernel_rows(c)
+    roof = _Roof(c.data.get("roof_device"))
+    rows = kernel_rows(c, roof)
     out = c.out
-    chart = _chart(rows, out, c.data.get("roof_device"))
+    chart = _chart(rows, out, roof)
     plan = c.plan
     head = ["kernel", "configs", "start ms", "final ms", "start % ceiling", "final % ceiling", "speedup",
             "kept steps", "why it stopped", "branch", "results", "kept diff"]
