@@ -135,6 +135,9 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
     led = [json.loads(x) for x in (first).read_text().splitlines()]
     assert sum(1 for r in led if r.get("type") == "iteration" and r["iteration"] == 0) == 1
     assert rows["row_norm"]["speedup"] > 1.3 and rows["row_norm"]["kept_steps"] >= 1
+    # % of the H200's measured ceiling (the simulation's device): the faster kernel sits higher
+    assert rows["row_norm"]["pct_of"] == "measured ceiling"
+    assert rows["row_norm"]["final_pct"] > 1.3 * rows["row_norm"]["start_pct"] > 0
     md = (out / "campaign.md").read_text()
     for name in rows:
         assert f"ops/{name}.py::{name}" in md
