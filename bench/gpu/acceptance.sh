@@ -67,5 +67,11 @@ case "${1:-}" in
   # session 5 (#21, items 3-5): wall time of one 4-point sweep step, old main (c43bc57, from
   # .gpu/old-main.tar.xz: `git archive c43bc57 src | xz > .gpu/old-main.tar.xz`) vs this tree
   s5a) run step_time 270 --budget-s 235 --kernels row_lse,softmax,vector_add ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b" >&2; exit 2 ;;
+  # session 5 (#22): a campaign over TileGym's perf tests of four ops (local executor), resumable across
+  # calls: its work folder comes back as $OUT/campaign_state.tgz; copy that to .gpu/campaign_state.tgz
+  # (carried with .gpu) and run s5c again to continue. S5C_BUDGET: the wall budget of this call.
+  s5c) b=${S5C_BUDGET:-400}
+       run campaign_suite $((b + 60)) --budget-s "$b" --grace-s 40 \
+         --state-in .gpu/campaign_state.tgz --state-out "$OUT/campaign_state.tgz" ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c" >&2; exit 2 ;;
 esac

@@ -37,6 +37,15 @@ def test_demo_json_captures_diffs_and_diagnoses(demo_json):
     assert first["gather_scale"] == "A" and first["matmul_f32"] == "D"
 
 
+def test_demo_shows_a_simulated_campaign(demo_json):
+    out, doc = demo_json
+    rows = {r["kernel"]: r for r in doc["campaign"]["kernels"]}
+    assert sorted(rows) == ["row_norm", "softmax", "vector_add"]
+    assert all(r["status"] == "done" and r["start_ms"] and r["final_ms"] for r in rows.values())
+    assert rows["row_norm"]["speedup"] > 1.3            # the simulated gather -> tile-load step
+    assert (out / "campaign" / "kernels" / "cutile-diag-out" / "campaign" / "campaign.html").is_file()
+
+
 def test_demo_rich_output_is_readable_and_its_next_commands_run_as_printed(capsys, demo_json, monkeypatch,
                                                                           tmp_path):
     out, _ = demo_json

@@ -30,6 +30,10 @@ are recorded without times (``extra["graph_capture"]``; replays do not pass thro
 (the start event fires before it); it is marked ``extra["first"]`` and ``roofline.observed``
 leaves it out of the medians.
 
+Under pytest each record names the test that launched it (``extra["test"]``, from
+``PYTEST_CURRENT_TEST``), and a process writes its records out whenever the test changes, so
+a run killed later keeps every finished test's launches (the campaign's incremental survey).
+
 ``CUTILE_DIAG_LAUNCH_EXECUTE=0`` records without executing anything (no GPU needed: the
 usual ``torch.cuda`` stream/SM queries answer on a CPU, see ``launches.cpu_cuda``).
 """
@@ -48,7 +52,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
-from ..procs import wait_or_kill
+from ..procs import die_with_parent, wait_or_kill
 from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
 from ..output import prog
 
@@ -112,15 +116,21 @@ def _tail_lines(path: Path, n: int = 8) -> list[str]:
 
 def observe_command(command: list[str], *, execute: bool = True, timeout: float | None = None,
                     pad_us: float | None = None, echo: Callable[[str], None] | None = None,
-                    on_step: Callable[[str], None] | None = None) -> ObservedRun:
+                    on_step: Callable[[str], None] | None = None, record_dir: Path | None = None,
+                    poll: Callable[[Path], None] | None = None, cwd: Path | None = None) -> ObservedRun:
     """Run ``command`` once with every ``ct.launch`` recorded; raises CommandFailedError /
-    NoLaunchesError (exit 1) or UsageError (the command cannot be started)."""
+    NoLaunchesError (exit 1) or UsageError (the command cannot be started).
+
+    ``record_dir``: the children append their launches there as they happen (per test under
+    pytest) and the files stay, also when the command fails or this process is killed;
+    ``ObservedRun.records`` then holds every record in the folder.  ``poll(record_dir)`` is
+    called every second while the command runs (progress)."""
     if not command:
         raise UsageError("no command given after '--'", hint=f"e.g. {prog()} roofline -- python script.py")
     with tempfile.TemporaryDirectory(prefix="cutile-diag-launches-") as tmp:
         work = Path(tmp)
-        rec_dir = work / "records"
-        rec_dir.mkdir()
+        rec_dir = Path(record_dir) if record_dir is not None else work / "records"
+        rec_dir.mkdir(parents=True, exist_ok=True)
         err_log = work / "stderr.txt"
         env = observer_env(rec_dir, execute=execute, pad_us=pad_us)
         if on_step:
@@ -129,7 +139,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         try:
             proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     stdin=subprocess.DEVNULL, start_new_session=True, text=True,
-                                    errors="replace", bufsize=1)
+                                    errors="replace", bufsize=1, cwd=cwd, preexec_fn=die_with_parent)
         except FileNotFoundError:
             raise UsageError(f"command not found: {command[0]}") from None
         except PermissionError:
@@ -148,6 +158,12 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
 
         threads = [threading.Thread(target=pump, args=(proc.stdout, None), daemon=True),
                    threading.Thread(target=pump, args=(proc.stderr, err_log), daemon=True)]
+        if poll is not None:
+            def poller():
+                while proc.poll() is None:
+                    poll(rec_dir)
+                    time.sleep(1.0)
+            threads.append(threading.Thread(target=poller, daemon=True))
         for t in threads:
             t.start()
         timed_out = wait_or_kill(proc, timeout)
@@ -155,11 +171,12 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
             t.join(timeout=5)
         secs = time.monotonic() - start
         tail = _tail_lines(err_log)
+        kept = f"the launches so far stay in {rec_dir}" if record_dir is not None else "nothing written"
         if timed_out:
-            raise CommandFailedError(f"command timed out after {timeout:g} s and was killed; nothing written"
+            raise CommandFailedError(f"command timed out after {timeout:g} s and was killed; {kept}"
                                      + (f"; stderr tail: {' | '.join(tail[-3:])[:600]}" if tail else ""))
         if proc.returncode != 0:
-            raise CommandFailedError(f"command exited with {proc.returncode}; nothing written; stderr tail: "
+            raise CommandFailedError(f"command exited with {proc.returncode}; {kept}; stderr tail: "
                                      + (" | ".join(tail)[-900:] if tail else "(empty)"))
         records: list[LaunchRecord] = []
         for f in sorted(rec_dir.glob("launches-*.jsonl")):
@@ -199,6 +216,7 @@ class _Recorder:
         self.free_events: list = []
         self.streams: dict[int, object] = {}
         self.timing_error: str | None = None
+        self.test: str | None = None          # the pytest test running at the last launch
         self.lock = threading.Lock()
 
     # -- events --------------------------------------------------------------------------
@@ -272,6 +290,14 @@ class _Recorder:
             first = key not in self.seen
             self.seen.add(key)
             rec = replace(rec, extra={**rec.extra, "pid": os.getpid(), "seq": self.seq, "first": first})
+            test = _current_test()
+            if test:
+                rec.extra["test"] = test
+            if test != self.test:
+                # a new test: what the last one launched goes to the file now, so a run killed later keeps it
+                self.test = test
+                self._resolve()
+                self._flush()
             if not self.execute:
                 self.done.append(rec)
                 if len(self.done) >= FLUSH_EVERY:
@@ -322,6 +348,12 @@ class _Recorder:
                 self.done += [r for r, _s, _e in self.pending]
                 self.pending = []
             self._flush()
+
+
+def _current_test() -> str | None:
+    """The pytest node id running now (pytest sets PYTEST_CURRENT_TEST to "<nodeid> (<phase>)")."""
+    cur = os.environ.get("PYTEST_CURRENT_TEST")
+    return cur.rsplit(" (", 1)[0] if cur else None
 
 
 _RECORDER: _Recorder | None = None

@@ -280,5 +280,8 @@ def read_jsonl(path) -> list[LaunchRecord]:
         for line in f:
             line = line.strip()
             if line:
-                out.append(LaunchRecord.from_json(json.loads(line)))
+                try:
+                    out.append(LaunchRecord.from_json(json.loads(line)))
+                except json.JSONDecodeError:     # the last line of a writer killed mid-write
+                    continue
     return out

@@ -56,9 +56,7 @@ def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     echo = (lambda line: err_console.print(Text("│ ", style="dim") + Text(line), highlight=False)) if show else None
     run = observe_command(cmd, execute=not args.dry_run, timeout=timeout, pad_us=pad_us, echo=echo)
     with progress(1, "roofline: static counts", enabled=show) as bar:
-        results = roofline_launches(run.records, device=dev, ceilings=ceilings,
-                                    on_step=lambda m: bar.update(m)) if dev is not None else \
-            _counts_only(run.records, on_step=lambda m: bar.update(m))
+        results = roofline_launches(run.records, device=dev, ceilings=ceilings, on_step=lambda m: bar.update(m))
     if args.ncu:
         from ..roofline.ncu import profile_command
         names = sorted({r.group.kernel for r in results})
@@ -86,23 +84,6 @@ def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     if plot_path:
         console.print(f"plot: {plot_path}")
     return 1 if bad else 0
-
-
-def _counts_only(records, on_step):
-    """Dry run without any device model: the static counts per configuration, no roof."""
-    from ..errors import CutileDiagError
-    from ..roofline.observed import KernelResult, group_launches, static_for_launch, static_summary
-    out = []
-    for g in group_launches(records):
-        r = KernelResult(g, status="no_time", error="not executed (--dry-run)")
-        on_step(f"{g.kernel}: static count")
-        try:
-            r.static = static_summary(static_for_launch(g))
-        except (CutileDiagError, ValueError, OSError) as e:
-            r.status = "no_static"
-            r.error = "static count failed: " + (e.one_line() if isinstance(e, CutileDiagError) else str(e))
-        out.append(r)
-    return out
 
 
 def _fmt(v, spec: str, scale: float = 1.0) -> str:

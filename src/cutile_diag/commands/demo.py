@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ..output import console, print_json, prog, progress
+from ..output import console, err_console, print_json, prog, progress
 
 
 def register(sub) -> None:
@@ -22,8 +22,22 @@ def register(sub) -> None:
     p.add_argument("--arch", default="sm_90", help="target arch (default %(default)s)")
     p.add_argument("--out", default="cutile-diag-out/demo", help="capture folder (default %(default)s)")
     p.add_argument("--kernel", action="append", default=None, help="only these example kernels")
+    p.add_argument("--no-campaign", action="store_true",
+                   help="skip the simulated campaign (a repository of the example kernels with pytest perf tests)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+def _campaign(args, out: Path, show: bool) -> dict | None:
+    """The simulated campaign over the selected example kernels that have perf tests in its repository."""
+    from ..campaign.demo import KERNELS, run_demo
+    kernels = [k for k in KERNELS if not args.kernel or k in args.kernel]
+    if args.no_campaign or not kernels:
+        return None
+    say = (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True)) if show else None
+    with progress(1, "simulated campaign", enabled=show) as bar:
+        res = run_demo(out / "campaign", kernels, echo=lambda m: (bar.update(m[:70]), say and say(m)))
+    return res.report
 
 
 def _stages(captures: dict, arch: str, show: bool) -> dict:
@@ -79,12 +93,14 @@ def run(args) -> int:
             bar.advance()
     summaries = {k: summarize_capture(c, args.arch) for k, c in captures.items()}
     stages = _stages(captures, args.arch, show)
+    campaign = _campaign(args, out, show)
     if args.json:
         doc = {"out": str(out), "arch": args.arch, "kernels": summaries}
         if "diff" in stages:
             a, b, d = stages["diff"]
             doc["diff"] = {"before": a, "after": b, "result": d.to_json()}
         doc["diagnoses"] = {k: v.to_json() for k, v in stages["diagnoses"].items()}
+        doc["campaign"] = campaign
         print_json(doc)
         return 0
     console.print(summary_table(list(summaries.values()),
@@ -101,6 +117,12 @@ def run(args) -> int:
     for k, dg in stages["diagnoses"].items():
         console.rule(f"diagnosis: {k}")
         render_diagnosis(dg, console, brief=True)
+    if campaign:
+        console.rule("simulated campaign: every kernel the perf tests launch, ranked and optimised")
+        for r in campaign["kernels"]:
+            console.print(f"  {r['ref']}: {r['start_ms']:.4f} -> {r['final_ms']:.4f} ms simulated "
+                          f"({r['speedup']:.2f}x, {r['kept_steps']} kept step(s)); {r['stopped']}", highlight=False)
+        console.print(f"[dim]report: {campaign['html']} ({prog()} campaign --help)[/]")
     console.print(f"\nArtifacts: {out}/<kernel>/ (TileIR, cubin, SASS, remarks, manifest.json)", soft_wrap=True)
     console.print("Next:")
     # whole commands on lines of their own, so they can be pasted as printed

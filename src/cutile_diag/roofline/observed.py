@@ -147,12 +147,15 @@ def static_summary(sc) -> dict[str, Any]:
     d.pop("memory_ops", None)
     d.pop("mma_ops", None)
     d["flops_total"] = sc.flops_total
+    d["unit"] = list(compute_unit_of(sc))
     d["source"] = "static estimate (TileIR count at the recorded shapes)"
     return d
 
 
-def roofline_launches(records: Sequence[LaunchRecord], *, device: DeviceModel, ceilings: Ceilings | None = None,
+def roofline_launches(records: Sequence[LaunchRecord], *, device: DeviceModel | None, ceilings: Ceilings | None = None,
                       on_step: Callable[[str], None] | None = None) -> list[KernelResult]:
+    """One result per configuration; without a device model (a dry run on a machine without a GPU)
+    the static counts only."""
     say = on_step or (lambda _m: None)
     out: list[KernelResult] = []
     for g in group_launches(records):
@@ -166,6 +169,9 @@ def roofline_launches(records: Sequence[LaunchRecord], *, device: DeviceModel, c
             res.status, res.error = "no_static", f"static count failed: {msg}"
             continue
         res.static = static_summary(sc)
+        if device is None:
+            res.status, res.error = "no_time", "not executed (--dry-run)"
+            continue
         if sc.bytes_compulsory is None or sc.flops_total is None:
             res.status = "no_static"
             res.error = "static count incomplete: " + ("; ".join(sc.unknown) or "see the memory ops")

@@ -27,7 +27,9 @@ _ROW_IN = 0.19          # legend table: inches per row at its 7.5 pt font
 
 
 def plot_roofline(points: Sequence[RooflinePoint], device: DeviceModel, ceilings: Ceilings | None,
-                  path: str | Path, *, title: str | None = None) -> Path:
+                  path: str | Path, *, title: str | None = None,
+                  starts: Sequence[RooflinePoint | None] = ()) -> Path:
+    """``starts[i]``, when given, is where ``points[i]`` came from: drawn hollow with an arrow to it."""
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
@@ -37,8 +39,10 @@ def plot_roofline(points: Sequence[RooflinePoint], device: DeviceModel, ceilings
     import matplotlib.pyplot as plt
     import numpy as np
 
-    shown = [p for p in points if p.ai and p.ai > 0 and p.achieved_flops > 0]
-    ais = [p.ai for p in shown]
+    on_axes = lambda p: p is not None and p.ai and p.ai > 0 and p.achieved_flops > 0   # noqa: E731
+    shown = [p for p in points if on_axes(p)]
+    moves = [(s, p) for s, p in zip(starts, points) if on_axes(s) and on_axes(p)]
+    ais = [p.ai for p in shown] + [s.ai for s, _p in moves]
     bw = device.theoretical_dram_bw()
     units = sorted({(p.compute_dtype, p.compute_unit) for p in points}) or [("bf16", "tensor")]
     ridges = [device.ridge(d, u) for d, u in units]
@@ -70,6 +74,10 @@ def plot_roofline(points: Sequence[RooflinePoint], device: DeviceModel, ceilings
                 continue
             ax.plot(x, np.minimum(f.value, x * b.value) / 1e12, color=c,
                     label=f"{what} {d} {u}: {f.value / 1e12:.0f} TFLOP/s, {b.value / 1e12:.2f} TB/s", **style)
+    for s, p in moves:
+        ax.plot([s.ai], [s.achieved_flops / 1e12], "o", mfc="none", color="grey", ms=6)
+        ax.annotate("", xy=(p.ai, p.achieved_flops / 1e12), xytext=(s.ai, s.achieved_flops / 1e12),
+                    arrowprops=dict(arrowstyle="->", color="grey", lw=1))
     for p in shown:
         y = p.achieved_flops / 1e12
         if p.valid:

@@ -1,0 +1,165 @@
+"""The campaign's entry points: one typed request in, one result out (``commands/campaign.py``
+turns flags into these)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UsageError
+from .plan import CampaignPlan, KernelPlan, build_plan, select
+from .run import STATE_FILE, Campaign, run_campaign
+
+Echo = Callable[[str], None] | None
+
+
+@dataclass
+class CampaignRequest:
+    command: list[str]
+    root: Path                                   # the user's repository
+    out: Path                                    # state + report
+    plan_only: bool = False
+    execute: bool = True                         # False: the survey records without executing (dry run / simulate)
+    select: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    simulate: dict | None = None                 # kernel name -> `optimize --simulate` spec
+    time_limit: float | None = None
+    resurvey: bool = False
+    device: str | None = None                    # a preset for the ranking (dry run)
+    options: dict = field(default_factory=dict)  # LoopOptions fields for every loop
+    max_tests: int | None = None                 # bench each kernel with its N perf tests of the most GPU time
+    test_k: str | None = None                    # the correctness command's -k, instead of the derived one
+    executor: str = "local"
+    ray_address: str | None = None
+    num_gpus: int | None = None
+
+
+@dataclass
+class CampaignResult:
+    out: Path
+    plan: CampaignPlan | None
+    selected: list[KernelPlan]
+    survey: dict | None = None
+    report: dict | None = None
+
+
+def _own_out(root: Path, out: Path) -> None:
+    """The campaign's folder inside the user's repository stays out of git status (local exclude)."""
+    from ..loop.git import Git
+    from ..loop.session import owned_folder
+    if not (root / ".git").exists():
+        return
+    own = owned_folder(root, out / "x")
+    if own:
+        Git(root, (own,)).exclude(own)
+
+
+def _device(req: CampaignRequest):
+    from ..roofline.device import live_device, preset
+    from ..roofline.peaks import get_ceilings, recorded_ceilings
+    if req.device:
+        dev = preset(req.device)
+        return dev, recorded_ceilings(dev)
+    if not req.execute:
+        return None, None
+    import torch
+    if not torch.cuda.is_available():
+        raise UsageError("a campaign times its kernels on a CUDA GPU and none is visible",
+                         hint="--plan --dry-run ranks from static counts; --simulate SPECS.json runs simulated loops")
+    dev = live_device()
+    return dev, get_ceilings(dev, measure_if_missing=True)
+
+
+def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
+    from .survey import survey
+    say = echo or (lambda _m: None)
+    if (req.out / STATE_FILE).exists() and not req.plan_only:
+        raise UsageError(f"{req.out} already holds a campaign",
+                         hint="continue it with --resume, or give --out FOLDER for a new one")
+    if req.executor == "ray":
+        from .executors.ray import check_ray
+        check_ray()
+    dev, ceilings = _device(req)
+    req.out.mkdir(parents=True, exist_ok=True)
+    _own_out(req.root, req.out)
+    sv = survey(req.command, req.out, execute=req.execute, echo=say, fresh=req.resurvey)
+    plan = _plan(req, sv, dev, ceilings, say)
+    chosen = select(plan, req.select, req.skip)
+    if req.plan_only:
+        return CampaignResult(req.out, plan, chosen, survey=sv.to_json())
+    if not (req.root / ".git").exists():
+        raise UsageError(f"{req.root} is not a git repository: every kernel's loop works on a branch of it",
+                         hint="run the campaign from the repository's root (--plan works anywhere)")
+    if not chosen:
+        raise UsageError("no kernel to optimise", hint="see --plan: every kernel is skipped or has a problem")
+    bad = [k for k in chosen if not k.ok]
+    if bad:
+        raise UsageError(f"{bad[0].name} cannot be optimised: {'; '.join(bad[0].problems)}", hint="--skip it")
+    sims = None
+    if req.simulate is not None:
+        missing = [k.name for k in chosen if k.name not in req.simulate]
+        if missing:
+            raise UsageError(f"--simulate: no spec for {', '.join(missing)}",
+                             hint="the file maps each kernel's name to a spec; kernels: "
+                                  + ", ".join(k.name for k in chosen))
+        sims = {}
+        for k in chosen:
+            p = req.out / "simulate" / f"{k.name}.json"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(req.simulate[k.name], indent=1))
+            sims[k.name] = str(p)
+    from .executors import make_executor
+    ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus)
+    c = Campaign.create(req.out, plan, chosen, time_limit=req.time_limit, simulate=sims, options=req.options,
+                        executor=ex.describe())
+    c.data["roof_device"] = (next(iter(req.simulate.values())).get("device", "h200") if req.simulate
+                             else (req.device or ("live" if req.execute else None)))
+    c.save()
+    return _run(c, ex, plan, chosen, say)
+
+
+def _plan(req: CampaignRequest, sv, dev, ceilings, say) -> CampaignPlan:
+    """The plan of this survey: built once (static counts take a while), then read back from
+    ``<out>/plan.json`` while the survey and the plan's options are the same."""
+    key = {"command": sv.command, "executed": sv.executed, "launches": len(sv.records), "runs": len(sv.runs),
+           "max_tests": req.max_tests, "test_k": req.test_k, "device": dev.name if dev is not None else None}
+    path = req.out / "plan.json"
+    if path.is_file():
+        d = json.loads(path.read_text())
+        if d.get("key") == key:
+            say("plan: reused from an earlier run of this survey")
+            return CampaignPlan.from_json(d["plan"])
+    say("plan: static counts per kernel and configuration")
+    plan = build_plan(sv, req.root, device=dev, ceilings=ceilings, on_step=lambda m: say(f"plan: {m}"),
+                      max_tests=req.max_tests, test_k=req.test_k)
+    path.write_text(json.dumps({"key": key, "plan": plan.to_json()}, indent=1))
+    return plan
+
+
+def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> CampaignResult:
+    from .report import write_report
+    try:
+        run_campaign(c, ex, echo=say)
+    finally:
+        rep = write_report(c)
+        say(f"report: {rep['html']}")
+    return CampaignResult(c.out, plan, chosen, report=rep)
+
+
+def resume(out: Path, *, executor: str | None = None, ray_address: str | None = None, num_gpus: int | None = None,
+           time_limit: float | None = None, echo: Echo = None) -> CampaignResult:
+    from .executors import make_executor
+    c = Campaign.load(out)
+    if time_limit is not None:               # this run may take time_limit more seconds
+        c.data["time_limit_s"] = c.data["spent_s"] + time_limit
+    name = executor or c.data["executor"].get("executor", "local")
+    ex = make_executor(name, ray_address=ray_address, num_gpus=num_gpus)
+    c.data["executor"] = ex.describe()
+    if c.data.get("roof_device") == "live":
+        # the loops place their points against this machine's measured ceilings (measured once, cached)
+        from ..roofline.device import live_device
+        from ..roofline.peaks import get_ceilings
+        get_ceilings(live_device(), measure_if_missing=True)
+    plan = c.plan
+    return _run(c, ex, plan, [plan.kernel(n) for n in c.data["selected"]], echo or (lambda _m: None))

@@ -1,0 +1,15 @@
+"""Where the campaign's loops run: ``local`` (this process, one GPU) or ``ray`` (one actor per GPU).
+
+An executor has ``name``, ``describe()`` and ``run(campaign, started, echo=)``; it takes the
+kernels ``campaign.todo()`` lists, gives each ``campaign.time_share`` of the time left, runs
+``run.run_job`` for it and hands the outcome to ``run.record_outcome`` (the driver writes).
+"""
+from __future__ import annotations
+
+
+def make_executor(name: str, *, ray_address: str | None = None, num_gpus: int | None = None):
+    if name == "local":
+        from .local import LocalExecutor
+        return LocalExecutor()
+    from .ray import RayExecutor
+    return RayExecutor(address=ray_address, num_gpus=num_gpus)

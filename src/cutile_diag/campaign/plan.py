@@ -1,0 +1,267 @@
+"""From the survey's launches to the campaign's plan: one entry per kernel, ranked.
+
+Per kernel (``FILE.py::KERNEL``, the source file the launch names and the module attribute
+holding the kernel): its configurations (``roofline.observed`` groups: grid + argument specs)
+with calls, measured device times, static FLOPs/bytes and the roof time; the test ids that
+launched it; and the two commands the loop measures it with, derived from the user's command:
+
+- bench: the same launcher (``pytest``, ``python -m pytest``) on exactly those test ids,
+  ``--print-record -s`` (the cutile-diag pytest plugin prints their records);
+- correctness: the same launcher on the tests' files, with the user's ``-k`` selection of
+  perf tests negated (``-k "test_perf and cutile"`` -> ``-k "not test_perf and cutile"``):
+  the files' other tests of that backend;
+- FLOPs/bytes per bench configuration: each perf test's dominant configuration of the kernel,
+  keyed by the test id from its file name on (the command backend matches keys inside the ids).
+
+Rank: expected gain = the suite's GPU time the kernel would give back at the measured
+ceiling (sum over configurations of total ms x (1 - roof ms / median ms)) as a share of the
+suite's GPU time, i.e. headroom x share.  A dry run has no times: the share is then that of
+the roof times (calls x roof ms; bytes moved without a device model) and the headroom unknown.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import UsageError
+from .survey import Survey, pytest_prefix
+
+PERF_WORD = re.compile(r"\b(\w*perf\w*)\b")
+
+
+@dataclass
+class KernelPlan:
+    name: str                          # the kernel's Python function name
+    ref: str                           # FILE.py::KERNEL, FILE absolute
+    file: str                          # FILE relative to the repository root
+    configs: list[dict] = field(default_factory=list)
+    tests: list[str] = field(default_factory=list)
+    test_cmd: str | None = None
+    bench_cmd: str | None = None
+    counts: dict[str, Any] = field(default_factory=dict)
+    gpu_ms: float | None = None
+    roof_ms: float | None = None
+    share: float = 0.0
+    headroom: float | None = None
+    expected_gain: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        return {**self.__dict__, "ok": self.ok}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KernelPlan":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class CampaignPlan:
+    command: list[str]
+    root: str
+    executed: bool
+    kernels: list[KernelPlan]
+    ranked_by: str
+    suite_gpu_ms: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"command": self.command, "root": self.root, "executed": self.executed, "ranked_by": self.ranked_by,
+                "suite_gpu_ms": self.suite_gpu_ms, "warnings": self.warnings,
+                "kernels": [k.to_json() for k in self.kernels]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CampaignPlan":
+        return cls(d["command"], d["root"], d["executed"], [KernelPlan.from_json(k) for k in d["kernels"]],
+                   d["ranked_by"], d.get("suite_gpu_ms"), d.get("warnings", []))
+
+    def kernel(self, name: str) -> KernelPlan | None:
+        return next((k for k in self.kernels if name in (k.name, k.ref, f"{k.file}::{k.ref.rsplit('::', 1)[1]}")), None)
+
+
+def _roof_ms(static: dict | None, unit: tuple[str, str], device, ceilings) -> float | None:
+    """The time at the roof: bytes at the DRAM ceiling or FLOPs at the compute one, the larger."""
+    if not static or device is None or static.get("bytes_compulsory") is None:
+        return None
+    def best(meas, ds):
+        q = meas if meas is not None and meas.known else ds
+        return q.value if q is not None and q.known else None
+    bw = best(ceilings.ceiling("dram") if ceilings else None, device.datasheet_peak("dram_bw"))
+    fl = best(ceilings.ceiling(f"{unit[0]}:{unit[1]}") if ceilings else None, device.datasheet_peak(f"{unit[0]}:{unit[1]}"))
+    t = [static["bytes_compulsory"] / bw] if bw else []
+    if fl and static.get("flops_total"):
+        t.append(static["flops_total"] / fl)
+    return max(t) * 1e3 if t else None
+
+
+def _resolve_file(nodeid_file: str, cwd: Path, root: Path) -> Path | None:
+    """A node id's file is relative to pytest's rootdir: the survey's folder or one above it."""
+    for base in (cwd, *cwd.parents):
+        p = base / nodeid_file
+        if p.is_file():
+            return p
+        if base == root:
+            break
+    return None
+
+
+def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path,
+              test_k: str | None = None) -> tuple[str | None, str | None, list[str]]:
+    """(correctness command, bench command, test ids relative to the repository root)."""
+    prefix = pytest_prefix(cmd)
+    if prefix is None or not tests:
+        return None, None, []
+    ids, files = [], []
+    for t in tests:
+        f, _, rest = t.partition("::")
+        p = _resolve_file(f, cwd, root)
+        rel = p.resolve().relative_to(root).as_posix() if p else f
+        ids.append(f"{rel}::{rest}" if rest else rel)
+        if rel not in files:
+            files.append(rel)
+    user_k = next((cmd[i + 1] for i, w in enumerate(cmd[:-1]) if w == "-k"), None)
+    if test_k:
+        k = test_k
+    elif user_k and PERF_WORD.search(user_k):
+        k = PERF_WORD.sub(lambda m: f"not {m.group(1)}", user_k, count=1)
+    else:
+        k = f"not perf and ({user_k})" if user_k else "not perf"
+    q = lambda ws: " ".join(shlex.quote(w) for w in ws)   # noqa: E731
+    return (q([*prefix, *files, "-k", k]), q([*prefix, *ids, *_plugin(), "--print-record", "-s"]), ids)
+
+
+def _plugin() -> list[str]:
+    """``-p cutile_diag.pytest_plugin`` where cutile-diag is not installed (only on PYTHONPATH): its
+    plugin prints the records the bench command is read by."""
+    from importlib.metadata import entry_points
+    eps = entry_points(group="pytest11")
+    return [] if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else ["-p", "cutile_diag.pytest_plugin"]
+
+
+def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
+               on_step: Callable[[str], None] | None = None, max_tests: int | None = None,
+               test_k: str | None = None) -> CampaignPlan:
+    from ..roofline.observed import _attr_of, roofline_launches
+    results = roofline_launches(sv.records, device=device if sv.executed else None, ceilings=ceilings,
+                                on_step=on_step)
+    cwd = Path(sv.cwd)
+    by_kernel: dict[tuple, KernelPlan] = {}
+    for r in results:
+        g = r.group
+        key = (g.file, g.kernel)
+        kp = by_kernel.get(key)
+        if kp is None:
+            if not g.file:
+                file, attr = "?", g.kernel
+            else:
+                try:
+                    attr = _attr_of(g.file, g.kernel)
+                except Exception:            # the module no longer imports: the ref keeps the function name
+                    attr = g.kernel
+                p = Path(g.file).resolve()
+                file = p.relative_to(root).as_posix() if p.is_relative_to(root) else str(p)
+            kp = by_kernel[key] = KernelPlan(g.kernel, f"{g.file}::{attr}", file)
+            if not g.file:
+                kp.problems.append("the launch names no source file")
+            elif not Path(g.file).resolve().is_relative_to(root):
+                kp.problems.append(f"{g.file} is outside the repository {root}")
+        gj = g.to_json()
+        tests = sorted({x.extra["test"] for x in g.launches if x.extra.get("test")})
+        st = r.static or {}
+        unit = tuple(st.get("unit") or ("f32", "cuda"))
+        roof = _roof_ms(st, unit, device, ceilings)
+        cfg = {"label": g.label, "grid": list(g.grid), "specs": g.specs, "calls": g.calls, "tests": tests,
+               "median_ms": gj["median_ms"], "total_ms": gj["total_ms"], "unit": list(unit),
+               "bytes": st.get("bytes_compulsory"), "flops": st.get("flops_total"), "roof_ms": roof,
+               "pct_of_ceiling": (r.point.pct_measured if r.point.pct_measured is not None
+                                  else r.point.pct_datasheet) if r.point else None,
+               "status": r.status, "error": r.error}
+        kp.configs.append(cfg)
+        if r.status in ("no_static", "invalid"):
+            kp.problems.append(f"{g.label}: {r.error or r.status}")
+    for kp in by_kernel.values():
+        _finish(kp, sv, cwd, root, max_tests, test_k)
+    kernels = list(by_kernel.values())
+    # configurations without a device time (launched inside CUDA-graph capture) count as none of it
+    timed = sv.executed and any(c["total_ms"] is not None for k in kernels for c in k.configs)
+    if timed:
+        ranked_by = "headroom to the measured ceiling x share of the suite's GPU time"
+        suite = sum(k.gpu_ms or 0.0 for k in kernels)
+        for k in kernels:
+            saved = sum(c["total_ms"] * max(0.0, 1.0 - c["roof_ms"] / c["median_ms"])
+                        for c in k.configs if c["roof_ms"] and c["median_ms"] and c["total_ms"])
+            k.share = (k.gpu_ms or 0.0) / suite if suite else 0.0
+            k.headroom = saved / k.gpu_ms if k.gpu_ms else None
+            k.expected_gain = saved / suite if suite else 0.0
+    else:
+        suite = None
+        what = "roof time" if device is not None else "bytes moved"
+        ranked_by = f"share of the suite's {what} (not executed: headroom unknown)"
+        weight = {}
+        for k in kernels:
+            weight[id(k)] = sum(c["calls"] * ((c["roof_ms"] if device is not None else c["bytes"]) or 0.0)
+                                for c in k.configs)
+        total = sum(weight.values())
+        for k in kernels:
+            k.share = weight[id(k)] / total if total else 1.0 / len(kernels)
+            k.expected_gain = k.share
+    kernels.sort(key=lambda k: (not k.ok, -k.expected_gain, k.name))
+    return CampaignPlan(sv.command, str(root), sv.executed, kernels, ranked_by, suite, list(sv.warnings))
+
+
+def _test_ms(kp: KernelPlan, sv: Survey) -> dict[str, float]:
+    """GPU time (or, not executed, calls) of this kernel per test."""
+    out: dict[str, float] = {}
+    for r in sv.records:
+        t = r.extra.get("test")
+        if t and r.kernel == kp.name and r.file and kp.ref.startswith(r.file + "::"):
+            out[t] = out.get(t, 0.0) + (r.device_ms if r.device_ms is not None else 1.0)
+    return out
+
+
+def _finish(kp: KernelPlan, sv: Survey, cwd: Path, root: Path, max_tests: int | None = None,
+            test_k: str | None = None) -> None:
+    """Tests, derived commands, per-test counts and GPU time of one kernel."""
+    tests = sorted({t for c in kp.configs for t in c["tests"]})
+    if max_tests is not None and len(tests) > max_tests:
+        ms = _test_ms(kp, sv)
+        tests = sorted(sorted(tests, key=lambda t: -ms.get(t, 0.0))[:max_tests])
+    test_cmd, bench_cmd, ids = _commands(sv.command, tests, cwd, root, test_k)
+    kp.tests, kp.test_cmd, kp.bench_cmd = ids, test_cmd, bench_cmd
+    if not tests:
+        kp.problems.append("no pytest test launched it: no command to derive (run the campaign over pytest)")
+    flops, bytes_, units = {}, {}, set()
+    for t, rid in zip(tests, ids):
+        # the configuration this test launched most often is what its benchmark record times
+        mine = [c for c in kp.configs if t in c["tests"]]
+        dom = max(mine, key=lambda c: c["calls"])
+        key = rid.rsplit("/", 1)[-1]
+        if dom["bytes"]:
+            bytes_[key] = dom["bytes"]
+        if dom["flops"]:
+            flops[key] = dom["flops"]
+        units.add(tuple(dom["unit"]))
+    if bytes_ or flops:
+        kp.counts = {"flops": flops, "bytes": bytes_, "unit": list(sorted(units)[0])}
+    times = [c["total_ms"] for c in kp.configs if c["total_ms"] is not None]
+    kp.gpu_ms = sum(times) if times else None
+    roofs = [c["roof_ms"] * c["calls"] for c in kp.configs if c["roof_ms"]]
+    kp.roof_ms = sum(roofs) if roofs else None
+
+
+def select(plan: CampaignPlan, only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[KernelPlan]:
+    """The kernels to optimise, best expected gain first: ``--select`` / ``--skip`` by name or FILE.py::KERNEL."""
+    for n in [*only, *skip]:
+        if plan.kernel(n) is None:
+            raise UsageError(f"no kernel {n!r} in the survey",
+                             hint="kernels: " + ", ".join(k.name for k in plan.kernels))
+    chosen = [plan.kernel(n) for n in only] if only else [k for k in plan.kernels if k.ok]
+    drop = {id(plan.kernel(n)) for n in skip}
+    order = {id(k): i for i, k in enumerate(plan.kernels)}
+    return sorted((k for k in chosen if id(k) not in drop), key=lambda k: order[id(k)])

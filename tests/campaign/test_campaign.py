@@ -1,0 +1,210 @@
+"""``cutile-diag campaign`` on a fixture repository with three kernels and pytest perf tests
+(CPU tensors: the survey records the launches without executing them)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+
+from cutile_diag.campaign.demo import SPECS, git, make_repo, survey_command
+from cutile_diag.cli import main
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from diff.test_html_browser import browser  # noqa: E402,F401  (the headless Chromium fixture)
+
+PYTEST = survey_command()
+
+
+def checkout_state(repo: Path) -> tuple:
+    """What the user sees of their checkout: HEAD, branch, index entries, status."""
+    return (git(repo, "rev-parse", "HEAD"), git(repo, "branch", "--show-current"), git(repo, "ls-files", "-s"),
+            git(repo, "status", "--porcelain", "--untracked-files=all"))
+
+
+def run_main(argv: list[str]) -> tuple[int, str]:
+    """The CLI in this process, its stdout captured (a module-scoped fixture has no capsys)."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(argv)
+    return rc, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """The fixture repository and its `campaign --plan --dry-run --json` (the survey is reused after)."""
+    repo = make_repo(tmp_path_factory.mktemp("campaign"))
+    before = checkout_state(repo)
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        rc, out = run_main(["campaign", "--plan", "--dry-run", "--json", "--", *PYTEST])
+    finally:
+        os.chdir(cwd)
+    return repo, before, rc, json.loads(out)
+
+
+def test_plan_lists_the_three_kernels_with_refs_configs_and_derived_commands(planned):
+    repo, before, rc, d = planned
+    assert rc == 0
+    ks = {k["name"]: k for k in d["plan"]["kernels"]}
+    assert sorted(ks) == ["row_norm", "softmax", "vector_add"] and sorted(d["selected"]) == sorted(ks)
+    va = ks["vector_add"]
+    assert va["ref"] == f"{repo}/ops/vector_add.py::vector_add" and va["file"] == "ops/vector_add.py"
+    assert [c["grid"] for c in va["configs"]] == [[1024], [4096]]
+    assert [c["bytes"] for c in va["configs"]] == [3 * 4 * (1 << 20), 3 * 4 * (1 << 22)]
+    assert va["tests"] == ["tests/test_ops.py::test_perf_vector_add[1048576]",
+                           "tests/test_ops.py::test_perf_vector_add[4194304]"]
+    py = sys.executable
+    assert va["bench_cmd"] == (f"{py} -m pytest 'tests/test_ops.py::test_perf_vector_add[1048576]' "
+                               "'tests/test_ops.py::test_perf_vector_add[4194304]' --print-record -s")
+    assert va["test_cmd"] == f"{py} -m pytest tests/test_ops.py -k 'not perf'"
+    # the counts the loop's roofline guard gets, keyed by test id
+    assert va["counts"]["bytes"]["test_ops.py::test_perf_vector_add[4194304]"] == 3 * 4 * (1 << 22)
+    assert va["counts"]["unit"] == ["f32", "cuda"]
+    sm = ks["softmax"]
+    assert [c["specs"]["X"] for c in sm["configs"]] == ["f16[256,1024]", "f16[1024,1024]"]
+    assert ks["row_norm"]["tests"] == ["tests/test_ops.py::test_perf_row_norm"]
+    # not executed: ranked by the share of the bytes moved, the largest first
+    assert d["plan"]["kernels"][0]["name"] == "vector_add" and "not executed" in d["plan"]["ranked_by"]
+    assert d["survey"]["complete"] and d["survey"]["launches"] == 5 and d["survey"]["tests"] == 5
+    assert checkout_state(repo) == before
+
+
+def test_dry_run_without_plan_or_simulate_is_refused(capsys, planned):
+    assert main(["campaign", "--dry-run", "--", *PYTEST]) == 2
+    assert "goes with --plan" in capsys.readouterr().err
+
+
+def test_select_names_an_unknown_kernel(capsys, planned, monkeypatch):
+    repo = planned[0]
+    monkeypatch.chdir(repo)
+    assert main(["campaign", "--plan", "--dry-run", "--select", "nope", "--", *PYTEST]) == 2
+    assert "no kernel 'nope'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def simulated(planned, tmp_path_factory):
+    """`campaign --simulate` in a child, SIGTERM once the first loop has a ledger, then `--resume`."""
+    repo, before, _rc, _d = planned
+    tmp_path = tmp_path_factory.mktemp("specs")
+    spec = tmp_path / "specs.json"
+    spec.write_text(json.dumps(SPECS))
+    out = repo / "cutile-diag-out" / "campaign"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-m", "cutile_diag", "campaign", "--simulate", str(spec),
+                              "--max-iterations", "2", "--no-capture", "--", *PYTEST], cwd=repo, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = out / "loops" / "vector_add" / "ledger.jsonl"
+    deadline = time.monotonic() + 120
+    while not first.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child.send_signal(signal.SIGTERM)
+    err = child.communicate(timeout=60)[1]
+    killed = (child.returncode, json.loads((out / "campaign.json").read_text()), err)
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        rc, text = run_main(["campaign", "--resume", "--json"])
+    finally:
+        os.chdir(cwd)
+    return repo, before, out, killed, rc, json.loads(text)
+
+
+def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
+    """Every loop done after --resume, the report complete, the user's checkout untouched."""
+    repo, before, out, (code, state, err), rc, d = simulated
+    first = out / "loops" / "vector_add" / "ledger.jsonl"
+    assert code == 143, err[-2000:]
+    assert state["kernels"]["vector_add"]["status"] == "running"            # cut short, resumable
+    assert "survey: complete from an earlier run" in err                     # the --plan survey was reused
+    rows = {r["kernel"]: r for r in d["report"]["kernels"]}
+    assert rc == 0 and sorted(rows) == ["row_norm", "softmax", "vector_add"]
+    assert all(r["status"] == "done" and r["start_ms"] and r["final_ms"] for r in rows.values())
+    assert rows["vector_add"]["branch"] == git(repo, "branch", "--list", "cutile-perf-vector_add-*").strip(" *+")
+    # the resumed loop went on from its ledger: one baseline, not two
+    led = [json.loads(x) for x in (first).read_text().splitlines()]
+    assert sum(1 for r in led if r.get("type") == "iteration" and r["iteration"] == 0) == 1
+    assert rows["row_norm"]["speedup"] > 1.3 and rows["row_norm"]["kept_steps"] >= 1
+    # % of the H200's measured ceiling (the simulation's device): the faster kernel sits higher
+    assert rows["row_norm"]["pct_of"] == "measured ceiling"
+    assert rows["row_norm"]["final_pct"] > 1.3 * rows["row_norm"]["start_pct"] > 0
+    md = (out / "campaign.md").read_text()
+    for name in rows:
+        assert f"ops/{name}.py::{name}" in md
+    assert "[perf_results.md](loops/row_norm/perf_results.md)" in md and "[diff](diffs/row_norm.diff)" in md
+    assert "ops/row_norm.py" in (out / "diffs" / "row_norm.diff").read_text()
+    html = (out / "campaign.html").read_text()
+    assert html.count("<tr data-kernel=") == 3 and "data:image/svg+xml;base64," in html
+    assert checkout_state(repo) == before
+
+
+@pytest.mark.browser
+def test_report_page_in_headless_chromium(simulated, browser):
+    """The page is self-contained: its chart is an inline image that renders, and each kernel's
+    row links to files that exist next to it."""
+    _repo, _before, out, _killed, _rc, _d = simulated
+    page = browser.new_page()
+    try:
+        page.goto((out / "campaign.html").as_uri())
+        assert page.evaluate("document.getElementById('roofline').naturalWidth") > 100
+        assert page.evaluate("document.getElementById('roofline').src.startsWith('data:image/svg+xml')")
+        rows = page.locator("#kernels tbody tr")
+        assert rows.count() == 3
+        assert sorted(rows.nth(i).get_attribute("data-kernel") for i in range(3)) == ["row_norm", "softmax", "vector_add"]
+        hrefs = page.evaluate("[...document.querySelectorAll('#kernels a')].map(a => a.getAttribute('href'))")
+        assert len(hrefs) == 6 and all((out / h).is_file() for h in hrefs)
+        assert "perf_results.md" in page.inner_text("#kernels")
+    finally:
+        page.close()
+
+
+def test_measured_survey_ranks_by_headroom_times_share(planned):
+    """The survey's launches with device times (as a GPU run records them): the kernel with the most
+    GPU time to give back at the measured ceiling ranks first; the gain is headroom x share."""
+    from dataclasses import replace
+
+    from cutile_diag.campaign.plan import build_plan
+    from cutile_diag.campaign.survey import Survey, _load
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.peaks import recorded_ceilings
+    repo = planned[0]
+    records = _load(repo / "cutile-diag-out" / "campaign" / "survey" / "records")
+    ms = {"vector_add": 0.05, "softmax": 2.0, "row_norm": 0.01}
+    timed = [replace(r, device_ms=ms[r.kernel], extra={**r.extra, "first": False}) for r in records]
+    dev = preset("h200")
+    plan = build_plan(Survey(PYTEST, str(repo), True, True, timed), repo, device=dev, ceilings=recorded_ceilings(dev))
+    ks = {k.name: k for k in plan.kernels}
+    assert [k.name for k in plan.kernels][0] == "softmax" and "headroom" in plan.ranked_by
+    assert plan.suite_gpu_ms == pytest.approx(2 * 0.05 + 2 * 2.0 + 0.01)
+    for k in ks.values():
+        assert k.expected_gain == pytest.approx(k.share * k.headroom)
+        assert all(c["pct_of_ceiling"] is not None and c["roof_ms"] < c["median_ms"] for c in k.configs)
+    # softmax moves 5 MB in 2 ms: nearly all of its time is headroom
+    assert ks["softmax"].headroom > 0.99 and ks["softmax"].share == pytest.approx(4.0 / 4.11)
+
+
+def test_time_limit_is_split_by_expected_gain_and_paused_loops_resume(tmp_path):
+    import time as _time
+
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.run import Campaign
+    ks = [KernelPlan("a", "/r/a.py::a", "a.py", expected_gain=0.6), KernelPlan("b", "/r/b.py::b", "b.py", expected_gain=0.2)]
+    c = Campaign.create(tmp_path, CampaignPlan(["pytest"], "/r", True, ks, "test"), ks, time_limit=100.0,
+                        simulate=None, options={}, executor={"executor": "local"})
+    now = _time.monotonic()
+    assert c.time_share("a", now) == pytest.approx(75.0, abs=0.1)
+    c.mark("a", status="done")
+    c.data["spent_s"] = 70.0
+    assert c.time_share("b", now) == pytest.approx(30.0, abs=0.1)       # all that is left goes to the last one
+    c.mark("b", status="paused")
+    assert Campaign.load(tmp_path).todo() == ["b"]                       # a paused loop resumes
