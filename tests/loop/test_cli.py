@@ -34,7 +34,7 @@ def test_optimize_with_real_transforms_on_a_simulated_gpu(repo, spec, capsys):
     assert rc == 0, err
     res = json.loads(out)
     assert res["iterations"] >= 2 and res["speedup"] > 1.1
-    from cutile_diag.loop.ledger import Ledger, parse_table
+    from cutile_diag.ledger import Ledger, parse_table
     led = Ledger.load(res["state_dir"])
     rows = parse_table(open(res["table"]).read())
     assert rows[0]["optimization"] == "baseline"

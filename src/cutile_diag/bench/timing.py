@@ -193,7 +193,7 @@ def default_flush_bytes(device=None) -> int:
 def _sm_clock_mhz(device=None) -> float:
     """Max SM clock for converting a sleep duration into cycles (NVML, else 2 GHz)."""
     try:
-        from ..roofline.nvml import nvml_handle_for_torch_device
+        from ..nvml import nvml_handle_for_torch_device
         import pynvml
         h = nvml_handle_for_torch_device(device)
         return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))

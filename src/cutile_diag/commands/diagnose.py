@@ -83,7 +83,7 @@ def _tried(args) -> Counter:
 def tried_from_ledger(path: str) -> Counter:
     """The entries the loop itself demotes (``Ledger.tried``: tried and not a clear win), read from
     a ledger file or a loop state folder holding ``ledger.jsonl``."""
-    from ..loop.ledger import LEDGER_FILE, LEDGER_GZ, Ledger
+    from ..ledger import LEDGER_FILE, LEDGER_GZ, Ledger
 
     p = Path(path)
     if p.is_dir():
@@ -161,7 +161,7 @@ def _py_target(path: Path, name: str | None, args):
 def run(args) -> int:
     from ..diagnose.calibrate import Calibration
     from ..diagnose.engine import diagnose_tileir
-    from ..loop.ledger import find_ledgers
+    from ..ledger import find_ledgers
     tried = _tried(args)
     paths = [*args.calibrate, *([args.ledger] if args.ledger else [])]
     auto = Path.cwd() / "cutile-diag-out" / "optimize"     # the loop's default state root here

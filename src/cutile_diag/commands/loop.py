@@ -113,7 +113,7 @@ def run_status(args) -> int:
     if args.json:
         print_json(st)
         return 0
-    from ..loop.ledger import render_table
+    from ..ledger import render_table
     console.print(f"[bold]{st.kernel}[/] on branch {st.branch} in the loop's worktree {st.worktree}"
                   + ("" if st.on_branch else " [yellow](missing)[/]"), highlight=False)
     console.print(render_table(st.rows), markup=False, highlight=False, soft_wrap=True)

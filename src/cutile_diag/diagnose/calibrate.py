@@ -48,7 +48,7 @@ class Calibration:
     @classmethod
     def from_paths(cls, paths: Iterable[str | Path]) -> "Calibration":
         """Ledger files, loop state folders, or folders searched for ``ledger.jsonl`` (or its ``.gz``)."""
-        from ..loop.ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
+        from ..ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
         cal = cls()
         for p in map(Path, paths):
             if p.is_file():

@@ -46,8 +46,8 @@ from .errors import LoopError
 from .evaluate import Evaluation
 from .evidence import capture_sources
 from .integrations import CaptureResult, capture_version
-from .ledger import Ledger
-from .ledger import short_text as _short
+from ..ledger import Ledger
+from ..ledger import short_text as _short
 from .recover import recover  # noqa: F401  (re-exported: runner.recover)
 from .session import Session
 

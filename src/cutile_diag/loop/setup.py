@@ -9,8 +9,8 @@ from typing import Callable, Sequence
 from . import worktree as worktree_mod
 from .errors import GitError, LoopError
 from .git import Git, repo_root
-from .ledger import Ledger
-from .locate import locate, parse_ref
+from ..ledger import Ledger
+from ..source.locate import locate, parse_ref
 from .session import OUT_ROOT, Session, branch_name, branch_state_dir, owned_folder, state_dir_for
 
 

@@ -298,7 +298,7 @@ def live_device(index: int | None = None) -> DeviceModel:
                   f"{_TORCH}().{attr}" if v is not None else f"unknown: {_TORCH}() has no {attr}")
 
     nv: dict[str, tuple[Any, str]] = {}
-    from .nvml import nvml_available, nvml_handle_for_torch_device, read_nvml
+    from ..nvml import nvml_available, nvml_handle_for_torch_device, read_nvml
     why = nvml_available()
     if why is None:
         try:

@@ -32,9 +32,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import assignments, reaching_value, taken_names
-from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, lines_text, names_in, positional,
-                   refuse, rewrite, stmt)
+from ...source.analysis import assignments, reaching_value, taken_names
+from ...source.model import (Kernel, code, expr, find_all, fresh_name, lines_text, names_in, positional, refuse,
+                             rewrite, stmt)
+from .base import Plan, Transform
 
 
 def _norm(node: cst.CSTNode) -> str:

@@ -48,8 +48,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..output import to_jsonable, write_atomic
-from .errors import LoopError
+from .errors import CutileDiagError
+from .output import to_jsonable, write_atomic
 
 TABLE_FILE = "perf_results.md"
 LEDGER_FILE = "ledger.jsonl"
@@ -70,7 +70,7 @@ def find_ledgers(folder: str | Path) -> list[Path]:
     return sorted([*folder.rglob(LEDGER_FILE), *gz])
 
 
-class LedgerError(LoopError):
+class LedgerError(CutileDiagError):
     """The ledger is missing, unreadable or inconsistent."""
 
 

@@ -1,6 +1,6 @@
 """Find a kernel's parts in its source file: the recipe's "locate the kernel" step.
 
-From one Python file, on the same libcst model the transforms use (``transforms/base.py``:
+From one Python file, on the same libcst model the transforms use (``source/model.py``:
 ``parse_module``, ``CtNames`` for how the file spells cuda.tile, and the one alias rule
 ``module_assignments`` — a module-level name bound once); nothing is imported:
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import libcst as cst
 
 from ..errors import KernelLoadError, UsageError
-from .transforms.base import CtNames, TransformError, dotted, module_assignments, parsed
+from .model import CtNames, TransformError, dotted, module_assignments, parsed
 
 _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "scatter",
            "load_advanced_indexing": "load", "store_advanced_indexing": "store",

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .base import (Kernel, all_names, code, dotted, expr, find_all, int_value, kwarg, literal_value, names_in,
-                   positional, refuse)
+from .model import (Binding, Kernel, all_names, code, dotted, expr, find_all, int_value, kwarg, literal_value,
+                    module_bindings, names_in, positional, refuse, rewrite)
 
 FLOATS = ("float16", "bfloat16", "float32", "float64", "tfloat32")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -280,13 +280,6 @@ class DtypeInference:
 # bindings
 
 
-@dataclass
-class Binding:
-    name: str
-    node: cst.CSTNode                    # the Assign / For / Param / ... that binds it
-    value: cst.BaseExpression | None     # the bound expression for plain `name = value`
-
-
 def assignments(root: cst.CSTNode) -> dict[str, list[Binding]]:
     """Every binding of every name under ``root`` (a function: its params included)."""
     out: dict[str, list[Binding]] = {}
@@ -347,28 +340,6 @@ def single_value(binds: dict[str, list[Binding]], name: str) -> cst.BaseExpressi
     if len(b) == 1 and b[0].value is not None:
         return b[0].value
     return None
-
-
-def module_bindings(module: cst.Module) -> dict[str, list[Binding]]:
-    """Module-level bindings only (not inside functions or classes)."""
-    out: dict[str, list[Binding]] = {}
-    for s in module.body:
-        if isinstance(s, cst.SimpleStatementLine):
-            for small in s.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        if isinstance(t.target, cst.Name):
-                            out.setdefault(t.target.value, []).append(
-                                Binding(t.target.value, small, small.value))
-                elif isinstance(small, (cst.Import, cst.ImportFrom)) and \
-                        not isinstance(small.names, cst.ImportStar):
-                    for a in small.names:
-                        d = dotted(a.asname.name if a.asname else a.name)
-                        if d:
-                            out.setdefault(d.split(".")[0], []).append(Binding(d, small, None))
-        elif isinstance(s, (cst.FunctionDef, cst.ClassDef)):
-            out.setdefault(s.name.value, []).append(Binding(s.name.value, s, None))
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -952,12 +923,11 @@ def _expand_names(k: Kernel, node: cst.BaseExpression, at, depth=0) -> cst.BaseE
             subs[n] = _expand_names(k, v, at, depth + 1)
     if not subs:
         return node
-    from .base import rewrite as _rw
     if isinstance(node, cst.Name):
         return subs.get(node, node)
     wrapped = cst.Module(body=[cst.SimpleStatementLine([cst.Expr(node)])])
     try:
-        out = _rw(wrapped, {n: (lambda _u, v=v: v) for n, v in subs.items()})
+        out = rewrite(wrapped, {n: (lambda _u, v=v: v) for n, v in subs.items()})
     except Exception:
         return node
     return out.body[0].body[0].value
