@@ -237,7 +237,7 @@ def _with_extra(args, folder, tried):
 
 def _is_export(doc) -> bool:
     """An ncu export (kernels with rule results), as opposed to a {metric: value} dict."""
-    from ..diagnose.ncu_rules import EXPORT_SCHEMA
+    from ..roofline.ncu import EXPORT_SCHEMA
     return isinstance(doc, dict) and (doc.get("schema") == EXPORT_SCHEMA or any(
         isinstance(k, dict) and "rules" in k for k in doc.get("kernels") or []))
 

@@ -30,7 +30,6 @@ from typing import Any, Mapping
 from ..errors import CutileDiagError
 from .evidence import Evidence, Site
 
-EXPORT_SCHEMA = "cutile-diag.ncu-export/1"
 RULES_FILE = "ncu-rules.toml"
 # message types that report something to act on (ncu_report.MsgType names)
 FINDING_TYPES = ("OPTIMIZATION", "WARNING", "ERROR")

@@ -31,6 +31,9 @@ from pathlib import Path
 
 from ..procs import kill_group
 
+# what ``export_report`` writes and ``diagnose.ncu_rules`` reads
+EXPORT_SCHEMA = "cutile-diag.ncu-export/1"
+
 METRICS = {
     "gpu__time_duration.sum": "duration_ns",
     "dram__bytes_read.sum": "dram_read_bytes",
@@ -336,9 +339,8 @@ def _safe(fn, default=None):
 
 
 def export_report(report: str | Path, *, module=None) -> dict:
-    """A ``.ncu-rep`` as plain JSON (the schema in ``cutile_diag.diagnose.ncu_rules``): per
+    """A ``.ncu-rep`` as plain JSON (``EXPORT_SCHEMA``, read by ``cutile_diag.diagnose.ncu_rules``): per
     kernel its name, duration, launch, a few metrics, the rule results and the source markers."""
-    from ..diagnose.ncu_rules import EXPORT_SCHEMA
     mod = module or ncu_report_module()
     if mod is None:
         raise RuntimeError("the ncu_report module is not available (install Nsight Compute, or pip install ncu-report)")
