@@ -285,7 +285,7 @@ def render_md(res: dict) -> str:
     v = e.get("versions") or {}
     lines = [f"# A/A calibration (issue 11){' — DRY RUN (simulated, no GPU)' if res['dry_run'] else ''}", "",
              f"- date: {e.get('date')}; GPU: {e.get('gpu')}; driver: {e.get('driver')}; python {e.get('python')}",
-             f"- versions: " + ", ".join(f"{k} {v.get(k)}" for k in ("torch", "cuda-tile", "tileiras", "tilegym")),
+             "- versions: " + ", ".join(f"{k} {v.get(k)}" for k in ("torch", "cuda-tile", "tileiras", "tilegym")),
              f"- command: `{' '.join(shlex.quote(a) for a in res['argv'])}` (budget {res['budget_s']:g} s; "
              f"took {res.get('elapsed_s')} s)", "",
              "## Calibration: the same version against itself", "",

@@ -136,7 +136,8 @@ def decode_symbol(symbol: str | None) -> dict:
             params.append({"kind": "constant", "value": p.value})
         elif isinstance(p, ArrayConstraint):
             params.append({"kind": "array", "dtype": str(p.dtype).split("'")[1] if "'" in str(p.dtype) else str(p.dtype),
-                           "ndim": p.ndim, "index_dtype": str(p.index_dtype).split("'")[1] if "'" in str(p.index_dtype) else str(p.index_dtype),
+                           "ndim": p.ndim,
+                           "index_dtype": str(p.index_dtype).split("'")[1] if "'" in str(p.index_dtype) else str(p.index_dtype),
                            "shape_divisible_by": list(p.shape_divisible_by),
                            "stride_divisible_by": list(p.stride_divisible_by),
                            "stride_constant": list(p.stride_constant),
