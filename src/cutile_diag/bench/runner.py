@@ -264,7 +264,8 @@ class IsolatedError(CutileDiagError):
 def resolve_callable(target: str):
     """``pkg.mod:function`` or ``path/file.py::function`` -> the function."""
     if "::" in target:
-        from ..capture.loader import import_file, split_ref
+        from ..capture.loader import import_file
+        from ..source.ref import split_ref
         path, name = split_ref(target)
         mod = import_file(path)
     elif ":" in target:

@@ -106,7 +106,7 @@ def _classify_target(args) -> tuple[str, object]:
     text = args.kernel.strip()
     if not text:
         raise UsageError("no kernel given")
-    from ..capture.loader import split_ref
+    from ..source.ref import split_ref
     from ..examples import EXAMPLE_KERNELS, EXAMPLES_DIR
     p = Path(text)
     if p.exists() and "::" not in text:

@@ -136,7 +136,7 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
     in a loop's worktree), by --out, the loop whose worktree holds ``cwd``, or the only one here."""
     cwd = Path(cwd or Path.cwd())
     if kernel_ref:
-        from ..source.locate import parse_ref
+        from ..source.ref import parse_ref
         path, name = parse_ref(kernel_ref)
         mine = loop_of(path)
         if mine and Ledger.exists(Path(mine["state_dir"])):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ir_parsers.tileir_ops import OP_CLASSES
+from ..source.ref import ref_file
 
 _FLOAT_OPS = set(OP_CLASSES["float"])
 _FLOAT_COST = {"fma": 2}
@@ -498,7 +499,7 @@ _CACHE: dict[Any, StaticCount] = {}
 def static_count(capture) -> StaticCount:
     from ..ir_parsers.tileir import parse_tileir
     try:
-        mtime = Path(capture.kernel.split("::")[0]).stat().st_mtime
+        mtime = Path(ref_file(capture.kernel)).stat().st_mtime
     except OSError:
         mtime = None
     scalars = getattr(capture, "scalars", None) or {}

@@ -125,6 +125,36 @@ class CtNames:
 
 
 # ---------------------------------------------------------------------------------------
+# launches
+
+# cuda.tile's calls that launch a kernel, by member name -> their parameters in order (cuda-tile 1.7):
+# ``ct.launch(stream, grid, kernel, args, /)``; ``cuda.tile.tune.exhaustive_search(search_space,
+# stream, grid_fn, kernel, args_fn, hints_fn=None, ...)``; the deprecated
+# ``cuda.tile_experimental.autotune_launch(stream, grid_fn, kernel, args_fn, hints_fn, search_space)``
+LAUNCH_SIGNATURES = {
+    "launch": ("stream", "grid", "kernel", "args"),
+    "exhaustive_search": ("search_space", "stream", "grid_fn", "kernel", "args_fn", "hints_fn"),
+    "autotune_launch": ("stream", "grid_fn", "kernel", "args_fn", "hints_fn", "search_space"),
+}
+TUNE_CALLS = ("exhaustive_search", "autotune_launch")
+
+
+def launch_arguments(call: cst.Call, member: str | None) -> dict[str, cst.BaseExpression] | None:
+    """A launch call's arguments by parameter name (positional, or keyword for the tune calls);
+    None when ``member`` launches nothing, or for a ``ct.launch`` without its four positional-only
+    arguments (which cuda.tile would reject)."""
+    params = LAUNCH_SIGNATURES.get(member or "")
+    if params is None:
+        return None
+    pos = [a.value for a in call.args if a.keyword is None and not a.star]
+    if member == "launch":
+        return dict(zip(params, pos)) if len(pos) >= len(params) else None
+    out = dict(zip(params, pos))
+    out.update({a.keyword.value: a.value for a in call.args if a.keyword is not None and a.keyword.value in params})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
 # the kernel inside a file
 
 

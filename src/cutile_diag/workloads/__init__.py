@@ -103,7 +103,8 @@ def load_workload(ref: str, **kwargs) -> Workload:
         wl = resolve_builtin(ref, **kwargs)
         wl.ref, wl.ref_kwargs = wl.ref or ref, dict(kwargs)
         return validate(wl, ref)
-    from ..capture.loader import import_file, split_ref
+    from ..capture.loader import import_file
+    from ..source.ref import split_ref
     path, name = split_ref(ref)
     # a shipped example file named by its kernel maps to the example workload
     try:
