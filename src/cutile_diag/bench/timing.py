@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from .stats import TimingStats, summarize
+from ..errors import NoGPUError
 
 MIB = 1 << 20
 
@@ -219,7 +220,6 @@ class CudaEventBackend:
     def setup(self, fn, opts):
         import torch
         if not torch.cuda.is_available():
-            from ..errors import NoGPUError
             raise NoGPUError("no CUDA GPU visible to torch: timing needs a GPU",
                              hint="use the offline mode: cutile-diag roofline <kernel> --device h200 --latency-ms X")
         self.fn = fn

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import UsageError
+from ..ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
 
 
 @dataclass
@@ -48,7 +49,6 @@ class Calibration:
     @classmethod
     def from_paths(cls, paths: Iterable[str | Path]) -> "Calibration":
         """Ledger files, loop state folders, or folders searched for ``ledger.jsonl`` (or its ``.gz``)."""
-        from ..ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
         cal = cls()
         for p in map(Path, paths):
             if p.is_file():

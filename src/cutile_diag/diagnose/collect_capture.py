@@ -13,12 +13,18 @@ import math
 import re
 from pathlib import Path
 
-from ..capture.manifest import CaptureFolder, load_capture
+from ..capture.manifest import CaptureFolder, TARGET_FILES, load_capture
 from ..errors import CutileDiagError, UsageError
 from ..ir_parsers.tileir_ops import STORES
 from .collect_launch import collect_launch
 from .evidence import Evidence, Site
-from .residency import Waves, ctas_per_sm, resident
+from .residency import add_waves, ctas_per_sm, resident
+from ..capture.cubin import ptx_directives
+from ..capture.spec import ArraySpec, ScalarSpec, parse_spec
+from ..ir_parsers.remarks import parse_remarks
+from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
+from ..ir_parsers.sass import parse_sass
+from ..ir_parsers.tileir import parse_tileir
 
 # arch -> device preset used when there is no GPU (the SM count and per-SM limits)
 ARCH_PRESETS = {"sm_80": "a100", "sm_90": "h200", "sm_100": "b200"}
@@ -140,9 +146,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
             ev.missing(check, f"{arch}/{p.name} cannot be read: {type(e).__name__}: {e}")
         return None, p
 
-    from ..ir_parsers.remarks import parse_remarks
-    from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
-    from ..ir_parsers.sass import parse_sass
 
     rem, rpath = read("remarks", "remarks (TMA selection, FMA fallback)",
                       lambda p: parse_remarks(p.read_text(errors="replace"), path=str(p)))
@@ -198,7 +201,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
     if directives is None:
         ptx = folder.path / arch / "kernel.ptx"
         if ptx.exists():
-            from ..capture.cubin import ptx_directives
             directives = ptx_directives(ptx.read_text(errors="replace"))
     try:   # values from a manifest of another writer may not be numbers
         if directives and "maxnreg" in directives:
@@ -235,7 +237,6 @@ def _blank(p: Path) -> bool:
 def _parse_tileir(folder: CaptureFolder, ev: Evidence):
     """The -g text (source locations), else the plain text: a corrupt kernel.loc.tileir falls back to
     an intact kernel.tileir, and the diagnosis says so."""
-    from ..ir_parsers.tileir import parse_tileir
     failed: list[str] = []
     for role in ("tileir_loc", "tileir"):
         p = folder.file(role)
@@ -256,7 +257,6 @@ def _parse_tileir(folder: CaptureFolder, ev: Evidence):
 
 
 def _role_file(role: str) -> str:
-    from ..capture.manifest import TARGET_FILES
     return TARGET_FILES[role]
 
 
@@ -365,7 +365,6 @@ def _sass_facts(ev: Evidence, f, arch: str, path: Path) -> None:
 
 def _param_of_args(spec: dict, entry) -> dict[str, tuple[str, str, int]]:
     """TileIR arg name -> (param, role, dim) using the flattening rule (array: base, shapes, strides)."""
-    from ..capture.spec import ArraySpec, ScalarSpec, parse_spec
     out: dict[str, tuple[str, str, int]] = {}
     names = [a.name for a in entry.args]
     i = 0
@@ -440,7 +439,6 @@ def _grid_facts(folder: CaptureFolder, ev: Evidence, module, arch: str | None) -
     if not pmap:
         ev.missing("grid size vs SMs", "cannot map the TileIR arguments to the captured parameters")
         return
-    from ..capture.spec import ArraySpec, parse_spec
     best = None
     for op in entry.walk():
         if op.name not in STORES or not op.operands:
@@ -475,18 +473,7 @@ def _grid_facts(folder: CaptureFolder, ev: Evidence, module, arch: str | None) -
     ev.add("static.output_tiles", int(tiles), f"manifest spec {pname}={s.text()} / tile {tile}",
            f"{tiles} tiles of {'x'.join(map(str, tile))} over {pname} {list(s.shape)}",
            [Site(f"{ir_name}:{op.line}", op.text, file=module.path, line=op.line, python=py, op=op.name)])
-    sms = ev.value("device.sm_count")
-    if not sms or arch is None:
-        return
-    per_sm, why = resident(ev, arch)
-    if per_sm is None:
-        ev.missing("waves / tail effect", why)
-        return
-    w = Waves.of(tiles, sms, per_sm)
-    ev.add("static.waves", round(w.waves, 3), f"static: {tiles} tiles / ({sms} SMs x {per_sm} CTAs/SM)",
-           f"resident CTAs per SM estimated from {why}")
-    ev.add("static.tail_idle", round(w.tail_idle, 3), f"static: {tiles} tiles / ({sms} SMs x {per_sm} CTAs/SM)",
-           w.last_wave_text())
+    add_waves(ev, "static", int(tiles), "tiles", arch)
 
 
 def resident_ctas(folder: CaptureFolder | str | Path, arch: str = "sm_90") -> tuple[int | None, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .evidence import Evidence
-from .residency import Waves, resident
+from .residency import add_waves
 
 
 def collect_launch(folder, ev: Evidence, arch: str | None) -> None:
@@ -31,14 +31,4 @@ def collect_launch(folder, ev: Evidence, arch: str | None) -> None:
         if "device.sm_count" not in ev:
             ev.add("device.sm_count", int(sms), where, launch.get("sm_source") or "")
     ev.resolve("grid size vs SMs")
-    sms = ev.value("device.sm_count")
-    if not sms or arch is None:
-        return
-    per_sm, why = resident(ev, arch)
-    if per_sm is None:
-        ev.missing("waves / tail effect", why)
-        return
-    w = Waves.of(blocks, sms, per_sm)
-    src = f"launch: {blocks} blocks / ({sms} SMs x {per_sm} CTAs/SM)"
-    ev.add("launch.waves", round(w.waves, 3), src, f"resident CTAs per SM estimated from {why}")
-    ev.add("launch.tail_idle", round(w.tail_idle, 3), src, w.last_wave_text())
+    add_waves(ev, "launch", blocks, "blocks", arch)

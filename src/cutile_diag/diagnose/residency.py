@@ -55,6 +55,22 @@ def resident(ev: Evidence, arch: str | None) -> tuple[int | None, str]:
     return ctas_per_sm(ev, arch)
 
 
+def add_waves(ev: Evidence, prefix: str, blocks: int, unit: str, arch: str | None) -> None:
+    """``<prefix>.waves`` and ``<prefix>.tail_idle`` of ``blocks`` programs on the device's SMs
+    (``static``: the output tiles of the captured shapes; ``launch``: an observed grid)."""
+    sms = ev.value("device.sm_count")
+    if not sms or arch is None:
+        return
+    per_sm, why = resident(ev, arch)
+    if per_sm is None:
+        ev.missing("waves / tail effect", why)
+        return
+    w = Waves.of(blocks, sms, per_sm)
+    src = f"{prefix}: {blocks} {unit} / ({sms} SMs x {per_sm} CTAs/SM)"
+    ev.add(f"{prefix}.waves", round(w.waves, 3), src, f"resident CTAs per SM estimated from {why}")
+    ev.add(f"{prefix}.tail_idle", round(w.tail_idle, 3), src, w.last_wave_text())
+
+
 @dataclass(frozen=True)
 class Waves:
     blocks: int

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..procs import kill_group
+from ..toolchain import ToolNotFoundError, find_tool, have_tool
 
 # what ``export_report`` writes and ``diagnose.ncu_rules`` reads
 EXPORT_SCHEMA = "cutile-diag.ncu-export/1"
@@ -103,7 +104,6 @@ class NcuResult:
 
 
 def ncu_available() -> str | None:
-    from ..toolchain import have_tool
     if have_tool("ncu") or shutil.which("ncu"):
         return None
     return "Nsight Compute (ncu) is not on PATH"
@@ -164,7 +164,6 @@ def parse_ncu_csv(text: str) -> list[NcuKernel]:
 
 
 def _ncu_exe() -> str:
-    from ..toolchain import ToolNotFoundError, find_tool
     try:
         return str(find_tool("ncu"))
     except ToolNotFoundError:

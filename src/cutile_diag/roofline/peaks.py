@@ -32,6 +32,9 @@ from typing import Any
 
 from ..output import write_atomic
 from .device import DeviceModel, Quantity
+from ..bench.observers import ClockObserver
+from ..errors import NoGPUError
+from ..workload import torch_dtype
 
 SCHEMA = "cutile-diag.peaks/1"
 
@@ -157,14 +160,11 @@ def _time_events(fn, reps: int, warmup: int) -> list[float]:
 def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int = 8192,
                      dtypes: tuple[str, ...] = ("bf16", "f16"), reps: int = 20) -> Ceilings:
     import torch
-    from ..errors import NoGPUError
-    from ..workload import torch_dtype
     if not torch.cuda.is_available():
         raise NoGPUError("measuring ceilings needs a GPU",
                          hint="offline: use --device h200 (it carries this project's recorded H200 ceilings)")
     device = f"cuda:{dev.index}" if dev.index is not None else "cuda"
     details: dict[str, Any] = {}
-    from ..bench.observers import ClockObserver
     obs = ClockObserver(dev.index)
     obs.start()
     try:

@@ -22,6 +22,7 @@ import libcst as cst
 
 from ..errors import KernelLoadError, UsageError
 from .model import TUNE_CALLS, CtNames, TransformError, dotted, launch_arguments, module_assignments, parsed
+from ..output import to_jsonable
 
 _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "scatter",
            "load_advanced_indexing": "load", "store_advanced_indexing": "store",
@@ -111,7 +112,6 @@ class KernelLocation:
         return any(s.kind != "ct.launch" for s in self.launches)
 
     def to_json(self) -> dict:
-        from ..output import to_jsonable
         d = {k: to_jsonable(getattr(self, k)) for k in
              ("path", "name", "function", "line", "kernels", "launches", "registrations", "autotune",
               "memory_ops", "capture_specs", "notes")}
