@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shlex
 import subprocess
@@ -36,10 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import LOG, ROOT, elapsed, log, run_captured
+from harness import child_env as _child_env
+
 sys.path.insert(0, str(ROOT / "src"))
-T0 = time.monotonic()
-LOG: list[str] = []
 
 # (label, workload, config): one configuration each, >= 20 us on an H200
 WORKLOADS = [("examples:vector_add", "examples:vector_add", "16M-f32"),
@@ -61,44 +60,16 @@ for shape, base in (("1M", 0.05), ("16M", 0.4)):
 '''
 
 
-def elapsed() -> float:
-    return time.monotonic() - T0
-
-
-def log(msg: str) -> None:
-    line = f"[{elapsed():6.1f}s] {msg}"
-    print(line, flush=True)
-    LOG.append(line)
-
-
 def child_env(tilegym: str | None, cache: Path) -> dict:
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)           # an older toolkit there breaks every tileiras compile
-    env.pop("CUDA_PATH", None)
-    env["PYTHONUNBUFFERED"] = "1"
+    env = _child_env(tilegym)
     env["CUTILE_DIAG_CACHE_DIR"] = str(cache)          # the noise cache this run fills (kept in --out)
-    paths = [str(ROOT / "src")]
-    if tilegym and (Path(tilegym) / "src").is_dir():
-        paths.append(str(Path(tilegym) / "src"))
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 
 def run(cmd: list[str], timeout: float, env: dict, cwd: Path | None = None) -> dict:
     shown = " ".join(shlex.quote(c) for c in cmd)
     log(f"$ {shown}" + (f"   (in {cwd})" if cwd else ""))
-    t = time.monotonic()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), env=env,
-                           cwd=str(cwd or ROOT), errors="replace")
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc = "timeout"
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-    wall = time.monotonic() - t
+    rc, out, err, wall = run_captured(cmd, max(1.0, timeout), env, cwd)
     log(f"  -> rc={rc} in {wall:.1f}s" + (f": {err.strip().splitlines()[-1][:300]}" if rc not in (0,) and err.strip()
                                           else ""))
     return {"cmd": shown, "cwd": str(cwd or ROOT), "rc": rc, "wall_s": round(wall, 1), "stdout": out, "stderr": err}
@@ -285,7 +256,7 @@ def render_md(res: dict) -> str:
     v = e.get("versions") or {}
     lines = [f"# A/A calibration (issue 11){' — DRY RUN (simulated, no GPU)' if res['dry_run'] else ''}", "",
              f"- date: {e.get('date')}; GPU: {e.get('gpu')}; driver: {e.get('driver')}; python {e.get('python')}",
-             f"- versions: " + ", ".join(f"{k} {v.get(k)}" for k in ("torch", "cuda-tile", "tileiras", "tilegym")),
+             "- versions: " + ", ".join(f"{k} {v.get(k)}" for k in ("torch", "cuda-tile", "tileiras", "tilegym")),
              f"- command: `{' '.join(shlex.quote(a) for a in res['argv'])}` (budget {res['budget_s']:g} s; "
              f"took {res.get('elapsed_s')} s)", "",
              "## Calibration: the same version against itself", "",

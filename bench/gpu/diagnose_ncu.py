@@ -96,7 +96,7 @@ def kernel_of(diag: dict) -> str | None:
 def measured_step(state: Path) -> dict | None:
     """Iteration 1 of the loop's ledger, read with the loop's own reader."""
     from cutile_diag.diagnose.calibrate import steps_of
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     if not (state / "ledger.jsonl").exists():
         return None
     steps = steps_of(Ledger.load(state), str(state / "ledger.jsonl"))

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optimize_suite as suite  # noqa: E402  (clone, run, summarise: one implementation)
+from harness import child_env  # noqa: E402
 
 def _plugin_flag() -> str:
     """``-p cutile_diag.pytest_plugin`` unless an installed cutile-diag registers it already."""
@@ -206,10 +207,7 @@ def main() -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env = child_env()
     # --budget 150: one command-mode check + comparison at 2 rounds is ~116 s on an H200 (17-20 s a pytest run)
     common = ["--max-iterations", str(args.iterations), "--rounds", "2", "--max-sweep", "1", "--budget", "150",
               "--continue"]

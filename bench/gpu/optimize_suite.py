@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import ROOT, child_env
+
 sys.path.insert(0, str(ROOT / "src"))
 
 # name -> (example file, kernel, workload, configuration)
@@ -218,10 +219,7 @@ def main() -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env = child_env()
     names = list(EXAMPLES) + (list(TILEGYM) if args.tilegym else [])
     if args.only:
         want = [n.strip() for n in args.only.split(",") if n.strip()]

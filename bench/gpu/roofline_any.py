@@ -37,17 +37,15 @@ import argparse
 import datetime
 import gzip
 import json
-import os
 import re
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-T0 = time.monotonic()
-LOG: list[str] = []
+from harness import LOG, ROOT, elapsed, log, run_captured
+from harness import child_env as _child_env
+
 AGREE_PCT = 5.0
 
 # op -> (perf-test file, -k clause inside that file, tilegym: workload configurations of the same shapes)
@@ -61,39 +59,14 @@ OPS = {
 DRY_ROWS = 1024            # --dry-run: every configuration's row count, so CPU tensors stay small
 
 
-def elapsed() -> float:
-    return time.monotonic() - T0
-
-
-def log(msg: str) -> None:
-    line = f"[{elapsed():6.1f}s] {msg}"
-    print(line, flush=True)
-    LOG.append(line)
-
-
 def child_env(tilegym: Path | None) -> dict:
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    paths = [str(ROOT / "src")] + ([str(tilegym / "src")] if tilegym else [])
-    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
+    return _child_env(tilegym)
 
 
 def run(cmd: list[str], timeout: float, env: dict, cwd: Path | None = None) -> dict:
     shown = " ".join(shlex.quote(c) for c in cmd)
     log(f"$ {'cd ' + shlex.quote(str(cwd)) + ' && ' if cwd else ''}{shown}")
-    t = time.monotonic()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(5.0, timeout), env=env,
-                           cwd=str(cwd or ROOT), errors="replace")
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc = "timeout"
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-    wall = time.monotonic() - t
+    rc, out, err, wall = run_captured(cmd, max(5.0, timeout), env, cwd)
     log(f"  -> rc={rc} in {wall:.1f}s")
     if err.strip():
         LOG.append("  stderr tail: " + err.strip()[-2500:])

@@ -27,58 +27,23 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import LOG, ROOT, elapsed, log, run_captured
+from harness import child_env as _child_env
+
 sys.path.insert(0, str(ROOT / "src"))      # the checkout's cutile_diag, installed or not
-T0 = time.monotonic()
-LOG: list[str] = []
-
-
-def elapsed() -> float:
-    return time.monotonic() - T0
-
-
-def log(msg: str) -> None:
-    line = f"[{elapsed():6.1f}s] {msg}"
-    print(line, flush=True)
-    LOG.append(line)
 
 
 def child_env() -> dict:
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)          # an older toolkit there breaks every tileiras compile
-    env.pop("CUDA_PATH", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    src = str(ROOT / "src")
-    paths = [src]
-    tg = os.environ.get("TILEGYM_DIR")
-    if tg and (Path(tg) / "src").is_dir():
-        paths.append(str(Path(tg) / "src"))
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
+    return _child_env(os.environ.get("TILEGYM_DIR"))
 
 
 def run(cmd: list[str], timeout: float, cwd: Path | None = None) -> dict:
     shown = " ".join(shlex.quote(c) for c in cmd)
     log(f"$ {shown}")
-    t = time.monotonic()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(),
-                           cwd=str(cwd or ROOT), errors="replace")
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except FileNotFoundError as e:
-        rc, out, err = "missing", "", str(e)
-    except subprocess.TimeoutExpired as e:
-        rc = "timeout"
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-    wall = time.monotonic() - t
+    rc, out, err, wall = run_captured(cmd, timeout, child_env(), cwd)
     log(f"  -> rc={rc} in {wall:.1f}s")
     if err.strip():
         LOG.append("  stderr: " + err.strip()[-3000:])

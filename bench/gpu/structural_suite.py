@@ -43,6 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import optimize_suite as base  # noqa: E402  (shared repo/optimize/summary helpers)
+from harness import child_env  # noqa: E402
 
 ROOT = base.ROOT
 UNTIL_ROOF = 0.9
@@ -190,10 +191,7 @@ def main() -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env = child_env()
     shares = {**EXAMPLES, **{k: v[-1] for k, v in TILEGYM.items()}}
     names = list(EXAMPLES) + (list(TILEGYM) if args.tilegym else [])
     if args.only:

@@ -149,7 +149,7 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
 
 
 @pytest.mark.browser
-def test_report_page_in_headless_chromium(simulated, browser):
+def test_report_page_in_headless_chromium(simulated, browser):  # noqa: F811  (the imported fixture)
     """The page is self-contained: its chart is an inline image that renders, and each kernel's
     row links to files that exist next to it."""
     _repo, _before, out, _killed, _rc, _d = simulated

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from cutile_diag.campaign.survey import finished_tests, survey
 from cutile_diag.capture.launches import LaunchRecord

@@ -192,7 +192,7 @@ def test_workload_run_keeps_the_named_kernel_and_its_launch(monkeypatch, tmp_pat
 
 def test_parameter_kinds_come_from_the_libcst_model_of_the_kernel():
     """The hint's kinds: constants from the annotations, array ranks from the memory ops' index
-    tuples in loop.locate's model (one source model), scalars otherwise."""
+    tuples in source.locate's model (one source model), scalars otherwise."""
     from cutile_diag.capture.loader import load_kernel
     from cutile_diag.capture.spec import param_kinds
     kinds = param_kinds(load_kernel(f"{EXAMPLES_DIR / 'row_norm.py'}::row_norm"))

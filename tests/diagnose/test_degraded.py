@@ -147,7 +147,7 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, make, message):
 
 def _loop_ledger(state):
     """A ledger written by the loop's own Ledger: A reverted, B kept (>= 5 %), E kept but demoted."""
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     led = Ledger(state)
     led.create({"type": "setup", "kernel": "gather_scale"})
     row = {"type": "iteration", "latency_ms": 1.0, "correctness": "PASS"}

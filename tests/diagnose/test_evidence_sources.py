@@ -369,7 +369,7 @@ def test_headroom_uses_the_measured_ceiling(multipass):
 
 
 def test_steps_of_reads_the_loops_own_ledger(tmp_path):
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     led = Ledger.load(LEDGERS / "gather_scale")
     steps = steps_of(led)
     assert steps and steps[0].entry == "A" and steps[0].measured == pytest.approx(-0.0144, abs=1e-3)
@@ -510,7 +510,7 @@ def test_an_occupancy_hint_does_not_cap_resident_blocks():
     # cuTile's occupancy hint becomes a .maxnreg budget (.minnctapersm stays 1): the registers it
     # leaves decide residency. H200, TileGym rms_norm: occupancy=1 with 80 regs x 128 threads
     # measured +0.8 %, where a cap would have meant 6 -> 1 resident blocks.
-    from cutile_diag.diagnose.collect_capture import _ctas_per_sm
+    from cutile_diag.diagnose.residency import ctas_per_sm as _ctas_per_sm
     ev = Evidence(kernel="x")
     for k, v in (("cubin.threads_per_cta", 128), ("cubin.registers", 80), ("cubin.shared_bytes", 1040),
                  ("ir.hint_occupancy", 1)):

@@ -355,7 +355,8 @@ def test_locations_inside_cutile_stubs_point_at_the_user_line(all_dumps):
     e = parse_tileir(text).entries[0]
     mm = EXAMPLES_DIR / "matmul.py"
     ftof = one(e, "ftof")
-    assert (Path(ftof.source.file), ftof.source.line) == (mm, line_of(mm, "    ct.store(C, index=(bm, bn), tile=acc.astype(C.dtype))", exact=True))
+    assert (Path(ftof.source.file), ftof.source.line) == \
+        (mm, line_of(mm, "    ct.store(C, index=(bm, bn), tile=acc.astype(C.dtype))", exact=True))
     for o in e.walk():
         assert o.source is None or "/cuda/tile/" not in o.source.file, o.text
 

@@ -149,7 +149,7 @@ def reload_runner(repo: Path, runner, *, hooks=None, **opts):
 
 
 def table_rows(runner):
-    from cutile_diag.loop.ledger import parse_table
+    from cutile_diag.ledger import parse_table
     return parse_table(runner.led.table_path.read_text())
 
 

@@ -5,7 +5,6 @@ import json
 import sys
 import time
 
-import pytest
 
 from looptools import FakeTransform, RankedDiagnoser, dirty, make_loop, rec, reload_runner, table_rows, untouched
 

@@ -55,7 +55,7 @@ def test_calibration_stops_at_its_budget_after_two_decisions():
 
 def test_cli_stores_the_floor_and_a_new_loop_decides_with_it(repo, tmp_path, capsys, cache):
     from cutile_diag.cli import main
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     spec = tmp_path / "sim.json"
     spec.write_text(json.dumps(SPEC))
     assert main(["calibrate", "--simulate", str(spec), "-n", "5", "--json"]) == 0

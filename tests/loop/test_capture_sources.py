@@ -7,7 +7,7 @@ import pytest
 
 from cutile_diag.cli import main
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop.ledger import Ledger
+from cutile_diag.ledger import Ledger
 from looptools import git
 
 NOTHING = '''

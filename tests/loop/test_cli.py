@@ -34,7 +34,7 @@ def test_optimize_with_real_transforms_on_a_simulated_gpu(repo, spec, capsys, mo
     assert rc == 0, err
     res = json.loads(out)
     assert res["iterations"] >= 2 and res["speedup"] is None and res["simulated_speedup"] > 1.1
-    from cutile_diag.loop.ledger import Ledger, parse_table
+    from cutile_diag.ledger import Ledger, parse_table
     led = Ledger.load(res["state_dir"])
     rows = parse_table(open(res["table"]).read())
     assert rows[0]["optimization"] == "baseline"
@@ -127,7 +127,7 @@ def test_untracked_files_do_not_block_the_loop(repo, spec, capsys):
 def test_nothing_simulated_is_called_pass_or_a_speedup(repo, spec, capsys):
     """--simulate: optimize, loop record, loop status (text and --json), the ledger and
     perf_results.md say "not checked (simulated)" / "simulated", never PASS or a bare speedup."""
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     ref = f"{repo / 'vector_add.py'}::vector_add"
     rc, out, err = run(capsys, "optimize", ref, "--simulate", str(spec), "--no-capture", "--rounds", "1",
                        "--max-iterations", "1", "--only", "E")

@@ -123,7 +123,7 @@ def test_resume_takes_new_commands_after_a_failed_baseline(cmd_repo, capsys):
     from cutile_diag.cli import main
     from cutile_diag.loop.backends import CommandBackend
     from cutile_diag.loop.errors import LoopError
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     from cutile_diag.loop.manual import status
     from cutile_diag.loop.runner import LoopOptions, Runner
     from cutile_diag.loop.setup import create_session
@@ -169,7 +169,7 @@ def test_counts_give_command_loops_the_roofline_guard(cmd_repo, capsys):
 
 def test_without_counts_the_ledger_and_output_say_the_guard_did_not_run(cmd_repo, capsys):
     from cutile_diag.cli import main
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     ref = f"{cmd_repo / 'vector_add.py'}::vector_add"
     rc = main(["optimize", ref, "--test-cmd", f"{sys.executable} check.py", "--bench-cmd",
                f"{sys.executable} bench.py", "--no-capture", "--rounds", "1", "--only", "Z"])

@@ -209,7 +209,7 @@ def test_sigterm_kills_the_hung_child_and_resume_does_not_retry_it(repo, tmp_pat
             p.kill()
     assert p.returncode == 143 and "terminated (SIGTERM)" in err and "Traceback" not in err
     assert not _alive(sleeper)                               # the hung child went with the loop
-    from cutile_diag.loop.ledger import Ledger
+    from cutile_diag.ledger import Ledger
     from cutile_diag.loop.session import find_state_dir
     led = Ledger.load(find_state_dir(ref))
     wt = Path(led.setup["worktree"])

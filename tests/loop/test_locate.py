@@ -3,7 +3,7 @@ import pytest
 
 from cutile_diag.errors import KernelLoadError
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop.locate import locate
+from cutile_diag.source.locate import locate
 
 TILEGYM_LIKE = '''
 import cuda.tile as ct

@@ -108,7 +108,8 @@ def test_crash_is_recorded_and_reverted(repo):
     it = r.led.iterations[1]
     # a crash row does not claim PASS
     assert (it["status"], it["correctness"], it["decision"]["rule"]) == ("crash", "-", "crash")
-    assert "segfault" in it["decision"]["reason"] and dirty(r.s.worktree) == [] and untouched(repo, r) and head(r.s.worktree) == r.s.start_commit
+    assert "segfault" in it["decision"]["reason"] and dirty(r.s.worktree) == [] and untouched(repo, r) \
+        and head(r.s.worktree) == r.s.start_commit
 
 
 def test_hang_is_killed_within_the_budget(repo):

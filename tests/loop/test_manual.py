@@ -44,7 +44,8 @@ def test_record_keeps_a_faster_manual_edit(started, repo):
     r = record_manual(started.s, started.led, started.backend, note="grid-stride loop by hand")
     assert (r["status"], r["correctness"], r["decision"]["rule"]) == ("keep", "not checked (simulated)", "keep-baseline")
     assert r["entry"]["id"] == "B" and r["optimization"] == "B manual: grid-stride loop by hand"
-    assert head(started.s.worktree) == r["commits"]["kept"] != started.s.start_commit and dirty(started.s.worktree) == [] and untouched(repo, started)
+    assert head(started.s.worktree) == r["commits"]["kept"] != started.s.start_commit \
+        and dirty(started.s.worktree) == [] and untouched(repo, started)
     assert "PLANTED_FAST" in git(started.s.worktree, "show", "HEAD:vector_add.py")
 
 
@@ -67,7 +68,8 @@ def test_record_reverts_a_wrong_manual_edit_and_saves_it(started, repo):
     edit(started.s.worktree, "PLANTED_WRONG")
     r = record_manual(started.s, started.led, started.backend, entry="L", note="risky rewrite")
     assert (r["status"], r["correctness"], r["latency_ms"]) == ("revert", "FAIL", None)
-    assert "PLANTED_WRONG" not in (started.s.worktree / "vector_add.py").read_text() and dirty(started.s.worktree) == [] and untouched(repo, started)
+    assert "PLANTED_WRONG" not in (started.s.worktree / "vector_add.py").read_text() \
+        and dirty(started.s.worktree) == [] and untouched(repo, started)
     saved = started.s.iteration_dir(1) / "vector_add.py"
     assert "PLANTED_WRONG" in saved.read_text()
     assert head(started.s.worktree) == started.s.start_commit

@@ -77,7 +77,7 @@ def test_a_gzipped_ledger_reads_like_the_plain_one_and_is_never_written(tmp_path
     import gzip
     import shutil
 
-    from cutile_diag.loop.ledger import Ledger, LedgerError, find_ledgers
+    from cutile_diag.ledger import Ledger, LedgerError, find_ledgers
     src = Path(__file__).parents[2] / "bench" / "results" / "optimize-h200" / "gather_scale"
     state = tmp_path / "gather_scale"
     shutil.copytree(src, state)

@@ -1,7 +1,7 @@
 """perf_results.md: exactly the recipe's five-column table, parsed back."""
 import pytest
 
-from cutile_diag.loop.ledger import COLUMNS, Ledger, LedgerError, parse_table, render_table
+from cutile_diag.ledger import COLUMNS, Ledger, LedgerError, parse_table, render_table
 
 ROWS = [
     {"iteration": 0, "optimization": "baseline", "latency_ms": 3.7899, "correctness": "PASS", "status": "keep"},

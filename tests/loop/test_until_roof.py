@@ -2,7 +2,7 @@
 measured ceiling (each continuation recorded); the default stop message reports % of roof."""
 from __future__ import annotations
 
-from looptools import FakeTransform, RankedDiagnoser, make_loop, rec
+from looptools import FakeTransform, make_loop, rec
 
 from cutile_diag.loop import budget
 from cutile_diag.loop.decide import roof_pct_of, stop_rules

@@ -111,7 +111,7 @@ def _fake_torch_gpu(monkeypatch, name="NVIDIA H200"):
 
 
 def test_live_device_from_nvml(monkeypatch):
-    from cutile_diag.roofline import nvml
+    from cutile_diag import nvml
     _fake_torch_gpu(monkeypatch)
     monkeypatch.setattr(nvml, "nvml_available", lambda: None)
     monkeypatch.setattr(nvml, "nvml_handle_for_torch_device", lambda d=None: "handle")
@@ -137,7 +137,7 @@ def test_live_device_from_nvml(monkeypatch):
 
 
 def test_live_device_nvml_refused_falls_back_to_the_preset_with_a_warning(monkeypatch):
-    from cutile_diag.roofline import nvml
+    from cutile_diag import nvml
     _fake_torch_gpu(monkeypatch)
     monkeypatch.setattr(nvml, "nvml_available", lambda: "NVML init failed: NVMLError_NoPermission")
     d = devmod.live_device()
@@ -147,7 +147,7 @@ def test_live_device_nvml_refused_falls_back_to_the_preset_with_a_warning(monkey
 
 
 def _fake_nvml_refused(monkeypatch):
-    from cutile_diag.roofline import nvml
+    from cutile_diag import nvml
     monkeypatch.setattr(nvml, "nvml_available", lambda: "NVML init failed: NVMLError_NoPermission")
 
 
@@ -169,7 +169,7 @@ def test_live_unknown_variant_has_no_datasheet_and_says_so(monkeypatch):
 
 
 def test_live_device_mig_warns(monkeypatch):
-    from cutile_diag.roofline import nvml
+    from cutile_diag import nvml
     _fake_torch_gpu(monkeypatch, name="NVIDIA H100 80GB HBM3 MIG 3g.40gb")
     monkeypatch.setattr(nvml, "nvml_available", lambda: None)
     monkeypatch.setattr(nvml, "nvml_handle_for_torch_device", lambda d=None: "handle")

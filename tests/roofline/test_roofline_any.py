@@ -341,7 +341,6 @@ def test_ncu_bytes_attach_to_the_kernel_and_grid_they_belong_to():
     from cutile_diag.roofline.device import preset
     from cutile_diag.roofline.ncu import NcuKernel, NcuResult
     from cutile_diag.roofline.observed import attach_ncu, roofline_launches
-    times = []                  # launch-bound small shapes, ~3.5 TB/s large ones; the first launch compiles
     with cpu_cuda(), intercept_launches() as recs:
         softmax.launch(torch.zeros(4096, 1024, dtype=torch.float16), torch.zeros(4096, 1024, dtype=torch.float16))
         softmax.launch(torch.zeros(2048, 1024, dtype=torch.float16), torch.zeros(2048, 1024, dtype=torch.float16))

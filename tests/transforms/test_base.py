@@ -6,7 +6,7 @@ import pytest
 
 from cutile_diag.errors import CutileDiagError
 from cutile_diag.loop.transforms import ApproxDiv, LatencyHints, TransformError
-from cutile_diag.loop.transforms.base import changed_lines, code, expr, load, set_kwargs
+from cutile_diag.source.model import changed_lines, code, expr, load, set_kwargs
 
 
 @pytest.mark.parametrize("before, after", [

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from cutile_diag.loop.transforms import GatherToLoad
-from cutile_diag.loop.transforms.analysis import AffineGather, affine_gather_form
-from cutile_diag.loop.transforms.base import load
+from cutile_diag.source.analysis import AffineGather, affine_gather_form
+from cutile_diag.source.model import load
 
 from .tf_support import emulated, op_counts, op_lines
 

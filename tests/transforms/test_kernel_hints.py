@@ -131,8 +131,8 @@ def _softmax(stream, x, y, occ):
 def test_hints_the_wrapper_overrides_are_refused():
     # TileGym's autotuned matmul: the search's hints_fn and replace_hints set occupancy and num_ctas,
     # so a decorator value for them compiles to the same kernel (the no-op step of the H200 run)
-    from cutile_diag.loop.transforms.analysis import hint_overrides
-    from cutile_diag.loop.transforms.base import load
+    from cutile_diag.source.analysis import hint_overrides
+    from cutile_diag.source.model import load
     assert set(hint_overrides(load(TUNED, "_matmul_kernel"))) == {"num_ctas", "occupancy"}
     ok, why = KernelHints().applicable(TUNED, "_matmul_kernel", occupancy=2)
     assert not ok and "overrides occupancy" in why and "exhaustive_search" in why and "no-op" in why

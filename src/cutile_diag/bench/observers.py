@@ -27,7 +27,7 @@ class ClockObserver:
 
     def start(self) -> None:
         try:
-            from ..roofline.nvml import nvml_handle_for_torch_device
+            from ..nvml import nvml_handle_for_torch_device
             self._handle = nvml_handle_for_torch_device(self.device)
         except Exception as e:
             self._error = f"NVML unavailable: {e}"
@@ -38,7 +38,7 @@ class ClockObserver:
         self._thread.start()
 
     def _loop(self) -> None:
-        from ..roofline.nvml import clock_event_reasons, sample_sm_clock
+        from ..nvml import clock_event_reasons, sample_sm_clock
         while not self._stop.is_set():
             c = sample_sm_clock(self._handle)
             if c is not None:

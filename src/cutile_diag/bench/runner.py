@@ -50,6 +50,9 @@ from .correctness import (
 )
 from .stats import TimingStats
 from .timing import BenchOptions, Measurement, measure
+from ..capture.loader import import_file
+from ..source.ref import split_ref
+from .observers import ClockObserver
 
 STATUSES = ("ok", "mismatch", "error", "timeout", "unavailable", "no_gpu")
 
@@ -148,7 +151,6 @@ def measure_config(wl: Workload, cfg: WorkloadConfig, options: BenchOptions | No
 
         observers = []
         if options.sample_clocks:
-            from .observers import ClockObserver
             observers.append(ClockObserver(device))
         try:
             m: Measurement = measure(fn, options, observers=observers,
@@ -264,7 +266,6 @@ class IsolatedError(CutileDiagError):
 def resolve_callable(target: str):
     """``pkg.mod:function`` or ``path/file.py::function`` -> the function."""
     if "::" in target:
-        from ..capture.loader import import_file, split_ref
         path, name = split_ref(target)
         mod = import_file(path)
     elif ":" in target:

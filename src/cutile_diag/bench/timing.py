@@ -42,6 +42,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from .stats import TimingStats, summarize
 from ..output import prog
+from ..errors import NoGPUError
 
 MIB = 1 << 20
 
@@ -194,7 +195,7 @@ def default_flush_bytes(device=None) -> int:
 def _sm_clock_mhz(device=None) -> float:
     """Max SM clock for converting a sleep duration into cycles (NVML, else 2 GHz)."""
     try:
-        from ..roofline.nvml import nvml_handle_for_torch_device
+        from ..nvml import nvml_handle_for_torch_device
         import pynvml
         h = nvml_handle_for_torch_device(device)
         return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
@@ -220,7 +221,6 @@ class CudaEventBackend:
     def setup(self, fn, opts):
         import torch
         if not torch.cuda.is_available():
-            from ..errors import NoGPUError
             raise NoGPUError("no CUDA GPU visible to torch: timing needs a GPU",
                              hint=f"use the offline mode: {prog()} roofline <kernel> --device h200 --latency-ms X")
         self.fn = fn

@@ -19,9 +19,12 @@ import sys
 import traceback
 from pathlib import Path
 
+from ..errors import CutileDiagError
+from ..output import to_jsonable, write_atomic
+from .timing import BenchOptions, default_flush_bytes
+
 
 def _write(path: str, obj) -> None:
-    from ..output import to_jsonable, write_atomic
     write_atomic(Path(path), json.dumps(to_jsonable(obj)))
 
 
@@ -36,9 +39,7 @@ def _set_device(request: dict) -> str:
 
 
 def _measure(request: dict) -> dict:
-    from ..errors import CutileDiagError
     from .runner import MeasureResult, load_for_request, measure_config
-    from .timing import BenchOptions
     try:
         device = _set_device(request)
         wl, cfg = load_for_request(request)
@@ -53,9 +54,7 @@ def _measure(request: dict) -> dict:
 
 def _profile(request: dict) -> dict:
     import torch
-    from ..errors import CutileDiagError
     from .runner import load_for_request
-    from .timing import default_flush_bytes
     try:
         device = _set_device(request)
         wl, cfg = load_for_request(request)
@@ -80,7 +79,6 @@ def _profile(request: dict) -> dict:
 
 
 def _call(request: dict) -> dict:
-    from ..errors import CutileDiagError
     from .runner import resolve_callable
     try:
         fn = resolve_callable(request["target"])

@@ -59,7 +59,7 @@ class _Roof:
 
 
 def kernel_rows(c: Campaign, roof: _Roof | None = None) -> list[dict]:
-    from ..loop.ledger import Ledger
+    from ..ledger import Ledger
     roof = roof or _Roof(c.data.get("roof_device"))
     rows = []
     for name in c.data["selected"]:
@@ -136,7 +136,7 @@ def write_report(c: Campaign) -> dict:
           f"time spent {c.data['spent_s']:.0f} s" + (f" of {c.data['time_limit_s']:.0f} s" if c.data["time_limit_s"]
                                                       else "") + ".", ""]
     if chart:
-        md += [f"![roofline](campaign-roofline.svg)", ""]
+        md += ["![roofline](campaign-roofline.svg)", ""]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         table, diff = _rel(r["table"], out), _rel(r["diff"], out)

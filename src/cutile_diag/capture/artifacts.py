@@ -25,6 +25,10 @@ from ..output import dumps, write_atomic
 from ..toolchain import require_tools, run_tool, tool_versions
 from . import cubin as cubin_mod
 from .manifest import KERNEL_FILES, MANIFEST, SCHEMA, TARGET_FILES, CaptureFolder, load_capture, sha256_file
+from ..ir_parsers.remarks import parse_remarks, summarize
+from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
+from ..ir_parsers.sass import parse_sass
+from ..ir_parsers.tileir import parse_hints, parse_tileir
 
 BYTECODE_MAGIC = b"\x7fTileIR\x00"
 DEFAULT_TIMEOUT = 600.0      # seconds per tool run (tileiras per arch included)
@@ -136,7 +140,8 @@ def decode_symbol(symbol: str | None) -> dict:
             params.append({"kind": "constant", "value": p.value})
         elif isinstance(p, ArrayConstraint):
             params.append({"kind": "array", "dtype": str(p.dtype).split("'")[1] if "'" in str(p.dtype) else str(p.dtype),
-                           "ndim": p.ndim, "index_dtype": str(p.index_dtype).split("'")[1] if "'" in str(p.index_dtype) else str(p.index_dtype),
+                           "ndim": p.ndim,
+                           "index_dtype": str(p.index_dtype).split("'")[1] if "'" in str(p.index_dtype) else str(p.index_dtype),
                            "shape_divisible_by": list(p.shape_divisible_by),
                            "stride_divisible_by": list(p.stride_divisible_by),
                            "stride_constant": list(p.stride_constant),
@@ -150,7 +155,6 @@ def decode_symbol(symbol: str | None) -> dict:
 def _entry_hints(tileir_text: str | None) -> dict:
     if not tileir_text:
         return {}
-    from ..ir_parsers.tileir import parse_hints
     m = re.search(r"optimization_hints=(<.*?>)\s*\{\s*$", tileir_text, re.M)
     if not m:
         return {}
@@ -166,9 +170,6 @@ def _first_symbol(tileir_text: str | None) -> str | None:
 
 
 def _target_facts(folder: Path, arch: str, symbol: str | None) -> dict:
-    from ..ir_parsers.remarks import parse_remarks, summarize
-    from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
-    from ..ir_parsers.sass import parse_sass
     d = folder / arch
     facts: dict = {}
 
@@ -289,7 +290,6 @@ def _compile_target(stage: Path, arch: str, opt_level: int | None, *, bytecode_f
 def _op_hints(stage: Path) -> list[dict]:
     """Memory ops carrying latency/allow_tma hints, with their TileIR and Python lines."""
     import linecache
-    from ..ir_parsers.tileir import parse_tileir
     p = stage / KERNEL_FILES["tileir_loc"]
     if not p.exists():
         p = stage / KERNEL_FILES["tileir"]

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..errors import CutileDiagError, UsageError
 from . import spec as spec_mod

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import KernelLoadError, UsageError
+from ..source.ref import split_ref
 
 
 @dataclass
@@ -40,13 +41,6 @@ class LoadedKernel:
         ann = self.kernel._annotated_function
         names = list(ann.pysig.parameters)
         return {n for n, a in zip(names, ann.parameter_annotations) if getattr(a, "constant", False)}
-
-
-def split_ref(ref: str) -> tuple[Path, str | None]:
-    if "::" in ref:
-        path, name = ref.rsplit("::", 1)
-        return Path(path), (name or None)
-    return Path(ref), None
 
 
 def package_name(path: Path) -> tuple[Path, str] | None:

@@ -18,6 +18,10 @@ from functools import cached_property
 from pathlib import Path
 
 from ..errors import ParseError, UsageError
+from ..ir_parsers.remarks import parse_remarks
+from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
+from ..ir_parsers.sass import parse_sass
+from ..ir_parsers.tileir import parse_tileir
 
 SCHEMA = "cutile-diag.capture/1"
 SCHEMA_PREFIX = "cutile-diag.capture/"
@@ -100,34 +104,28 @@ class CaptureFolder:
     @cached_property
     def module(self):
         """Parsed TileIR, with source locations when the -g text exists."""
-        from ..ir_parsers.tileir import parse_tileir
         p = self.file("tileir_loc") or self.file("tileir")
         if p is None:
             raise UsageError(f"{self.path}: capture has no TileIR text")
         return parse_tileir(p.read_text(errors="replace"), path=str(p))
 
     def remarks(self, arch: str | None = None):
-        from ..ir_parsers.remarks import parse_remarks
         p = self.file("remarks", arch)
         return parse_remarks(p.read_text(errors="replace"), path=str(p)) if p else None
 
     def sass(self, arch: str | None = None):
-        from ..ir_parsers.sass import parse_sass
         t = self.read("sass", arch)
         return parse_sass(t) if t is not None else None
 
     def resources(self, arch: str | None = None):
-        from ..ir_parsers.resources import parse_resource_usage
         p = self.file("resources", arch)
         return parse_resource_usage(p.read_text(), path=str(p)) if p else None
 
     def ptxas(self, arch: str | None = None):
-        from ..ir_parsers.resources import parse_ptxas_verbose
         t = self.read("ptxas", arch)
         return parse_ptxas_verbose(t) if t is not None else None
 
     def attributes(self, arch: str | None = None):
-        from ..ir_parsers.resources import parse_elf_attributes
         t = self.read("elf_info", arch)
         return parse_elf_attributes(t) if t is not None else None
 

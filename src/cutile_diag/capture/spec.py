@@ -230,7 +230,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
 
 def param_kinds(loaded) -> dict[str, str]:
     """What each parameter is, read from the kernel's annotations and how its body uses it (the
-    loop's libcst model of the kernel, ``loop.locate``): ``"ct.Constant[float]"``, ``"2-D array"``,
+    libcst model of the kernel, ``source.locate``): ``"ct.Constant[float]"``, ``"2-D array"``,
     ``"array"``, ``"scalar float"`` (annotated), ``"scalar"`` (never a made-up shape)."""
     import inspect
     import typing
@@ -246,7 +246,7 @@ def param_kinds(loaded) -> dict[str, str]:
     rank: dict[str, int] = {}
     arrays: set[str] = set()
     try:
-        from ..loop.locate import locate
+        from ..source.locate import locate
         loc = locate(inspect.getsourcefile(loaded.pyfunc) or loaded.path, loaded.function_name)
     except Exception:           # a kernel built at run time has no source to read: kinds from annotations
         loc = None

@@ -83,7 +83,7 @@ def _tried(args) -> Counter:
 def tried_from_ledger(path: str) -> Counter:
     """The entries the loop itself demotes (``Ledger.tried``: tried and not a clear win), read from
     a ledger file or a loop state folder holding ``ledger.jsonl``."""
-    from ..loop.ledger import LEDGER_FILE, LEDGER_GZ, Ledger
+    from ..ledger import LEDGER_FILE, LEDGER_GZ, Ledger
 
     p = Path(path)
     if p.is_dir():
@@ -106,7 +106,7 @@ def _classify_target(args) -> tuple[str, object]:
     text = args.kernel.strip()
     if not text:
         raise UsageError("no kernel given")
-    from ..capture.loader import split_ref
+    from ..source.ref import split_ref
     from ..examples import EXAMPLE_KERNELS, EXAMPLES_DIR
     p = Path(text)
     if p.exists() and "::" not in text:
@@ -161,7 +161,7 @@ def _py_target(path: Path, name: str | None, args):
 def run(args) -> int:
     from ..diagnose.calibrate import Calibration
     from ..diagnose.engine import diagnose_tileir
-    from ..loop.ledger import find_ledgers
+    from ..ledger import find_ledgers
     tried = _tried(args)
     paths = [*args.calibrate, *([args.ledger] if args.ledger else [])]
     auto = Path.cwd() / "cutile-diag-out" / "optimize"     # the loop's default state root here
@@ -237,7 +237,7 @@ def _with_extra(args, folder, tried):
 
 def _is_export(doc) -> bool:
     """An ncu export (kernels with rule results), as opposed to a {metric: value} dict."""
-    from ..diagnose.ncu_rules import EXPORT_SCHEMA
+    from ..roofline.ncu import EXPORT_SCHEMA
     return isinstance(doc, dict) and (doc.get("schema") == EXPORT_SCHEMA or any(
         isinstance(k, dict) and "rules" in k for k in doc.get("kernels") or []))
 

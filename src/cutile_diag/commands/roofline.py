@@ -155,7 +155,8 @@ def _is_kernel_ref(ref: str) -> bool:
     """``file.py::name`` naming a @ct.kernel (not a workload)."""
     if "::" not in ref:
         return False
-    from ..capture.loader import import_file, is_kernel, split_ref
+    from ..capture.loader import import_file, is_kernel
+    from ..source.ref import split_ref
     path, name = split_ref(ref)
     if not name or not path.exists():
         return False

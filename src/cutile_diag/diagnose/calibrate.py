@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import UsageError
+from ..ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
 
 
 @dataclass
@@ -54,7 +55,6 @@ class Calibration:
     @classmethod
     def from_paths(cls, paths: Iterable[str | Path]) -> "Calibration":
         """Ledger files, loop state folders, or folders searched for ``ledger.jsonl`` (or its ``.gz``)."""
-        from ..loop.ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
         cal = cls()
         for p in map(Path, paths):
             if p.is_file():
@@ -75,33 +75,14 @@ class Calibration:
         return cal
 
 
-def _gain_of(rec: dict) -> float | None:
-    cmp_ = rec.get("comparison") or {}
-    ratio = cmp_.get("ratio")
-    if isinstance(ratio, (int, float)) and ratio > 0 and math.isfinite(ratio):
-        return 1.0 / float(ratio) - 1.0        # ratio = t_after / t_before
-    before, after = rec.get("baseline_latency_ms"), rec.get("latency_ms")
-    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and after > 0:
-        return float(before) / float(after) - 1.0
-    return None
-
-
-def steps_of(led, source: str = "") -> list[PastStep]:
+def steps_of(led: Ledger, source: str = "") -> list[PastStep]:
     """Every applied step of one ledger with its prediction (from the diagnosis that chose it)."""
     kernel = str(led.setup.get("kernel") or led.setup.get("function") or "?")
-    out = []
-    for r in led.iterations:
-        entry = (r.get("entry") or {}).get("id")
-        if not entry or r.get("iteration", 0) == 0:
-            continue
-        pred = next((x.get("predicted_effect") or {} for x in (r.get("diagnosis") or {}).get("recommendations", [])
-                     if x.get("id") == entry), {})
-        out.append(PastStep(entry=str(entry), kernel=kernel, iteration=int(r["iteration"]),
-                            status=str(r.get("status")), measured=_gain_of(r),
-                            predicted_low=pred.get("low"), predicted_high=pred.get("high"),
-                            predicted_expected=pred.get("expected"), ledger=source,
-                            cls=(r.get("diagnosis") or {}).get("bottleneck")))
-    return out
+    return [PastStep(entry=r.entry, kernel=kernel, iteration=r.iteration, status=str(r.status), measured=r.gain,
+                     predicted_low=r.predicted.get("low"), predicted_high=r.predicted.get("high"),
+                     predicted_expected=r.predicted.get("expected"), ledger=source,
+                     cls=r.bottleneck)
+            for r in led.iteration_records() if r.entry and r.iteration != 0]
 
 
 def prior_expected(low: float, high: float) -> float:

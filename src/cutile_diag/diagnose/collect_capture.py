@@ -13,16 +13,21 @@ import math
 import re
 from pathlib import Path
 
-from ..capture.manifest import CaptureFolder, load_capture
+from ..capture.manifest import CaptureFolder, TARGET_FILES, load_capture
 from ..errors import CutileDiagError, UsageError
 from ..ir_parsers.tileir_ops import STORES
+from .collect_launch import collect_launch
 from .evidence import Evidence, Site
+from .residency import add_waves, ctas_per_sm, resident
+from ..capture.cubin import ptx_directives
+from ..capture.spec import ArraySpec, ScalarSpec, parse_spec
+from ..ir_parsers.remarks import parse_remarks
+from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
+from ..ir_parsers.sass import parse_sass
+from ..ir_parsers.tileir import parse_tileir
 
 # arch -> device preset used when there is no GPU (the SM count and per-SM limits)
 ARCH_PRESETS = {"sm_80": "a100", "sm_90": "h200", "sm_100": "b200"}
-# per-SM hardware limits for the resident-CTA estimate (Hopper/Blackwell/Ampere data-center)
-_SM_LIMITS = {"sm_80": (2048, 65536, 32, 164 * 1024), "sm_90": (2048, 65536, 32, 228 * 1024),
-              "sm_100": (2048, 65536, 32, 228 * 1024)}
 # preferred MMA tile ranges per arch: (min M/N, max M/N, allowed K)
 _MMA_PREFS = {"sm_90": (64, 256, (32, 64)), "sm_100": (64, 512, (32, 64, 128)), "sm_80": (32, 128, (32, 64))}
 
@@ -118,7 +123,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
                      "threads per CTA / cluster"):
             ev.missing(what, "the capture has no compiled target", "capture with --arch sm_90")
         _grid_facts(folder, ev, module, None)
-        from .collect_launch import collect_launch
         collect_launch(folder, ev, None)
         return ev
     ev.add("capture.arch", arch, f"{folder.path.name}/{arch}", "targets: " + ", ".join(archs))
@@ -142,9 +146,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
             ev.missing(check, f"{arch}/{p.name} cannot be read: {type(e).__name__}: {e}")
         return None, p
 
-    from ..ir_parsers.remarks import parse_remarks
-    from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
-    from ..ir_parsers.sass import parse_sass
 
     rem, rpath = read("remarks", "remarks (TMA selection, FMA fallback)",
                       lambda p: parse_remarks(p.read_text(errors="replace"), path=str(p)))
@@ -200,7 +201,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
     if directives is None:
         ptx = folder.path / arch / "kernel.ptx"
         if ptx.exists():
-            from ..capture.cubin import ptx_directives
             directives = ptx_directives(ptx.read_text(errors="replace"))
     try:   # values from a manifest of another writer may not be numbers
         if directives and "maxnreg" in directives:
@@ -214,7 +214,7 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
         ev.notes.append(f"{arch}: PTX directives in the manifest are not numbers: ignored")
 
     if arch is not None and "cubin.threads_per_cta" in ev and "cubin.registers" in ev:
-        per_sm, why = _ctas_per_sm(ev, arch)
+        per_sm, why = ctas_per_sm(ev, arch)       # the one estimate; the rest read the fact
         if per_sm is not None:
             ev.add("cubin.resident_ctas", per_sm, f"{arch}/resource-usage.txt + elf-info", why)
 
@@ -226,7 +226,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
         ev.missing("SASS instruction mix", f"{arch}/kernel.sass has no function for the kernel")
 
     _grid_facts(folder, ev, module, arch)
-    from .collect_launch import collect_launch
     collect_launch(folder, ev, arch)
     return ev
 
@@ -238,7 +237,6 @@ def _blank(p: Path) -> bool:
 def _parse_tileir(folder: CaptureFolder, ev: Evidence):
     """The -g text (source locations), else the plain text: a corrupt kernel.loc.tileir falls back to
     an intact kernel.tileir, and the diagnosis says so."""
-    from ..ir_parsers.tileir import parse_tileir
     failed: list[str] = []
     for role in ("tileir_loc", "tileir"):
         p = folder.file(role)
@@ -259,7 +257,6 @@ def _parse_tileir(folder: CaptureFolder, ev: Evidence):
 
 
 def _role_file(role: str) -> str:
-    from ..capture.manifest import TARGET_FILES
     return TARGET_FILES[role]
 
 
@@ -368,7 +365,6 @@ def _sass_facts(ev: Evidence, f, arch: str, path: Path) -> None:
 
 def _param_of_args(spec: dict, entry) -> dict[str, tuple[str, str, int]]:
     """TileIR arg name -> (param, role, dim) using the flattening rule (array: base, shapes, strides)."""
-    from ..capture.spec import ArraySpec, ScalarSpec, parse_spec
     out: dict[str, tuple[str, str, int]] = {}
     names = [a.name for a in entry.args]
     i = 0
@@ -443,7 +439,6 @@ def _grid_facts(folder: CaptureFolder, ev: Evidence, module, arch: str | None) -
     if not pmap:
         ev.missing("grid size vs SMs", "cannot map the TileIR arguments to the captured parameters")
         return
-    from ..capture.spec import ArraySpec, parse_spec
     best = None
     for op in entry.walk():
         if op.name not in STORES or not op.operands:
@@ -478,52 +473,13 @@ def _grid_facts(folder: CaptureFolder, ev: Evidence, module, arch: str | None) -
     ev.add("static.output_tiles", int(tiles), f"manifest spec {pname}={s.text()} / tile {tile}",
            f"{tiles} tiles of {'x'.join(map(str, tile))} over {pname} {list(s.shape)}",
            [Site(f"{ir_name}:{op.line}", op.text, file=module.path, line=op.line, python=py, op=op.name)])
-    sms = ev.value("device.sm_count")
-    if not sms or arch is None:
-        return
-    per_sm, why = _ctas_per_sm(ev, arch)
-    if per_sm is None:
-        ev.missing("waves / tail effect", why)
-        return
-    slots = sms * per_sm
-    waves = tiles / slots
-    full = math.ceil(waves)
-    tail = (full - waves) / full if full else 0.0
-    ev.add("static.waves", round(waves, 3), f"static: {tiles} tiles / ({sms} SMs x {per_sm} CTAs/SM)",
-           f"resident CTAs per SM estimated from {why}")
-    ev.add("static.tail_idle", round(tail, 3), f"static: {tiles} tiles / ({sms} SMs x {per_sm} CTAs/SM)",
-           f"last wave holds {tiles - (full - 1) * slots} of {slots} slots")
+    add_waves(ev, "static", int(tiles), "tiles", arch)
 
 
 def resident_ctas(folder: CaptureFolder | str | Path, arch: str = "sm_90") -> tuple[int | None, str]:
     """Resident CTAs per SM of a captured kernel (its cubin's threads, registers and shared memory
     against the arch's per-SM limits), and what limits them."""
-    return _ctas_per_sm(collect_capture(folder, arch=arch), arch)
-
-
-def _ctas_per_sm(ev: Evidence, arch: str) -> tuple[int | None, str]:
-    lim = _SM_LIMITS.get(re.sub(r"[a-z]$", "", arch))
-    threads, regs, smem = (ev.value("cubin.threads_per_cta"), ev.value("cubin.registers"),
-                           ev.value("cubin.shared_bytes"))
-    if lim is None:
-        return None, f"no per-SM limits for {arch}"
-    if not threads or regs is None:
-        return None, "threads per CTA / registers unknown"
-    max_thr, max_regs, max_blocks, max_smem = lim
-    warps = math.ceil(threads / 32)
-    regs_per_warp = math.ceil(max(regs, 1) * 32 / 256) * 256
-    by = {"threads": max_thr // threads, "registers": max_regs // (regs_per_warp * warps),
-          "blocks": max_blocks, "shared memory": (max_smem // smem) if smem else max_blocks}
-    # the occupancy hint only sets the register budget (.maxnreg) the cubin's registers already
-    # show; .minnctapersm stays 1, so it caps nothing (H200: occupancy=1 on a 6-block kernel
-    # measured +0.8 %, not a drop to one block)
-    occ = ev.value("ir.hint_occupancy") or 0
-    n = max(1, min(by.values()))
-    limiter = min(by, key=by.get)
-    txt = f"{threads} threads, {regs} regs, {smem or 0} B smem (limit: {limiter})"
-    if occ:
-        txt += f", occupancy hint {occ}"
-    return n, txt
+    return resident(collect_capture(folder, arch=arch), arch)
 
 
 def _tile_warnings(ev: Evidence, arch: str) -> list[str]:

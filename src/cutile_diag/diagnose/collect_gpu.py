@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from .evidence import Evidence, Site
 from ..output import prog
+from .residency import Waves, resident
 
 # significance threshold for a win/loss against the baseline (run-to-run noise is 1-2 %)
 FLIP_THRESHOLD = 0.02
@@ -274,15 +275,11 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
         sms = ev.value("device.sm_count")
         per_sm = ctas_per_sm
         if per_sm is None and "cubin.threads_per_cta" in ev and ev.value("capture.arch"):
-            from .collect_capture import _ctas_per_sm
-            per_sm, _ = _ctas_per_sm(ev, ev.value("capture.arch"))
+            per_sm, _ = resident(ev, ev.value("capture.arch"))
         if sms and per_sm:
-            slots = sms * per_sm
-            waves = blocks / slots
-            full = math.ceil(waves)
-            ev.add("gpu.waves", round(waves, 3), src, f"{blocks} programs / ({sms} SMs x {per_sm} resident per SM)")
-            ev.add("gpu.tail_idle", round((full - waves) / full, 3) if full else 0.0, src,
-                   f"last wave holds {blocks - (full - 1) * slots} of {slots} slots")
+            w = Waves.of(blocks, sms, per_sm)
+            ev.add("gpu.waves", round(w.waves, 3), src, f"{blocks} programs / ({sms} SMs x {per_sm} resident per SM)")
+            ev.add("gpu.tail_idle", round(w.tail_idle, 3), src, w.last_wave_text())
         else:
             ev.missing("waves / tail effect", "resident programs per SM unknown (no cubin facts)")
 

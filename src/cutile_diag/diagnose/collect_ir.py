@@ -23,6 +23,7 @@ from ..ir_parsers.tileir import Entry, Module, Op, parse_tileir
 from ..ir_parsers.tileir_ops import LOADS, STORES
 from ..ir_parsers.tileir_types import ELEM_BITS
 from .evidence import Evidence, Site
+from ..errors import ParseError
 
 _ATOMICS = ("atomic_rmw_tko", "atomic_cas_tko", "atomic_red_view_tko")
 _FTZ_OPS = ("exp2", "rsqrt", "sqrt", "divf")
@@ -711,7 +712,6 @@ def _intensity(a: _Analysis, ev: Evidence, mmas: list[Op], loads: list[Op], stor
 
 def _pick_entry(module: Module, name: str | None) -> Entry:
     if not module.entries:
-        from ..errors import ParseError
         raise ParseError("no entry in the TileIR module", path=module.path)
     if name is None:
         return module.entries[0]

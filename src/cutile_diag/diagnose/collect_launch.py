@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .evidence import Evidence
+from .residency import add_waves
 
 
 def collect_launch(folder, ev: Evidence, arch: str | None) -> None:
@@ -30,18 +31,4 @@ def collect_launch(folder, ev: Evidence, arch: str | None) -> None:
         if "device.sm_count" not in ev:
             ev.add("device.sm_count", int(sms), where, launch.get("sm_source") or "")
     ev.resolve("grid size vs SMs")
-    sms = ev.value("device.sm_count")
-    if not sms or arch is None:
-        return
-    from .collect_capture import _ctas_per_sm
-    per_sm, why = _ctas_per_sm(ev, arch)
-    if per_sm is None:
-        ev.missing("waves / tail effect", why)
-        return
-    slots = sms * per_sm
-    waves = blocks / slots
-    full = math.ceil(waves)
-    tail = (full - waves) / full if full else 0.0
-    src = f"launch: {blocks} blocks / ({sms} SMs x {per_sm} CTAs/SM)"
-    ev.add("launch.waves", round(waves, 3), src, f"resident CTAs per SM estimated from {why}")
-    ev.add("launch.tail_idle", round(tail, 3), src, f"last wave holds {blocks - (full - 1) * slots} of {slots} slots")
+    add_waves(ev, "launch", blocks, "blocks", arch)

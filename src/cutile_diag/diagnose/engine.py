@@ -24,6 +24,7 @@ from .classes import CLASSES, Classification, classify
 from .evidence import Evidence, Fact, NotChecked
 from .playbook import Entry, Playbook, default_playbook
 from ..output import prog
+from ..ir_parsers.tileir import parse_tileir, parse_tileir_file
 
 MAX_SITES_PER_FACT = 4
 MIN_PROMOTED_GAIN = 0.05     # up to this expected gain, evidence can demote an entry but not promote it
@@ -376,7 +377,6 @@ def diagnose_tileir(path_or_text, *, entry: str | None = None,
     """Static diagnosis of a bare TileIR file (or text): says what a capture would add."""
     from pathlib import Path
 
-    from ..ir_parsers.tileir import parse_tileir, parse_tileir_file
     from .collect_ir import collect_tileir
     if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and "\n" not in path_or_text):
         module = parse_tileir_file(path_or_text)

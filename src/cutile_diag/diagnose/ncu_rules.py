@@ -31,7 +31,6 @@ from ..errors import CutileDiagError
 from .evidence import Evidence, Site
 from ..output import prog
 
-EXPORT_SCHEMA = "cutile-diag.ncu-export/1"
 RULES_FILE = "ncu-rules.toml"
 # message types that report something to act on (ncu_report.MsgType names)
 FINDING_TYPES = ("OPTIMIZATION", "WARNING", "ERROR")

@@ -24,6 +24,8 @@ from .impact import impact_slices
 from .match import MatchOptions, match_graphs
 from .model import Change, DiffResult, EntryDetail, EntryPairing, InputInfo
 from .semantic import classify
+from ..capture.manifest import load_capture
+from ..toolchain import run_tool
 
 BYTECODE_MAGIC = b"\x7fTileIR\x00"
 
@@ -64,7 +66,6 @@ def gc_paused():
 
 
 def _disassemble(data: bytes, path: str) -> str:
-    from ..toolchain import run_tool
     with tempfile.TemporaryDirectory() as tmp:
         bc = Path(tmp) / "input.tileirbc"
         bc.write_bytes(data)
@@ -77,7 +78,6 @@ def load_input(path: str | Path) -> DiffInput:
     if not p.exists():
         raise UsageError(f"{p}: no such file or directory")
     if p.is_dir() or p.name == "manifest.json":
-        from ..capture.manifest import load_capture
         cap = load_capture(p)
         return DiffInput(str(cap.path), cap.module, "capture", cap)
     try:

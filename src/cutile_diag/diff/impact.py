@@ -16,7 +16,6 @@ feed this store"); the differ computes the same sets for all changes at once (``
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -95,7 +94,8 @@ class _Reach:
     """What ops of one after-graph reach, as bit sets over node ids.
 
     A few changes: one traversal each.  Many (hundreds when a hint is set on every load):
-    every op's set at once (``table``), then one OR per seed.  Node ids are pre-order, so every def-use edge runs from a lower id to a higher one and
+    every op's set at once (``table``), then one OR per seed.  Node ids are pre-order, so every def-use edge runs
+    from a lower id to a higher one and
     one pass in reverse id order settles the DAG; only a terminator's edges to the users of
     its loop's iteration values run backwards, and each further pass settles one more level
     of loop nesting.  The same relation as ``nx.descendants`` on ``value_flow(g.nx)``

@@ -35,7 +35,7 @@ Modules::
 from .decide import RULES, Decision, stop_rules
 from .errors import (BackendError, CandidateCrash, DirtyTreeError, ForbiddenEditError, GitError, LoopError,
                      MeasurementTimeout)
-from .ledger import Ledger, parse_table, render_table
+from ..ledger import Ledger, parse_table, render_table
 
 __all__ = ["RULES", "Decision", "stop_rules", "LoopError", "GitError", "DirtyTreeError",
            "ForbiddenEditError", "BackendError", "CandidateCrash", "MeasurementTimeout", "Ledger",

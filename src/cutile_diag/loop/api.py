@@ -115,7 +115,7 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
         if not req.kernel:
             raise UsageError("give the kernel to optimise: FILE.py::KERNEL", hint="or --resume to continue a loop")
         from .git import repo_root
-        from .locate import parse_ref
+        from ..source.ref import parse_ref
         kpath, _ = parse_ref(req.kernel)
         bench_opts = {k: v for k, v in (("rep_ms", m.rep_ms), ("warmup_ms", m.warmup_ms)) if v is not None}
         if not m.batch:
@@ -154,7 +154,8 @@ def plan(req: OptimizeRequest) -> Plan:
     import tempfile
     from .diagnosis import DiagnoseContext, EngineDiagnoser
     from .integrations import capture_version
-    from .locate import locate, parse_ref
+    from ..source.locate import locate
+    from ..source.ref import parse_ref
     if not req.kernel:
         raise UsageError("--plan needs the kernel: FILE.py::KERNEL")
     path, name = parse_ref(req.kernel)

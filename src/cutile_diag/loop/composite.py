@@ -57,7 +57,7 @@ def part(entry: str, transform: str, result: Any, params: Mapping[str, Any]) -> 
 
 def compose(a: Version, kernel_file: str, parts: Sequence[dict], *, frontier: int | None = None) -> Candidate:
     """The candidate that applies ``parts`` (in order, each with the source after it) to ``a``."""
-    from .transforms.base import changed_lines
+    from ..source.model import changed_lines
     new = parts[-1]["source"]
     res = CompositeResult(tuple(parts), new, changed_lines(a.files[kernel_file], new), frontier=frontier)
     applied = a.applied + tuple(transform_key(p["transform"], p.get("params") or {}) for p in parts)

@@ -24,7 +24,7 @@ from .costs import StepClock
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
 from .evidence import changed_outside_kernel, diff_line, uncredit
 from .integrations import ir_diff
-from .ledger import short_text as _short
+from ..ledger import short_text as _short
 from .recover import save_candidates, save_files
 
 

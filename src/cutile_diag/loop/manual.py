@@ -23,8 +23,8 @@ from .backends import Backend, Version
 from .diagnosis import Diagnoser, EngineDiagnoser, LoopDiagnosis, Rec
 from .errors import ForbiddenEditError, LoopError
 from .evidence import changed_outside_kernel, iteration_evidence, no_op
-from .ledger import Ledger
-from .locate import KernelLocation, locate
+from ..ledger import Ledger
+from ..source.locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
 from .session import Session
 from ..output import prog
@@ -306,7 +306,7 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     if name is None and eid != "manual":
         pb = _playbook_rec(eid)
         name = pb.name if pb else None
-    from .transforms.base import changed_lines
+    from ..source.model import changed_lines
     desc = note or (f"manual edit ({name})" if name else "manual edit")
     n = led.next_iteration()
     v = Version(f"iter-{n}", files, None, a.applied + (f"manual:{eid}",))

@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 from . import decide as decide_mod
 from . import worktree as worktree_mod
-from .ledger import Ledger, short_text as _short
+from ..ledger import Ledger, short_text as _short
 from .session import Session
 
 

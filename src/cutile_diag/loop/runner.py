@@ -51,8 +51,8 @@ from .costs import StepClock
 from .evidence import capture_sources, changed_outside_kernel
 from .frontier import DEFAULT_LOOKAHEAD, lookahead_choice
 from .integrations import CaptureResult, capture_version
-from .ledger import Ledger
-from .ledger import short_text as _short
+from ..ledger import Ledger
+from ..ledger import short_text as _short
 from .recover import recover  # noqa: F401  (re-exported: runner.recover)
 from .session import Session
 from ..output import prog

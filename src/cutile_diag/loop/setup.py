@@ -9,8 +9,9 @@ from typing import Callable, Sequence
 from . import worktree as worktree_mod
 from .errors import GitError, LoopError
 from .git import Git, repo_root
-from .ledger import Ledger
-from .locate import locate, parse_ref
+from ..ledger import Ledger
+from ..source.locate import locate
+from ..source.ref import parse_ref, ref_file
 from .session import OUT_ROOT, Session, branch_name, branch_state_dir, owned_folder, state_dir_for
 from ..output import prog
 
@@ -53,7 +54,7 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
     loc = locate(path, name)
     allowed = [rel]
     for w in wrappers:
-        wpath = Path(w.rsplit("::", 1)[0]).expanduser().resolve()
+        wpath = Path(ref_file(w)).expanduser().resolve()
         if not wpath.is_file():
             raise LoopError(f"--wrapper {w}: no such file")
         wrel = git.rel(wpath)

@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import NoGPUError, UsageError
 from .arch import ARCH_TABLES, arch_family, arch_of_capability, canonical_dtype, flops_per_clk_per_sm
 from ..output import prog
+from ..nvml import nvml_available, nvml_handle_for_torch_device, read_nvml
 
 MIB = 1 << 20
 KIB = 1 << 10
@@ -299,7 +300,6 @@ def live_device(index: int | None = None) -> DeviceModel:
                   f"{_TORCH}().{attr}" if v is not None else f"unknown: {_TORCH}() has no {attr}")
 
     nv: dict[str, tuple[Any, str]] = {}
-    from .nvml import nvml_available, nvml_handle_for_torch_device, read_nvml
     why = nvml_available()
     if why is None:
         try:

@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..procs import kill_group
+from ..toolchain import ToolNotFoundError, find_tool, have_tool
+
+# what ``export_report`` writes and ``diagnose.ncu_rules`` reads
+EXPORT_SCHEMA = "cutile-diag.ncu-export/1"
 
 METRICS = {
     "gpu__time_duration.sum": "duration_ns",
@@ -100,7 +104,6 @@ class NcuResult:
 
 
 def ncu_available() -> str | None:
-    from ..toolchain import have_tool
     if have_tool("ncu") or shutil.which("ncu"):
         return None
     return "Nsight Compute (ncu) is not on PATH"
@@ -161,7 +164,6 @@ def parse_ncu_csv(text: str) -> list[NcuKernel]:
 
 
 def _ncu_exe() -> str:
-    from ..toolchain import ToolNotFoundError, find_tool
     try:
         return str(find_tool("ncu"))
     except ToolNotFoundError:
@@ -336,9 +338,8 @@ def _safe(fn, default=None):
 
 
 def export_report(report: str | Path, *, module=None) -> dict:
-    """A ``.ncu-rep`` as plain JSON (the schema in ``cutile_diag.diagnose.ncu_rules``): per
+    """A ``.ncu-rep`` as plain JSON (``EXPORT_SCHEMA``, read by ``cutile_diag.diagnose.ncu_rules``): per
     kernel its name, duration, launch, a few metrics, the rule results and the source markers."""
-    from ..diagnose.ncu_rules import EXPORT_SCHEMA
     mod = module or ncu_report_module()
     if mod is None:
         raise RuntimeError("the ncu_report module is not available (install Nsight Compute, or pip install ncu-report)")

@@ -28,6 +28,8 @@ from ..errors import CutileDiagError
 from .device import DeviceModel
 from .model import RooflinePoint, analyze
 from .peaks import Ceilings
+from ..capture.loader import import_file, kernels_in
+from ..workload import CaptureSpec
 
 _TENSOR_ELEMS = {"f16", "bf16", "tf32", "f8e4m3fn", "f8e5m2", "f8e4m3", "i8"}
 
@@ -104,7 +106,6 @@ def compute_unit_of(sc) -> tuple[str, str]:
 
 def static_for_launch(rec: LaunchRecord | LaunchGroup):
     """StaticCount of the kernel at this launch's specs and grid (AOT export, no GPU)."""
-    from ..workload import CaptureSpec
     from .static_cost import static_count
     if not rec.file:
         raise CutileDiagError(f"{rec.kernel}: the launch names no source file")
@@ -120,7 +121,6 @@ def _attr_of(file: str, function: str) -> str:
     """The module attribute holding the kernel whose Python function is ``function`` (usually the same
     name; ``fast = ct.kernel(_impl, occupancy=2)`` is not)."""
     from pathlib import Path
-    from ..capture.loader import import_file, kernels_in
     module = import_file(Path(file))
     if function in kernels_in(module):
         return function

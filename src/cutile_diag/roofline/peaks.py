@@ -10,7 +10,8 @@ Public API::
     cache_path() -> ~/.cache/cutile-diag/peaks.json  ($CUTILE_DIAG_CACHE_DIR overrides the folder)
 
 Bandwidth: the faster of a large device-to-device ``copy_`` (default 1 GiB, far beyond L2,
-counting bytes read **and** written) and a streaming ``torch.add`` (2 reads + 1 write); compute: a large ``torch.matmul`` (default 8192³) on random
+counting bytes read **and** written) and a streaming ``torch.add`` (2 reads + 1 write); compute: a large
+``torch.matmul`` (default 8192³) on random
 data (zeros run faster: less switching power) per dtype.  Each is timed with CUDA events
 after warm-up; the ceiling is the median repetition, the best one is kept alongside.
 
@@ -31,6 +32,9 @@ from typing import Any
 
 from ..output import write_atomic
 from .device import DeviceModel, Quantity
+from ..bench.observers import ClockObserver
+from ..errors import NoGPUError
+from ..workload import torch_dtype
 
 SCHEMA = "cutile-diag.peaks/1"
 
@@ -156,21 +160,18 @@ def _time_events(fn, reps: int, warmup: int) -> list[float]:
 def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int = 8192,
                      dtypes: tuple[str, ...] = ("bf16", "f16"), reps: int = 20) -> Ceilings:
     import torch
-    from ..errors import NoGPUError
-    from ..workload import torch_dtype
     if not torch.cuda.is_available():
         raise NoGPUError("measuring ceilings needs a GPU",
                          hint="offline: use --device h200 (it carries this project's recorded H200 ceilings)")
     device = f"cuda:{dev.index}" if dev.index is not None else "cuda"
     details: dict[str, Any] = {}
-    from ..bench.observers import ClockObserver
     obs = ClockObserver(dev.index)
     obs.start()
     try:
         src = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
         src.fill_(1)
         dst = torch.empty_like(src)
-        ts = _time_events(lambda: dst.copy_(src), reps, warmup=3)
+        ts = _time_events(lambda: dst.copy_(src), reps, warmup=3)  # noqa: F821 (runs before the del below)
         del src, dst
         med, best = statistics.median(ts), min(ts)
         copy_bw = 2.0 * copy_bytes / (med * 1e-3)
@@ -183,7 +184,7 @@ def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int
         x = torch.ones(n, dtype=torch.float32, device=device)
         y = torch.ones_like(x)
         z = torch.empty_like(x)
-        ts = _time_events(lambda: torch.add(x, y, out=z), reps, warmup=3)
+        ts = _time_events(lambda: torch.add(x, y, out=z), reps, warmup=3)  # noqa: F821 (runs before the del below)
         del x, y, z
         amed, abest = statistics.median(ts), min(ts)
         add_bw = 3.0 * n * 4 / (amed * 1e-3)
@@ -205,7 +206,7 @@ def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int
             b = torch.randn(gemm_n, gemm_n, generator=g, device=device, dtype=torch.float32).to(tdt)
             c = torch.empty(gemm_n, gemm_n, device=device, dtype=tdt)
             n_reps = max(5, reps // 2)
-            ts = _time_events(lambda: torch.matmul(a, b, out=c), n_reps, warmup=3)
+            ts = _time_events(lambda: torch.matmul(a, b, out=c), n_reps, warmup=3)  # noqa: F821 (runs before the del below)
             del a, b, c
             med, best = statistics.median(ts), min(ts)
             fl = 2.0 * gemm_n ** 3

@@ -36,6 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from ..ir_parsers.tileir_ops import OP_CLASSES
+from ..source.ref import ref_file
+from ..capture import aot, loader as loader_mod, spec as spec_mod
+from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
+from ..ir_parsers.tileir import parse_tileir
+from ..toolchain import run_tool
 
 _FLOAT_OPS = set(OP_CLASSES["float"])
 _FLOAT_COST = {"fma": 2}
@@ -450,7 +455,6 @@ def count_entry(entry, arg_values: dict[str, int | None], grid: tuple[int, ...],
 def arg_values_from_bound(bound, entry, scalars=None) -> tuple[dict[str, int | None], str | None]:
     """Flattened entry argument values (array base, shapes, strides per array param; integer scalars
     whose value ``scalars`` gives)."""
-    from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
     vals: list[int | None] = []
     for name, s in zip(bound.names, bound.specs):
         if isinstance(s, ArraySpec):
@@ -476,10 +480,6 @@ def arg_values_from_bound(bound, entry, scalars=None) -> tuple[dict[str, int | N
 
 def tileir_of_capture(capture) -> tuple[str, Any, Any]:
     """(TileIR text, LoadedKernel, BoundSpec) for a capture spec; no tileiras run."""
-    from ..capture import aot
-    from ..capture import loader as loader_mod
-    from ..capture import spec as spec_mod
-    from ..toolchain import run_tool
     loaded = loader_mod.load_kernel(capture.kernel)
     specs = {k: (v if isinstance(v, (spec_mod.ArraySpec, spec_mod.ScalarSpec, spec_mod.ConstSpec))
                  else spec_mod.parse_spec(v, where=k)) for k, v in capture.args.items()}
@@ -496,9 +496,8 @@ _CACHE: dict[Any, StaticCount] = {}
 
 
 def static_count(capture) -> StaticCount:
-    from ..ir_parsers.tileir import parse_tileir
     try:
-        mtime = Path(capture.kernel.split("::")[0]).stat().st_mtime
+        mtime = Path(ref_file(capture.kernel)).stat().st_mtime
     except OSError:
         mtime = None
     scalars = getattr(capture, "scalars", None) or {}

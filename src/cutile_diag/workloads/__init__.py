@@ -21,6 +21,8 @@ from typing import Any, Callable
 from ..errors import UsageError
 from ..workload import Workload, WorkloadError, _FunctionWorkload, instantiate, validate
 from ..output import prog
+from ..capture.loader import import_file, is_kernel
+from ..source.ref import split_ref
 
 
 def _examples(name: str) -> Callable[..., Workload]:
@@ -104,7 +106,6 @@ def load_workload(ref: str, **kwargs) -> Workload:
         wl = resolve_builtin(ref, **kwargs)
         wl.ref, wl.ref_kwargs = wl.ref or ref, dict(kwargs)
         return validate(wl, ref)
-    from ..capture.loader import import_file, split_ref
     path, name = split_ref(ref)
     # a shipped example file named by its kernel maps to the example workload
     try:
@@ -133,7 +134,6 @@ def load_workload(ref: str, **kwargs) -> Workload:
         raise WorkloadError(f"{path}: no workload named '{name}'", hint=hint)
     obj = getattr(module, name)
     if not (isinstance(obj, Workload) or _is_workload_class(obj)):
-        from ..capture.loader import is_kernel
         if is_kernel(obj):
             raise WorkloadError(f"{path}::{name} is a @ct.kernel, not a workload",
                                 hint=f"`{prog()} roofline FILE.py::KERNEL [--arg NAME=SPEC ...]` takes a bare kernel; "

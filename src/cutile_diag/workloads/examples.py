@@ -17,6 +17,7 @@ from pathlib import Path
 from ..examples import EXAMPLES_DIR
 from ..workload import (CaptureSpec, Tolerance, Workload, WorkloadConfig, WorkloadError, instantiate,
                         torch_dtype)
+from ..capture.loader import import_file
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -52,7 +53,6 @@ class _Example(Workload):
 
     @functools.cached_property
     def module(self):
-        from ..capture.loader import import_file
         mod = import_file(self.source)
         if not hasattr(mod, "launch"):
             raise WorkloadError(f"{self.source} has no launch(...) wrapper")

@@ -28,7 +28,13 @@ from typing import Any
 
 from ..capture.spec import spec_hint
 from ..errors import UsageError
-from ..workload import CaptureSpec, Workload, WorkloadConfig, WorkloadError
+from ..workload import CaptureSpec, Workload, WorkloadConfig, WorkloadError, torch_dtype
+from ..capture.aot import specs_for
+from ..capture.launches import cpu_cuda, intercept_launches
+from ..capture.loader import load_kernel
+from ..capture.spec import ArraySpec, ConstSpec, SHORT, ScalarSpec, bind
+from ..roofline.observed import compute_unit_of
+from ..roofline.static_cost import static_count
 
 CONFIG = "specs"
 
@@ -37,8 +43,6 @@ def resolve_specs(loaded, given: dict[str, Any] | None) -> tuple[dict[str, Any],
     """(specs, scalar values): CAPTURE_SPECS + given, parsed; concrete array sizes required.  A value
     given for a runtime scalar (``--arg n_cols=4096``) becomes its spec (i32/i64, f32, bool) and its
     value: the measured run passes it, and loops bounded by it can be counted."""
-    from ..capture.aot import specs_for
-    from ..capture.spec import ArraySpec, ConstSpec, ScalarSpec
     table = getattr(loaded.module, "CAPTURE_SPECS", None) or {}
     if not given and not table.get(loaded.attr):
         raise UsageError(f"no argument specs for {loaded.attr} (no --arg given and no CAPTURE_SPECS entry)",
@@ -61,8 +65,6 @@ def resolve_specs(loaded, given: dict[str, Any] | None) -> tuple[dict[str, Any],
 
 def _blank_tensor(spec, device: str):
     import torch
-    from ..capture.spec import SHORT
-    from ..workload import torch_dtype
     dt = torch_dtype(SHORT[spec.dtype]) if spec.dtype != "tfloat32" else torch.float32
     shape = spec.shape if spec.layout == "C" else tuple(reversed(spec.shape))
     t = torch.empty(*shape, dtype=dt, device=device)
@@ -118,8 +120,6 @@ def grid_from_wrapper(loaded, specs: dict[str, Any], sm_count: int = 132):
     """(grid, scalar values, wrapper call) from the module's launch wrapper with ``ct.launch`` intercepted
     (on a CPU with the stand-in device of ``sm_count`` SMs, on a GPU machine with its own); None if none fits."""
     import torch
-    from ..capture.launches import cpu_cuda, intercept_launches
-    from ..capture.spec import ArraySpec, ConstSpec
     # on a GPU machine the wrapper's torch.cuda queries (SM count of the tensor's device) need CUDA tensors;
     # they are allocated, never initialised, and nothing is launched
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -172,8 +172,6 @@ class KernelWorkload(Workload):
 
     def __init__(self, kernel: str, kernel_specs: dict[str, Any], grid: list[int] | None = None,
                  scalars: dict[str, Any] | None = None, grid_source: str = "--grid"):
-        from ..capture.loader import load_kernel
-        from ..capture.spec import bind
         self.loaded = load_kernel(kernel)
         self.specs, given_scalars = resolve_specs(self.loaded, kernel_specs)
         self.bound = bind(self.loaded, self.specs)
@@ -199,8 +197,6 @@ class KernelWorkload(Workload):
     # -- the workload protocol ------------------------------------------------------------
     def make_inputs(self, cfg: WorkloadConfig, seed: int, device: str = "cuda") -> dict[str, Any]:
         import torch
-        from ..capture.spec import SHORT, ArraySpec, ConstSpec, ScalarSpec
-        from ..workload import torch_dtype
         g = torch.Generator(device=device)
         g.manual_seed(int(seed))
         out: dict[str, Any] = {}
@@ -235,14 +231,12 @@ class KernelWorkload(Workload):
                            scalars={k: v for k, v in self.scalars.items() if isinstance(v, int)} or None)
 
     def static_count(self):
-        from ..roofline.static_cost import static_count
         return static_count(self.capture(self.configs[0], 0))
 
     def _counted(self, what: str) -> float:
         sc = self.static_count()
         v = sc.bytes_compulsory if what == "bytes" else sc.flops_total
         if v is None:
-            from ..capture.spec import ScalarSpec
             open_ = [n for n, sp in zip(self.bound.names, self.bound.specs)
                      if isinstance(sp, ScalarSpec) and n not in self.scalars]
             raise WorkloadError(f"the static count of {self.name} has no {what} total: "
@@ -258,7 +252,6 @@ class KernelWorkload(Workload):
         return self._counted("bytes")
 
     def compute_unit(self, cfg: WorkloadConfig) -> tuple[str, str]:
-        from ..roofline.observed import compute_unit_of
         return compute_unit_of(self.static_count())
 
     def describe(self) -> dict:

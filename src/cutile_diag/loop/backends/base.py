@@ -123,7 +123,7 @@ class Verification:
     @property
     def correctness(self) -> str:
         """The table's and the record's verdict."""
-        from ..ledger import SIMULATED
+        from ...ledger import SIMULATED
         return "FAIL" if not self.passed else SIMULATED if self.simulated else "PASS"
 
     @property

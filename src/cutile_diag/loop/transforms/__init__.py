@@ -18,8 +18,8 @@ and applying a transform to its own output is refused (idempotent).
 from __future__ import annotations
 
 from .approx_div import ApproxDiv
-from .base import (HintsResult, HintTransform, Transform, TransformError, TransformNotApplicable,
-                   TransformParamError, TransformResult)
+from ...source.model import TransformError, TransformNotApplicable, TransformParamError
+from .base import HintTransform, HintsResult, Transform, TransformResult
 from .exp_to_exp2 import ExpToExp2
 from .flush_to_zero import FlushToZero
 from .gather_to_load import GatherToLoad

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .analysis import DtypeInference
-from .base import (Kernel, Plan, Transform, TransformParamError, code, expr, kwarg, lines_text,
-                   refuse, rewrite, set_kwargs)
+from ...source.analysis import DtypeInference
+from ...source.model import (Kernel, TransformParamError, code, expr, kwarg, lines_text, refuse, rewrite,
+                             set_kwargs)
+from .base import Plan, Transform
 from .flush_to_zero import DIV, div_to_truediv, divisions
 
 APPROX_OPS = ("truediv", "sqrt", "tanh", "exp")

@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import module_bindings
-from .base import (Kernel, Plan, Transform, all_names, expr, fresh_name, kwarg, lines_text,
-                   literal_value, positional, refuse, rewrite, stmt, times)
+from ...source.model import (Kernel, all_names, expr, fresh_name, kwarg, lines_text, literal_value,
+                             module_bindings, positional, refuse, rewrite, stmt, times)
+from .base import Plan, Transform
 
 LOG2E = 1.4426950408889634   # log2(e), so exp(x) == exp2(x * LOG2E)
 

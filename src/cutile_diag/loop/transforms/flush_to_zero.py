@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import DtypeInference
-from .base import (Kernel, Plan, Transform, TransformParamError, expr, find_all, kwarg,
-                   lines_text, literal_value, refuse, rewrite, set_kwargs)
+from ...source.analysis import DtypeInference
+from ...source.model import (Kernel, TransformParamError, expr, find_all, kwarg, lines_text, literal_value,
+                             refuse, rewrite, set_kwargs)
+from .base import Plan, Transform
 
 FTZ_OPS = ("exp2", "rsqrt", "sqrt", "truediv", "sum", "prod", "cumsum", "cumprod", "max", "min",
            "maximum", "minimum", "add", "sub", "mul")

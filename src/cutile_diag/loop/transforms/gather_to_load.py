@@ -33,11 +33,12 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
-                       taken_names)
+from ...source.analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
+                                taken_names)
 from .tma_padding import TMA_OFF_NOTE, TmaChoice, ensure_import_math, tma_setting, valid_mask
-from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, kwarg, lines_text,
-                   literal_value, names_in, refuse, rewrite, stmt)
+from ...source.model import (Kernel, code, expr, find_all, fresh_name, kwarg, lines_text, literal_value,
+                             names_in, refuse, rewrite, stmt)
+from .base import Plan, Transform
 
 _PURE = {"bid", "arange", "full", "cdiv", "num_blocks"}
 

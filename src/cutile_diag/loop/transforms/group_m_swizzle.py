@@ -21,10 +21,11 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import (axis_extent, bid_calls, bid_variables, capture_spec_entries, require_launches,
-                       taken_names)
-from .base import (Kernel, Plan, Transform, TransformParamError, append_dict_item, append_element,
-                   code, expr, fresh_name, int_value, positional, refuse, rewrite, stmt, times)
+from ...source.analysis import (axis_extent, bid_calls, bid_variables, capture_spec_entries, require_launches,
+                                taken_names)
+from ...source.model import (Kernel, TransformParamError, append_dict_item, append_element, code, expr,
+                             fresh_name, int_value, positional, refuse, rewrite, stmt, times)
+from .base import Plan, Transform
 
 PARAM = "GROUP_SIZE_M"
 SWEEP = (8, 4, 16)

@@ -19,7 +19,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .base import Plan, Transform, TransformNotApplicable, TransformParamError, load, parse_module, refuse
+from ...source.model import TransformNotApplicable, TransformParamError, load, parse_module, refuse
+from .base import Plan, Transform
 from .kernel_hints import KernelHints
 from .latency_hints import LatencyHints
 from .persistent_grid import PersistentGrid

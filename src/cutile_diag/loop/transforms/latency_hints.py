@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .base import (Kernel, Plan, Transform, TransformParamError, expr, int_value, kwarg,
-                   lines_text, refuse, rewrite, set_kwargs)
+from ...source.model import (Kernel, TransformParamError, expr, int_value, kwarg, lines_text, refuse, rewrite,
+                             set_kwargs)
+from .base import Plan, Transform
 
 ROLES = ("main_load", "load", "store", "gather", "scatter")
 ROLE_DEFAULTS = {"main_load": 10, "load": 3, "store": 3, "gather": 1, "scatter": 1}

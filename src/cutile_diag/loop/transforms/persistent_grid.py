@@ -23,10 +23,10 @@ from typing import Any, ClassVar, Mapping
 
 import libcst as cst
 
-from .analysis import (assignments, axis_extent, bid_calls, bid_variables, module_bindings, require_launches,
-                       taken_names)
-from .base import (Kernel, Plan, Transform, TransformParamError, code, expr, find_all, fresh_name,
-                   int_value, load, names_in, positional, refuse, rewrite, stmt)
+from ...source.analysis import assignments, axis_extent, bid_calls, bid_variables, require_launches, taken_names
+from ...source.model import (Kernel, TransformParamError, code, expr, find_all, fresh_name, int_value, load,
+                             module_bindings, names_in, positional, refuse, rewrite, stmt)
+from .base import Plan, Transform
 from .group_m_swizzle import PARAM as GROUP_PARAM
 from .kernel_hints import decorator_hints
 

@@ -21,7 +21,8 @@ loops (same range, same loop variable) contain the same ``ct.load`` or ``ct.gath
 array is not written in the region, ``n`` depends only on names bound before the loops and
 so does the load — or its index is computed in each pass by the same statement from the
 loop variable (a gather's ``cols = j * T + lanes``): the one-pass path computes it first, for
-``j = 0``, so a gathered row is read once without converting it to tile loads (A) first.  When ``n`` is made of ``ct.Constant`` parameters (``ct.cdiv(N, T)``,
+``j = 0``, so a gathered row is read once without converting it to tile loads (A) first.
+When ``n`` is made of ``ct.Constant`` parameters (``ct.cdiv(N, T)``,
 ``(N + T - 1) // T``) cuTile picks the path when it compiles; when it depends on a
 run-time scalar the ``if`` is a run-time branch (cuTile compiles both paths and merges the
 names both assign: tiles and scalars alike, checked with tileiras).  Otherwise it refuses
@@ -34,9 +35,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import assignments, reaching_value, taken_names
-from .base import (Kernel, Plan, Transform, code, expr, find_all, fresh_name, lines_text, names_in, positional,
-                   refuse, rewrite, stmt)
+from ...source.analysis import assignments, reaching_value, taken_names
+from ...source.model import (Kernel, code, expr, find_all, fresh_name, lines_text, names_in, positional, refuse,
+                             rewrite, stmt)
+from .base import Plan, Transform
 
 
 def _norm(node: cst.CSTNode) -> str:

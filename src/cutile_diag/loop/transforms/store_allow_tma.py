@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .base import (Kernel, Plan, Transform, TransformNotApplicable, expr, kwarg, lines_text, literal_value, refuse,
-                   rewrite, set_kwargs)
+from ...source.model import (Kernel, TransformNotApplicable, expr, kwarg, lines_text, literal_value, refuse,
+                             rewrite, set_kwargs)
+from .base import Plan, Transform
 
 _STORES = ("store", "store_advanced_indexing")
 _LOADS = ("load", "load_advanced_indexing")

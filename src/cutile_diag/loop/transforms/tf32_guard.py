@@ -19,9 +19,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import DtypeInference, assignments, single_value, taken_names
-from .base import (Kernel, Plan, Transform, code, find_all, fresh_name, insert_in_body, lines_text,
-                   positional, refuse, rewrite, stmt)
+from ...source.analysis import DtypeInference, assignments, single_value, taken_names
+from ...source.model import (Kernel, code, find_all, fresh_name, insert_in_body, lines_text, positional, refuse,
+                             rewrite, stmt)
+from .base import Plan, Transform
 
 
 def _source_array(k: Kernel, node: cst.BaseExpression, binds, params: set[str], depth: int = 0) -> str | None:

@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from .analysis import LaunchSite, capture_spec_entries, module_bindings, require_launches
-from .base import (Kernel, Plan, Transform, TransformParamError, code, find_all, int_value,
-                   kwarg, positional, refuse, rewrite)
+from ...source.analysis import LaunchSite, capture_spec_entries, require_launches
+from ...source.model import (Kernel, TransformNotApplicable, TransformParamError, code, find_all, int_value,
+                             kwarg, load, module_bindings, positional, refuse, rewrite)
+from .base import Plan, Transform
 
 _SHAPE_ARG = {"load": 2, "full": 0, "zeros": 0, "ones": 0, "arange": 0, "num_tiles": 2}
 MIN_TILE, MAX_TILE = 16, 16384
@@ -164,7 +165,6 @@ class TileSizeSweep(Transform):
 
     def survey(self, source: str, kernel_name: str) -> tuple[dict[str, int], dict[str, str]]:
         """Tile constants -> value at the first launch site, and -> why not sweepable."""
-        from .base import TransformNotApplicable, load
         k = load(source, kernel_name)
         values, reasons = {}, {}
         tps = tile_params(k)
@@ -183,7 +183,6 @@ class TileSizeSweep(Transform):
         return values, reasons
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
-        from .base import TransformNotApplicable
         try:
             cur, _ = self.survey(source, kernel_name)
         except TransformNotApplicable:

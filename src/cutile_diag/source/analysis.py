@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .base import (Kernel, all_names, code, dotted, expr, find_all, int_value, kwarg, literal_value, names_in,
-                   positional, refuse)
+from .model import (TUNE_CALLS, Binding, Kernel, all_names, code, dotted, expr, find_all, int_value, kwarg,
+                    launch_arguments, literal_value, module_bindings, names_in, positional, refuse, rewrite)
 
 FLOATS = ("float16", "bfloat16", "float32", "float64", "tfloat32")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -280,13 +280,6 @@ class DtypeInference:
 # bindings
 
 
-@dataclass
-class Binding:
-    name: str
-    node: cst.CSTNode                    # the Assign / For / Param / ... that binds it
-    value: cst.BaseExpression | None     # the bound expression for plain `name = value`
-
-
 def assignments(root: cst.CSTNode) -> dict[str, list[Binding]]:
     """Every binding of every name under ``root`` (a function: its params included)."""
     out: dict[str, list[Binding]] = {}
@@ -349,28 +342,6 @@ def single_value(binds: dict[str, list[Binding]], name: str) -> cst.BaseExpressi
     return None
 
 
-def module_bindings(module: cst.Module) -> dict[str, list[Binding]]:
-    """Module-level bindings only (not inside functions or classes)."""
-    out: dict[str, list[Binding]] = {}
-    for s in module.body:
-        if isinstance(s, cst.SimpleStatementLine):
-            for small in s.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        if isinstance(t.target, cst.Name):
-                            out.setdefault(t.target.value, []).append(
-                                Binding(t.target.value, small, small.value))
-                elif isinstance(small, (cst.Import, cst.ImportFrom)) and \
-                        not isinstance(small.names, cst.ImportStar):
-                    for a in small.names:
-                        d = dotted(a.asname.name if a.asname else a.name)
-                        if d:
-                            out.setdefault(d.split(".")[0], []).append(Binding(d, small, None))
-        elif isinstance(s, (cst.FunctionDef, cst.ClassDef)):
-            out.setdefault(s.name.value, []).append(Binding(s.name.value, s, None))
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # launch sites
 
@@ -393,9 +364,6 @@ class LaunchSite:
 class Launches:
     sites: list[LaunchSite]
     tuned: list[tuple[int, str]]          # (line, what) of autotune calls taking the kernel
-
-
-_TUNE_CALLEES = ("exhaustive_search", "autotune_launch", "autotune")
 
 
 def _refers_to_kernel(k: Kernel, node: cst.BaseExpression, binds) -> bool:
@@ -424,14 +392,15 @@ def find_launches(k: Kernel) -> Launches:
             bind_cache[key] = assignments(func) if func is not None else module_bindings(k.module)
         binds = bind_cache[key]
         callee = dotted(call.func) or ""
-        if k.ct.called(call) == "launch":
-            pos = positional(call)
-            if len(pos) < 4 or not (_refers_to_kernel(k, pos[2].value, binds) or (
-                    func is not None and isinstance(pos[2].value, cst.Name)
-                    and names_in(reaching_value(k, pos[2].value.value, call, func) or cst.Name("_"))
+        launch = launch_arguments(call, "launch") if k.ct.called(call) == "launch" else None
+        if launch is not None:
+            kern = launch["kernel"]
+            if not (_refers_to_kernel(k, kern, binds) or (
+                    func is not None and isinstance(kern, cst.Name)
+                    and names_in(reaching_value(k, kern.value, call, func) or cst.Name("_"))
                     & set(k.aliases))):
                 continue
-            grid, grid_b = pos[1].value, None
+            grid, grid_b = launch["grid"], None
             if isinstance(grid, cst.Name):
                 b = binds.get(grid.value, [])
                 if len(b) == 1 and isinstance(b[0].node, cst.Assign):
@@ -441,7 +410,7 @@ def find_launches(k: Kernel) -> Launches:
                     a = reaching_assign(k, grid.value, call, func)
                     if a is not None:
                         grid, grid_b = a.value, a
-            args_node = pos[3].value
+            args_node = launch["args"]
             if isinstance(args_node, cst.Name):
                 v = single_value(binds, args_node.value)
                 if v is not None:
@@ -452,13 +421,12 @@ def find_launches(k: Kernel) -> Launches:
             sites.append(LaunchSite(call=call, statement=k.statement_of(call), func=func, grid=grid,
                                     grid_binding=grid_b, args=args, args_node=args_node,
                                     line=k.line(call), binds=binds))
-        elif callee.split(".")[-1] in _TUNE_CALLEES and any(
+        elif callee.split(".")[-1] in TUNE_CALLS and any(
                 _refers_to_kernel(k, a.value, binds) for a in call.args):
             tuned.append((k.line(call), callee))
     return Launches(sites, tuned)
 
 
-_HINTS_ARG = {"exhaustive_search": 5, "autotune_launch": 4}     # positional index of hints_fn
 ALL_HINTS = "*"          # a key of ``hint_overrides``: the wrapper may set any hint
 
 
@@ -521,11 +489,8 @@ def hint_overrides(k: Kernel) -> dict[str, tuple[int, str]]:
                 keys = {a.keyword.value for a in call.args if a.keyword} | (
                     {ALL_HINTS} if any(a.star == "**" for a in call.args) else set())
                 note(keys, call, f"{code(call.func)}(...)")
-        elif callee in _TUNE_CALLEES and any(_refers_to_kernel(k, a.value, binds) for a in call.args):
-            kw = kwarg(call, "hints_fn")
-            pos = positional(call)
-            idx = _HINTS_ARG.get(callee)
-            fn = kw.value if kw else (pos[idx].value if idx is not None and len(pos) > idx else None)
+        elif callee in TUNE_CALLS and any(_refers_to_kernel(k, a.value, binds) for a in call.args):
+            fn = launch_arguments(call, callee).get("hints_fn")
             if fn is not None:
                 note(_hints_fn_keys(k, fn, binds), call, f"{callee}(..., hints_fn)")
     return out
@@ -952,12 +917,11 @@ def _expand_names(k: Kernel, node: cst.BaseExpression, at, depth=0) -> cst.BaseE
             subs[n] = _expand_names(k, v, at, depth + 1)
     if not subs:
         return node
-    from .base import rewrite as _rw
     if isinstance(node, cst.Name):
         return subs.get(node, node)
     wrapped = cst.Module(body=[cst.SimpleStatementLine([cst.Expr(node)])])
     try:
-        out = _rw(wrapped, {n: (lambda _u, v=v: v) for n, v in subs.items()})
+        out = rewrite(wrapped, {n: (lambda _u, v=v: v) for n, v in subs.items()})
     except Exception:
         return node
     return out.body[0].body[0].value

@@ -45,11 +45,12 @@ import json
 import math
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..output import prog, to_jsonable, write_atomic
-from .errors import LoopError
+from .errors import CutileDiagError
+from .output import prog, to_jsonable, write_atomic
 
 TABLE_FILE = "perf_results.md"
 LEDGER_FILE = "ledger.jsonl"
@@ -70,7 +71,7 @@ def find_ledgers(folder: str | Path) -> list[Path]:
     return sorted([*folder.rglob(LEDGER_FILE), *gz])
 
 
-class LedgerError(LoopError):
+class LedgerError(CutileDiagError):
     """The ledger is missing, unreadable or inconsistent."""
 
 
@@ -170,6 +171,45 @@ def parse_table(text: str) -> list[dict]:
     return rows
 
 
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """An ``iteration`` record read back, typed for the readers outside the loop (the loop writes
+    the JSON; ``raw`` keeps every field)."""
+    iteration: int
+    status: str | None
+    entry: str | None                     # the playbook entry the step applied
+    latency_ms: float | None
+    baseline_latency_ms: float | None
+    ratio: float | None                   # the comparison's t_after / t_before
+    predicted: dict[str, float] = field(default_factory=dict)   # the entry's predicted_effect: low, high, expected
+    bottleneck: str | None = None         # the diagnosis's evidence class (what "similar kernels" means)
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, rec: dict) -> "IterationRecord":
+        entry = (rec.get("entry") or {}).get("id")
+        pred = next((x.get("predicted_effect") or {} for x in (rec.get("diagnosis") or {}).get("recommendations", [])
+                     if x.get("id") == entry), {}) if entry else {}
+        return cls(iteration=int(rec.get("iteration", 0)), status=rec.get("status"),
+                   entry=str(entry) if entry else None, latency_ms=_number(rec.get("latency_ms")),
+                   baseline_latency_ms=_number(rec.get("baseline_latency_ms")),
+                   ratio=_number((rec.get("comparison") or {}).get("ratio")), predicted=dict(pred),
+                   bottleneck=(rec.get("diagnosis") or {}).get("bottleneck"), raw=rec)
+
+    @property
+    def gain(self) -> float | None:
+        """The measured speed-up (+0.1 = 10 % faster): from the comparison, else the two latencies."""
+        if self.ratio is not None and self.ratio > 0:
+            return 1.0 / self.ratio - 1.0
+        if self.baseline_latency_ms is not None and self.latency_ms is not None and self.latency_ms > 0:
+            return self.baseline_latency_ms / self.latency_ms - 1.0
+        return None
+
+
 class Ledger:
     def __init__(self, state_dir: str | Path):
         self.dir = Path(state_dir)
@@ -228,6 +268,9 @@ class Ledger:
     @property
     def iterations(self) -> list[dict]:
         return self.of_type("iteration")
+
+    def iteration_records(self) -> list[IterationRecord]:
+        return [IterationRecord.from_json(r) for r in self.iterations]
 
     def pending(self) -> dict | None:
         """The last ``begin`` that has no ``iteration`` record yet and no ``stop`` after it (a

@@ -1,6 +1,6 @@
 """Find a kernel's parts in its source file: the recipe's "locate the kernel" step.
 
-From one Python file, on the same libcst model the transforms use (``transforms/base.py``:
+From one Python file, on the same libcst model the transforms use (``source/model.py``:
 ``parse_module``, ``CtNames`` for how the file spells cuda.tile, and the one alias rule
 ``module_assignments`` — a module-level name bound once); nothing is imported:
 
@@ -21,13 +21,13 @@ from pathlib import Path
 import libcst as cst
 
 from ..errors import KernelLoadError, UsageError
-from .transforms.base import CtNames, TransformError, dotted, module_assignments, parsed
+from .model import TUNE_CALLS, CtNames, TransformError, dotted, launch_arguments, module_assignments, parsed
+from ..output import to_jsonable
 
 _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "scatter",
            "load_advanced_indexing": "load", "store_advanced_indexing": "store",
            "atomic_add": "atomic", "atomic_max": "atomic", "atomic_min": "atomic", "atomic_cas": "atomic",
            "atomic_xchg": "atomic", "atomic_and": "atomic", "atomic_or": "atomic", "atomic_xor": "atomic"}
-_AUTOTUNE = {"exhaustive_search": 3, "autotune_launch": 2}     # call name -> index of the kernel argument
 
 
 @dataclass
@@ -112,7 +112,6 @@ class KernelLocation:
         return any(s.kind != "ct.launch" for s in self.launches)
 
     def to_json(self) -> dict:
-        from ..output import to_jsonable
         d = {k: to_jsonable(getattr(self, k)) for k in
              ("path", "name", "function", "line", "kernels", "launches", "registrations", "autotune",
               "memory_ops", "capture_specs", "notes")}
@@ -319,26 +318,19 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
     for fn in (n for n in f.module.body if isinstance(n, cst.FunctionDef) and n.name.value not in kernel_names):
         for call in _calls(fn):
             m = f.member(call.func) or (dotted(call.func) or "").split(".")[-1]
-            args = _positional(call)
-            if m == "launch" and f.member(call.func) == "launch" and len(args) >= 3:
-                kern = args[2]
-                # the kernel may be a hinted copy held in a variable; accept it when the function names the kernel
-                if refers(kern) or mentions_target(fn, kern):
-                    launches.append(LaunchSite(fn.name.value, f.line(call), "ct.launch", f.text(args[1]),
-                                               f.text(kern), f.text(args[3]) if len(args) > 3 else ""))
-            elif m in _AUTOTUNE:
-                idx = _AUTOTUNE[m]
-                kern = args[idx] if len(args) > idx else _keyword(call, "kernel")
-                if kern is None or not (refers(kern) or mentions_target(fn, kern)):
-                    continue
-                grid_i = 2 if m == "exhaustive_search" else 1
-                launches.append(LaunchSite(fn.name.value, f.line(call), m,
-                                           f.text(args[grid_i]) if len(args) > grid_i else "", f.text(kern), ""))
-                space = args[0] if (m == "exhaustive_search" and args) else _keyword(call, "search_space")
-                if space is None and m == "autotune_launch" and len(args) > 5:
-                    space = args[5]
-                if space is not None:
-                    autotune.append(_space(f, fn, space))
+            a = launch_arguments(call, m) if m in TUNE_CALLS or f.member(call.func) == "launch" else None
+            if a is None:
+                continue
+            kern = a.get("kernel")
+            # the kernel may be a hinted copy held in a variable; accept it when the function names the kernel
+            if kern is None or not (refers(kern) or mentions_target(fn, kern)):
+                continue
+            grid = a.get("grid", a.get("grid_fn"))
+            launches.append(LaunchSite(fn.name.value, f.line(call), "ct.launch" if m == "launch" else m,
+                                       f.text(grid) if grid is not None else "", f.text(kern),
+                                       f.text(a["args"]) if m == "launch" else ""))
+            if a.get("search_space") is not None:
+                autotune.append(_space(f, fn, a["search_space"]))
 
     launches.sort(key=lambda s: s.line)
     autotune.sort(key=lambda a: a.line)
@@ -503,16 +495,3 @@ def _has_capture_specs(f: _File, name: str) -> bool:
                                and e.key.evaluated_value == name for e in node.value.elements)
                 return True       # built dynamically: let capture decide
     return False
-
-
-def parse_ref(ref: str) -> tuple[Path, str]:
-    """``path/file.py::kernel`` -> (absolute path, kernel name)."""
-    if "::" not in ref:
-        raise UsageError(f"'{ref}' does not name a kernel", hint="give FILE.py::KERNEL, e.g. ops/softmax.py::softmax")
-    path, name = ref.rsplit("::", 1)
-    if not name:
-        raise UsageError(f"'{ref}' has no kernel name after '::'")
-    p = Path(path).expanduser().resolve()
-    if not p.is_file():
-        raise UsageError(f"{p}: no such file")
-    return p, name
