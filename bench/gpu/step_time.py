@@ -78,13 +78,21 @@ def step_of(state: Path) -> dict:
             "baseline_costs": (b or {}).get("step_costs"), "ceiling": (b or {}).get("ceiling")}
 
 
+def pythonpath(src: Path) -> str:
+    """``src`` first, in place of this checkout's src/, keeping the rest (the device bundle's site:
+    cuTile, libcst)."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != (ROOT / "src").resolve()]
+    return os.pathsep.join([str(src), *rest])
+
+
 def one(name: str, impl: str, src: Path, args, work: Path, left: float, out: Path) -> dict:
     f, kernel, wl, cfg = base.EXAMPLES[name]
     repo = base.example_repo(work / impl, name)
     env = dict(os.environ)
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)
-    env["PYTHONPATH"] = str(src)
+    env["PYTHONPATH"] = pythonpath(src)
     # the old tree is src/ alone: its diagnosis reads the playbook from this checkout's references/
     env["CUTILE_DIAG_REFERENCES"] = str(ROOT / "references")
     measure = (["--simulate", str(sim_spec(work / f"{name}.{impl}.sim.json", cfg, impl)), "--capture-workload", wl]
@@ -153,7 +161,7 @@ def main() -> int:
     srcs = {"old": old_tree(Path(args.old), work / "old-main"), "new": ROOT / "src"}
     if not args.dry_run:      # the measured ceiling, cached once for both trees (not part of any step)
         p = subprocess.run([sys.executable, "-m", "cutile_diag", "peaks", "--json"], capture_output=True, text=True,
-                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                           timeout=120, env={**os.environ, "PYTHONPATH": pythonpath(ROOT / "src")})
         (out / "peaks.json").write_text(p.stdout or p.stderr)
     plan = [(name, impl) for i, name in enumerate(names) for impl in (("old", "new") if i % 2 == 0 else ("new", "old"))]
     rows: list[dict] = []
