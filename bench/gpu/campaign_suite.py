@@ -38,6 +38,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
 import optimize_suite as suite  # noqa: E402  (the throw-away TileGym repository, gpu_name)
+from harness import parse_suite_args  # noqa: E402
 
 OPS = ["softmax", "rms_norm", "layer_norm", "silu_and_mul"]
 # fixed: the loops' worktrees record absolute paths, a later call restores the folder here
@@ -136,12 +137,8 @@ def main() -> int:
     ap.add_argument("--state-in", help="a tarball of an earlier call's work folder: continue it")
     ap.add_argument("--state-out", help="write this call's work folder here (for the next call)")
     ap.add_argument("--dry-run", action="store_true", help="CPU: fixture repository, --dry-run survey, --simulate")
-    args = ap.parse_args()
-    if not args.dry_run and not args.tilegym:
-        ap.error("--tilegym PATH is required (or --dry-run)")
+    args, out = parse_suite_args(ap)
     started = time.monotonic()
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)

@@ -25,6 +25,16 @@ def log(msg: str) -> None:
     LOG.append(line)
 
 
+def parse_suite_args(ap) -> tuple[object, Path]:
+    """A suite's arguments and its --out folder (made): --tilegym is required unless --dry-run."""
+    args = ap.parse_args()
+    if not args.dry_run and not args.tilegym:
+        ap.error("--tilegym PATH is required (or --dry-run)")
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    return args, out
+
+
 def child_env(*checkouts: str | Path | None) -> dict:
     """The environment of a child: this checkout's ``src`` (and each given checkout's ``src`` that
     exists, e.g. TileGym's) first on PYTHONPATH, unbuffered output, no CUDA_HOME / CUDA_PATH (an

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optimize_suite as suite  # noqa: E402  (clone, run, summarise: one implementation)
-from harness import child_env  # noqa: E402
+from harness import child_env, parse_suite_args  # noqa: E402
 
 def _plugin_flag() -> str:
     """``-p cutile_diag.pytest_plugin`` unless an installed cutile-diag registers it already."""
@@ -201,12 +201,8 @@ def main() -> int:
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated TileGym targets (default: all)")
     ap.add_argument("--no-signatures", action="store_true", help="skip the spec-less examples' JIT vs AOT check")
     ap.add_argument("--dry-run", action="store_true", help="CPU: spec-less examples, simulated backend")
-    args = ap.parse_args()
-    if not args.dry_run and not args.tilegym:
-        ap.error("--tilegym PATH is required (or --dry-run)")
+    args, out = parse_suite_args(ap)
     started = time.monotonic()
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     env = child_env()
     # --budget 150: one command-mode check + comparison at 2 rounds is ~116 s on an H200 (17-20 s a pytest run)
     common = ["--max-iterations", str(args.iterations), "--rounds", "2", "--max-sweep", "1", "--budget", "150",
