@@ -72,6 +72,15 @@ def dtype_name(dtype: Any) -> str:
     return _SHORT.get(canon, canon)
 
 
+def seeded_randn(shape, dtype, seed, device, scale=1.0):
+    """Fresh normal inputs from their own seeded generator (a workload's inputs replay by seed)."""
+    import torch
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    x = torch.randn(*shape, generator=g, device=device, dtype=torch.float32)
+    return (x * scale if scale != 1.0 else x).to(torch_dtype(dtype))
+
+
 def torch_dtype(name: Any):
     import torch
     if isinstance(name, torch.dtype):

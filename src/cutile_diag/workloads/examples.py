@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..examples import EXAMPLES_DIR
 from ..workload import (CaptureSpec, Tolerance, Workload, WorkloadConfig, WorkloadError, instantiate,
-                        torch_dtype)
+                        seeded_randn, torch_dtype)
 from ..capture.loader import import_file
 
 
@@ -26,21 +26,6 @@ def _cdiv(a: int, b: int) -> int:
 
 def _bits(dtype: str) -> int:
     return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[dtype]
-
-
-def _gen(seed: int, device: str):
-    import torch
-    g = torch.Generator(device=device)
-    g.manual_seed(int(seed))
-    return g
-
-
-def _randn(shape, dtype, seed, device, scale=1.0):
-    import torch
-    x = torch.randn(*shape, generator=_gen(seed, device), device=device, dtype=torch.float32)
-    if scale != 1.0:
-        x = x * scale
-    return x.to(torch_dtype(dtype))
 
 
 class _Example(Workload):
@@ -94,7 +79,7 @@ class VectorAdd(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         n, dt = cfg["n"], cfg["dtype"]
-        return {"a": _randn((n,), dt, seed, device), "b": _randn((n,), dt, seed + 1, device),
+        return {"a": seeded_randn((n,), dt, seed, device), "b": seeded_randn((n,), dt, seed + 1, device),
                 "c": torch.empty(n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
@@ -141,7 +126,7 @@ class Matmul(_Example):
         m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
         # scaled so that C ~ N(0, 1): tolerances then mean the same at every K
         s = k ** -0.25
-        return {"A": _randn((m, k), dt, seed, device, s), "B": _randn((k, n), dt, seed + 1, device, s),
+        return {"A": seeded_randn((m, k), dt, seed, device, s), "B": seeded_randn((k, n), dt, seed + 1, device, s),
                 "C": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
@@ -226,7 +211,7 @@ class Softmax(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
-        return {"X": _randn((m, n), dt, seed, device), "Y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
+        return {"X": seeded_randn((m, n), dt, seed, device), "Y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
         return self.module.launch(inputs["X"], inputs["Y"])
@@ -261,7 +246,7 @@ class GatherScale(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         n, dt = cfg["n"], cfg["dtype"]
-        return {"x": _randn((n,), dt, seed, device), "y": torch.empty(n, dtype=torch_dtype(dt), device=device)}
+        return {"x": seeded_randn((n,), dt, seed, device), "y": torch.empty(n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
         return self.module.launch(inputs["x"], inputs["y"])   # wrapper default tile (see VectorAdd.run)
@@ -295,7 +280,7 @@ class RowNorm(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
-        return {"x": _randn((m, n), dt, seed, device, scale=2.0) + 0.5,
+        return {"x": seeded_randn((m, n), dt, seed, device, scale=2.0) + 0.5,
                 "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device),
                 "mean": torch.empty(m, dtype=torch.float32, device=device),
                 "rstd": torch.empty(m, dtype=torch.float32, device=device)}
@@ -336,7 +321,7 @@ class RowLse(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
-        return {"x": _randn((m, n), dt, seed, device, scale=3.0),
+        return {"x": seeded_randn((m, n), dt, seed, device, scale=3.0),
                 "out": torch.empty(m, dtype=torch.float32, device=device)}
 
     def run(self, inputs):
@@ -371,7 +356,7 @@ class MultipassNorm(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
-        return {"x": _randn((m, n), dt, seed, device, scale=2.0) + 0.5, "w": _randn((n,), dt, seed + 1, device),
+        return {"x": seeded_randn((m, n), dt, seed, device, scale=2.0) + 0.5, "w": seeded_randn((n,), dt, seed + 1, device),
                 "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
@@ -408,7 +393,7 @@ class PersistentRows(_Example):
     def _tensors(self, cfg, seed, device):
         import torch
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
-        return {"x": _randn((m, n), dt, seed, device, scale=3.0),
+        return {"x": seeded_randn((m, n), dt, seed, device, scale=3.0),
                 "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):

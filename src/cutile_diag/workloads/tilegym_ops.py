@@ -17,20 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from ..workload import Workload, WorkloadConfig, WorkloadError, instantiate, torch_dtype
-
-
-def _gen(seed: int, device: str):
-    import torch
-    g = torch.Generator(device=device)
-    g.manual_seed(int(seed))
-    return g
-
-
-def _randn(shape, dtype, seed, device, scale=1.0):
-    import torch
-    x = torch.randn(*shape, generator=_gen(seed, device), device=device, dtype=torch.float32)
-    return (x * scale if scale != 1.0 else x).to(torch_dtype(dtype))
+from ..workload import Workload, WorkloadConfig, WorkloadError, instantiate, seeded_randn
 
 
 def _bytes_of(dtype: str) -> int:
@@ -109,7 +96,7 @@ class Softmax(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
-        return {"x": _randn((cfg["M"], cfg["N"]), cfg["dtype"], seed, device), "_use_tma": cfg["use_tma"],
+        return {"x": seeded_randn((cfg["M"], cfg["N"]), cfg["dtype"], seed, device), "_use_tma": cfg["use_tma"],
                 "_use_chunked": cfg.get("use_chunked", False)}
 
     def run(self, inputs):
@@ -148,7 +135,7 @@ class RMSNorm(_TileGymOp):
 
     def make_inputs(self, cfg, seed, device="cuda"):
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
-        return {"x": _randn((m, n), dt, seed, device), "w": _randn((n,), dt, seed + 1, device),
+        return {"x": seeded_randn((m, n), dt, seed, device), "w": seeded_randn((n,), dt, seed + 1, device),
                 "_mode": cfg["mode"]}
 
     def _mode_kwargs(self, mode: str) -> dict:
@@ -191,7 +178,7 @@ class Matmul(_TileGymOp):
     def make_inputs(self, cfg, seed, device="cuda"):
         m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
         s = k ** -0.25
-        return {"a": _randn((m, k), dt, seed, device, s), "b": _randn((k, n), dt, seed + 1, device, s),
+        return {"a": seeded_randn((m, k), dt, seed, device, s), "b": seeded_randn((k, n), dt, seed + 1, device, s),
                 "_static_persistent": cfg["static_persistent"]}
 
     def run(self, inputs):
@@ -232,7 +219,7 @@ class SiluAndMul(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
-        return {"x": _randn((cfg["M"], 2 * cfg["H"]), cfg["dtype"], seed, device)}
+        return {"x": seeded_randn((cfg["M"], 2 * cfg["H"]), cfg["dtype"], seed, device)}
 
     def run(self, inputs):
         return self._fn()(inputs["x"], backend="cutile")
