@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..capture.launches import LaunchArgumentsError, intercept_launches
 from ..workload import Tolerance, Workload, WorkloadConfig, WorkloadError, dtype_name
 
 
@@ -279,7 +280,6 @@ def check_workload(wl: Workload, cfg: WorkloadConfig, *, seed: int | None = None
     else:
         sizes = sorted({int(t.numel()) * s for t in expected.values() if isinstance(t, torch.Tensor) for s in (2, 4)})
         poison_allocator(sizes, device)
-    from ..capture.launches import LaunchArgumentsError, intercept_launches
     try:
         # launches pass through, each checked against its kernel's parameters: a mismatch is one line
         with torch.no_grad(), intercept_launches(execute=True):

@@ -8,8 +8,16 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
+from ..loop.git import Git
+from ..loop.session import owned_folder
+from ..roofline.device import live_device, preset
+from ..roofline.peaks import get_ceilings, recorded_ceilings
+from .executors import make_executor
+from .executors.ray import check_ray
 from .plan import CampaignPlan, KernelPlan, build_plan, select
+from .report import write_report
 from .run import STATE_FILE, Campaign, run_campaign
+from .survey import survey
 
 Echo = Callable[[str], None] | None
 
@@ -46,8 +54,6 @@ class CampaignResult:
 
 def _own_out(root: Path, out: Path) -> None:
     """The campaign's folder inside the user's repository stays out of git status (local exclude)."""
-    from ..loop.git import Git
-    from ..loop.session import owned_folder
     if not (root / ".git").exists():
         return
     own = owned_folder(root, out / "x")
@@ -56,8 +62,6 @@ def _own_out(root: Path, out: Path) -> None:
 
 
 def _device(req: CampaignRequest):
-    from ..roofline.device import live_device, preset
-    from ..roofline.peaks import get_ceilings, recorded_ceilings
     if req.device:
         dev = preset(req.device)
         return dev, recorded_ceilings(dev)
@@ -72,13 +76,11 @@ def _device(req: CampaignRequest):
 
 
 def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
-    from .survey import survey
     say = echo or (lambda _m: None)
     if (req.out / STATE_FILE).exists() and not req.plan_only:
         raise UsageError(f"{req.out} already holds a campaign",
                          hint="continue it with --resume, or give --out FOLDER for a new one")
     if req.executor == "ray":
-        from .executors.ray import check_ray
         check_ray()
     dev, ceilings = _device(req)
     req.out.mkdir(parents=True, exist_ok=True)
@@ -109,7 +111,6 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(req.simulate[k.name], indent=1))
             sims[k.name] = str(p)
-    from .executors import make_executor
     ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus)
     c = Campaign.create(req.out, plan, chosen, time_limit=req.time_limit, simulate=sims, options=req.options,
                         executor=ex.describe())
@@ -138,7 +139,6 @@ def _plan(req: CampaignRequest, sv, dev, ceilings, say) -> CampaignPlan:
 
 
 def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> CampaignResult:
-    from .report import write_report
     try:
         run_campaign(c, ex, echo=say)
     finally:
@@ -149,7 +149,6 @@ def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> 
 
 def resume(out: Path, *, executor: str | None = None, ray_address: str | None = None, num_gpus: int | None = None,
            time_limit: float | None = None, echo: Echo = None) -> CampaignResult:
-    from .executors import make_executor
     c = Campaign.load(out)
     if time_limit is not None:               # this run may take time_limit more seconds
         c.data["time_limit_s"] = c.data["spent_s"] + time_limit
@@ -158,8 +157,6 @@ def resume(out: Path, *, executor: str | None = None, ray_address: str | None = 
     c.data["executor"] = ex.describe()
     if c.data.get("roof_device") == "live":
         # the loops place their points against this machine's measured ceilings (measured once, cached)
-        from ..roofline.device import live_device
-        from ..roofline.peaks import get_ceilings
         get_ceilings(live_device(), measure_if_missing=True)
     plan = c.plan
     return _run(c, ex, plan, [plan.kernel(n) for n in c.data["selected"]], echo or (lambda _m: None))

@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..examples import EXAMPLES_DIR
+from .api import CampaignRequest, campaign
+
 KERNELS = ("vector_add", "softmax", "row_norm")
 GIT_ID = ["-c", "user.name=cutile-diag", "-c", "user.email=cutile-diag@localhost"]
 
@@ -71,7 +74,6 @@ def git(repo: Path, *args: str) -> str:
 
 def make_repo(parent: Path, kernels: Sequence[str] = KERNELS) -> Path:
     """``parent/kernels``: a git repository with ``ops/<kernel>.py`` and ``tests/test_ops.py``, committed."""
-    from ..examples import EXAMPLES_DIR
     r = parent / "kernels"
     (r / "ops").mkdir(parents=True)
     (r / "tests").mkdir()
@@ -95,7 +97,6 @@ def survey_command() -> list[str]:
 
 def run_demo(folder: Path, kernels: Sequence[str] = KERNELS, *, echo: Callable[[str], None] | None = None):
     """A fresh repository in ``folder`` and its simulated campaign (two loop steps per kernel at most)."""
-    from .api import CampaignRequest, campaign
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

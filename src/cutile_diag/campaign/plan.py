@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
+from ..roofline.observed import _attr_of, roofline_launches
 from .survey import Survey, pytest_prefix
 
 PERF_WORD = re.compile(r"\b(\w*perf\w*)\b")
@@ -147,7 +148,6 @@ def _plugin() -> list[str]:
 def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
                on_step: Callable[[str], None] | None = None, max_tests: int | None = None,
                test_k: str | None = None) -> CampaignPlan:
-    from ..roofline.observed import _attr_of, roofline_launches
     results = roofline_launches(sv.records, device=device if sv.executed else None, ceilings=ceilings,
                                 on_step=on_step)
     cwd = Path(sv.cwd)

@@ -18,6 +18,11 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from ..ledger import Ledger
+from ..roofline.device import live_device, preset
+from ..roofline.model import analyze
+from ..roofline.peaks import get_ceilings, recorded_ceilings
+from ..roofline.plot import plot_roofline
 from .run import Campaign
 
 
@@ -30,8 +35,6 @@ class _Roof:
     a preset's recorded ceilings, or this machine's measured ones (cached by the campaign)."""
 
     def __init__(self, device_name: str | None):
-        from ..roofline.device import live_device, preset
-        from ..roofline.peaks import get_ceilings, recorded_ceilings
         try:
             self.dev = preset(device_name) if device_name and device_name != "live" else live_device()
         except Exception:
@@ -42,7 +45,6 @@ class _Roof:
 
     def point(self, name: str, p: dict):
         """A ledger's roofline point (its latency, FLOPs, bytes, unit) placed again here."""
-        from ..roofline.model import analyze
         return analyze(name, name, latency_ms=p["latency_ms"], flops=p["flops"], bytes=p["bytes"],
                        unit=(p["compute_dtype"], p["compute_unit"]), device=self.dev, ceilings=self.ceil)
 
@@ -59,7 +61,6 @@ class _Roof:
 
 
 def kernel_rows(c: Campaign, roof: _Roof | None = None) -> list[dict]:
-    from ..ledger import Ledger
     roof = roof or _Roof(c.data.get("roof_device"))
     rows = []
     for name in c.data["selected"]:
@@ -104,7 +105,6 @@ def _write_diff(c: Campaign, name: str, root: str, start: str, end: str) -> str 
 
 def _chart(rows: list[dict], out: Path, roof: _Roof) -> str | None:
     """The roofline chart as an SVG file next to the report (inlined into the page)."""
-    from ..roofline.plot import plot_roofline
     pairs = [(r, r["start_point"], r["final_point"] or r["start_point"]) for r in rows if r["start_point"]]
     if not pairs or roof.dev is None:
         return None

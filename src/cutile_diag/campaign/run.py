@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import CutileDiagError, UsageError
+from ..loop import api
+from ..loop.git import slug
 from .plan import CampaignPlan, KernelPlan
 
 STATE_FILE = "campaign.json"
@@ -43,7 +45,6 @@ class Job:
 
 def run_job(job: Job, echo: Echo = None) -> dict:
     """Run one kernel's loop (in this process); returns {"status": done|crashed, "result"|"error"}."""
-    from ..loop import api
     try:
         opts = dict(job.options)
         if job.time_limit_s is not None:
@@ -134,7 +135,6 @@ class Campaign:
 
 
 def _ledger_exists(loops: Path, kernel: str) -> bool:
-    from ..loop.git import slug
     return (loops / slug(kernel) / "ledger.jsonl").exists() or (loops / slug(kernel) / "ledger.jsonl.gz").exists()
 
 

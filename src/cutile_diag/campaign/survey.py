@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..capture.launches import LaunchRecord, read_jsonl, write_jsonl
+from ..capture.launch_observer import CommandFailedError, NoLaunchesError, observe_command
 from ..errors import UsageError
 
 Echo = Callable[[str], None] | None
@@ -91,7 +92,6 @@ def _drop_unfinished(rec_dir: Path, keep: set[str]) -> int:
 def survey(cmd: list[str], state: Path, *, execute: bool, echo: Echo = None, fresh: bool = False,
            timeout: float | None = None) -> Survey:
     """Run (or continue, or reuse) the survey of ``cmd`` in ``state/survey``."""
-    from ..capture.launch_observer import CommandFailedError, NoLaunchesError, observe_command
     say = echo or (lambda _m: None)
     root = state / "survey"
     status_path = root / "status.json"

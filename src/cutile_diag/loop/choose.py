@@ -11,15 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .backends import Version
+from .candidate import Candidate, transform_key
+from .composite import composites_for
 from .diagnosis import LoopDiagnosis, Rec
-
-
-@dataclass
-class Candidate:
-    version: Version
-    result: Any                  # TransformResult, or a composite's (loop.composite)
-    params: dict
-    transform: str = ""          # what ran, when not the choice's transform (a composite: "a+b")
 
 
 @dataclass
@@ -27,10 +21,6 @@ class Choice:
     rec: Rec
     transform: Any
     candidates: list[Candidate]
-
-
-def transform_key(name: str, params: Mapping[str, Any]) -> str:
-    return name + (json.dumps(dict(params), sort_keys=True, default=str) if params else "")
 
 
 def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, transforms: Mapping[str, Any],
@@ -42,7 +32,6 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
     facts = {e.get("key"): e.get("value") for e in diag.evidence if isinstance(e, dict)}
     manual: list[dict] = []
     skipped: list[str] = []
-    from .composite import composites_for
     for rec in diag.recommendations:
         if only and rec.id.upper() not in only:
             continue

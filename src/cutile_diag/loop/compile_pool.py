@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..errors import CutileDiagError, UsageError
 from . import proc
 from .integrations import CaptureResult
 
@@ -175,7 +176,6 @@ def _child(job: dict) -> dict:
     import contextlib
     from ..capture.aot import capture_aot
     from ..capture.auto import attach_launch
-    from ..errors import CutileDiagError, UsageError
     install_overrides(job.get("overrides") or {})
     specs: dict = dict(job.get("specs") or {})
     from ..capture import spec as spec_mod

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .backends import Version
-from .choose import Candidate, transform_key
+from .candidate import Candidate, transform_key
 
 
 @dataclass(frozen=True)

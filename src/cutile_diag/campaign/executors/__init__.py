@@ -6,10 +6,11 @@ kernels ``campaign.todo()`` lists, gives each ``campaign.time_share`` of the tim
 """
 from __future__ import annotations
 
+from .local import LocalExecutor
+from .ray import RayExecutor
+
 
 def make_executor(name: str, *, ray_address: str | None = None, num_gpus: int | None = None):
     if name == "local":
-        from .local import LocalExecutor
         return LocalExecutor()
-    from .ray import RayExecutor
     return RayExecutor(address=ray_address, num_gpus=num_gpus)

@@ -19,7 +19,7 @@ import time
 from collections import deque
 
 from ...errors import UsageError
-from ..run import Campaign, Echo, _ledger_exists, record_outcome, run_job
+from ..run import Campaign, Echo, Job, _ledger_exists, record_outcome, run_job
 
 NAMESPACE = "cutile-diag"
 
@@ -66,7 +66,6 @@ class _Worker:
         return {"pid": os.getpid(), "gpus": self.gpu_ids, "model": _gpu_model(), "cache": self.cache}
 
     def run(self, job: dict) -> dict:
-        from ..run import Job
         return run_job(Job(**job))
 
 
