@@ -42,7 +42,8 @@ def test_demo_shows_a_simulated_campaign(demo_json):
     rows = {r["kernel"]: r for r in doc["campaign"]["kernels"]}
     assert sorted(rows) == ["row_norm", "softmax", "vector_add"]
     assert all(r["status"] == "done" and r["start_ms"] and r["final_ms"] for r in rows.values())
-    assert rows["row_norm"]["speedup"] > 1.3            # the simulated gather -> tile-load step
+    # the simulated gather -> tile-load step: the spec's ratio, never reported as a speedup
+    assert rows["row_norm"]["speedup"] is None and rows["row_norm"]["simulated_speedup"] > 1.3
     assert (out / "campaign" / "kernels" / "cutile-diag-out" / "campaign" / "campaign.html").is_file()
 
 

@@ -23,7 +23,7 @@ from ..roofline.device import live_device, preset
 from ..roofline.model import analyze
 from ..roofline.peaks import get_ceilings, recorded_ceilings
 from ..roofline.plot import plot_roofline
-from .run import Campaign
+from .run import Campaign, ratio_text
 
 
 def _points(rec: dict | None) -> dict[str, dict]:
@@ -68,7 +68,8 @@ def kernel_rows(c: Campaign, roof: _Roof | None = None) -> list[dict]:
         r = st.get("result") or {}
         row = {"kernel": name, "ref": f"{kp.file}::{kp.ref.rsplit('::', 1)[1]}", "configs": len(kp.configs),
                "status": st["status"], "start_ms": r.get("baseline_ms"), "final_ms": r.get("final_ms"),
-               "speedup": r.get("speedup"), "kept_steps": None, "stopped": r.get("stop_reason") or st.get("error"),
+               "speedup": r.get("speedup"), "simulated_speedup": r.get("simulated_speedup"),
+               "simulated": bool(r.get("simulated")), "kept_steps": None, "stopped": r.get("stop_reason") or st.get("error"),
                "stop_rule": r.get("stop_rule"), "branch": r.get("branch") or st.get("branch"),
                "table": r.get("table"), "diff": None, "start_pct": None, "final_pct": None, "pct_of": "",
                "attempts": st.get("attempts", 0), "crashes": st.get("crashes", 0), "start_point": None,
@@ -115,6 +116,10 @@ def _chart(rows: list[dict], out: Path, roof: _Roof) -> str | None:
     return str(path)
 
 
+SIMULATED_NOTE = ("Simulated: latencies and ratios come from the simulation spec (--simulate); nothing ran on a "
+                  "GPU, so no ratio here is a speedup.")
+
+
 def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -142,13 +147,15 @@ def write_report(c: Campaign) -> dict:
         table, diff = _rel(r["table"], out), _rel(r["diff"], out)
         md.append("| " + " | ".join([
             f"`{r['ref']}`", str(r["configs"]), _fmt(r["start_ms"], ".6f"), _fmt(r["final_ms"], ".6f"),
-            _fmt(r["start_pct"], ".1f"), _fmt(r["final_pct"], ".1f"), _fmt(r["speedup"], ".3f") + ("x" if r["speedup"] else ""),
+            _fmt(r["start_pct"], ".1f"), _fmt(r["final_pct"], ".1f"), ratio_text(r) or "-",
             _fmt(r["kept_steps"], "d"), (f"{r['status']}: " if r["status"] != "done" else "") + (r["stopped"] or "-").replace("|", "/"),
             f"`{r['branch']}`" if r["branch"] else "-",
             f"[perf_results.md]({table})" if table else "-", f"[diff]({diff})" if diff else "-"]) + " |")
     pct_of = {r["pct_of"] for r in rows if r["pct_of"]}
     if pct_of:
         md += ["", "% ceiling: of the " + " / ".join(sorted(pct_of)) + " (median over the kernel's configurations)."]
+    if any(r["simulated"] for r in rows):
+        md += ["", SIMULATED_NOTE]
     (out / "campaign.md").write_text("\n".join(md) + "\n")
     (out / "campaign.html").write_text(_html(c, rows, chart, head))
     return {"markdown": str(out / "campaign.md"), "html": str(out / "campaign.html"), "chart": chart, "kernels": rows}
@@ -167,7 +174,7 @@ def _html(c: Campaign, rows: list[dict], chart: str | None, head: list[str]) -> 
         table, diff = _rel(r["table"], out), _rel(r["diff"], out)
         cells = [f"<code>{e(r['ref'])}</code>", str(r["configs"]), _fmt(r["start_ms"], ".6f"), _fmt(r["final_ms"], ".6f"),
                  _fmt(r["start_pct"], ".1f"), _fmt(r["final_pct"], ".1f"),
-                 _fmt(r["speedup"], ".3f") + ("x" if r["speedup"] else ""), _fmt(r["kept_steps"], "d"),
+                 e(ratio_text(r) or "-"), _fmt(r["kept_steps"], "d"),
                  e((f"{r['status']}: " if r["status"] != "done" else "") + (r["stopped"] or "-")),
                  f"<code>{e(r['branch'])}</code>" if r["branch"] else "-",
                  f'<a href="{e(table)}">perf_results.md</a>' if table else "-",
@@ -186,5 +193,6 @@ executor {e(str(c.data['executor'].get('executor')))}; {c.data['spent_s']:.0f} s
 {svg}
 <table id="kernels"><thead><tr>{''.join(f'<th>{e(h)}</th>' for h in head)}</tr></thead>
 <tbody>{''.join(trs)}</tbody></table>
+{f"<p>{e(SIMULATED_NOTE)}</p>" if any(r["simulated"] for r in rows) else ""}
 </body></html>
 """

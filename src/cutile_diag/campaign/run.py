@@ -28,6 +28,16 @@ STATE_FILE = "campaign.json"
 Echo = Callable[[str], None] | None
 
 
+def ratio_text(r: dict, spec: str = ".3f") -> str | None:
+    """A loop result's start/final ratio as the campaign prints it; a simulated one is labelled
+    (the simulation spec's number: nothing ran on a GPU, so it is never shown as a speedup)."""
+    if r.get("speedup"):
+        return f"{r['speedup']:{spec}}x"
+    if r.get("simulated_speedup"):
+        return f"{r['simulated_speedup']:{spec}}x simulated, not a speedup"
+    return None
+
+
 @dataclass
 class Job:
     """One kernel's loop, everything a worker needs (JSON-able: it travels to Ray actors)."""

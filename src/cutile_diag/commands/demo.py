@@ -118,10 +118,11 @@ def run(args) -> int:
         console.rule(f"diagnosis: {k}")
         render_diagnosis(dg, console, brief=True)
     if campaign:
+        from ..campaign.run import ratio_text
         console.rule("simulated campaign: every kernel the perf tests launch, ranked and optimised")
         for r in campaign["kernels"]:
             console.print(f"  {r['ref']}: {r['start_ms']:.4f} -> {r['final_ms']:.4f} ms simulated "
-                          f"({r['speedup']:.2f}x, {r['kept_steps']} kept step(s)); {r['stopped']}", highlight=False)
+                          f"({ratio_text(r, '.2f') or 'no ratio'}, {r['kept_steps']} kept step(s)); {r['stopped']}", highlight=False)
         console.print(f"[dim]report: {campaign['html']} ({prog()} campaign --help)[/]")
     console.print(f"\nArtifacts: {out}/<kernel>/ (TileIR, cubin, SASS, remarks, manifest.json)", soft_wrap=True)
     console.print("Next:")

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from ..output import prog
 from . import proc
 
 MEASURE_CAP_S = 180.0       # a copy + two GEMMs take seconds; a wedged GPU must not hold the loop
@@ -46,7 +47,7 @@ def _peaks_child(measure: bool, timeout: float) -> tuple[dict | None, str]:
     try:
         doc = json.loads(res.stdout)
     except ValueError:
-        return None, "cutile-diag peaks printed no JSON"
+        return None, f"`{prog()} peaks --json` printed no JSON"   # the command that reproduces it
     if (doc.get("device") or {}).get("kind") not in (None, "live"):
         return None, "no live GPU"
     return doc.get("ceilings"), "" if doc.get("ceilings") else "no measured ceiling"

@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import NoGPUError, UsageError
 from .arch import ARCH_TABLES, arch_family, arch_of_capability, canonical_dtype, flops_per_clk_per_sm
 from ..output import prog
-from ..nvml import nvml_available, nvml_handle_for_torch_device, read_nvml
+from .. import nvml  # read through the module at call time, so a patched probe is the one used
 
 MIB = 1 << 20
 KIB = 1 << 10
@@ -300,10 +300,10 @@ def live_device(index: int | None = None) -> DeviceModel:
                   f"{_TORCH}().{attr}" if v is not None else f"unknown: {_TORCH}() has no {attr}")
 
     nv: dict[str, tuple[Any, str]] = {}
-    why = nvml_available()
+    why = nvml.nvml_available()
     if why is None:
         try:
-            nv = read_nvml(nvml_handle_for_torch_device(idx))
+            nv = nvml.read_nvml(nvml.nvml_handle_for_torch_device(idx))
         except Exception as e:
             why = f"NVML handle lookup failed: {e}"
     if why:

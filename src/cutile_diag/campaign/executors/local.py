@@ -1,7 +1,7 @@
 """The local executor: one GPU (the default device), kernels one after another, in this process."""
 from __future__ import annotations
 
-from ..run import Campaign, Echo, record_outcome, run_job
+from ..run import Campaign, Echo, ratio_text, record_outcome, run_job
 
 
 class LocalExecutor:
@@ -27,6 +27,5 @@ class LocalExecutor:
             outcome = run_job(job, echo=lambda m, n=name: say(f"  {n} │ {m}"))
             record_outcome(c, name, outcome)
             r = outcome.get("result") or {}
-            say(f"[{i}/{len(todo)}] {name}: " + (f"{r.get('stop_rule')}, " + (f"{r['speedup']:.3f}x" if r.get("speedup")
-                                                                           else "no speedup")
+            say(f"[{i}/{len(todo)}] {name}: " + (f"{r.get('stop_rule')}, " + (ratio_text(r) or "no speedup")
                                                  if outcome["status"] == "done" else f"crashed: {outcome.get('error')}"))

@@ -19,7 +19,7 @@ import time
 from collections import deque
 
 from ...errors import UsageError
-from ..run import Campaign, Echo, Job, _ledger_exists, record_outcome, run_job
+from ..run import Campaign, Echo, Job, _ledger_exists, ratio_text, record_outcome, run_job
 
 NAMESPACE = "cutile-diag"
 
@@ -151,8 +151,7 @@ class RayExecutor:
                 record_outcome(c, name, outcome)
                 idle.append(actor)
                 r = outcome.get("result") or {}
-                say(f"{name}: " + (f"{r.get('stop_rule')}, " + (f"{r['speedup']:.3f}x" if r.get("speedup") else
-                                                               "no speedup")
+                say(f"{name}: " + (f"{r.get('stop_rule')}, " + (ratio_text(r) or "no speedup")
                                    if outcome["status"] == "done" else f"crashed: {outcome.get('error')}"))
         finally:
             for a in self.actors.values():
