@@ -274,6 +274,9 @@ def test_a_sweep_point_gets_the_time_its_capture_and_check_need(repo):
     plan3 = budget_mod.plan(3, r.costs(), 100.0, rounds=2, margin=1.0)
     first = r._share(proc.Deadline(100.0), 4, r._after_s(plan3, 2, 3))
     assert 25.0 <= first.remaining() <= 100.0 - 2 * 26.0
+    # at most twice the point's own estimate: 26 s of capture and check may take 52 s, not all 100
+    mine = r._share(proc.Deadline(100.0), 2, r._after_s(plan, 0, 0), r._point_s(plan, check=True))
+    assert 50.0 <= mine.remaining() <= 52.0
     # without baseline costs: the equal share, as before
     r.costs = lambda: budget_mod.Costs()
     assert r._share(proc.Deadline(40.0), 4, r._after_s(plan, 0, 0)).remaining() <= 10.0

@@ -253,6 +253,22 @@ def test_a_hanging_sweep_point_fails_alone(repo):
     assert [p["params"] for p in it["sweep"] if p.get("chosen")] == [{"v": 3}]
 
 
+def test_a_hanging_point_leaves_the_others_their_time_when_the_baseline_took_milliseconds(repo):
+    # baseline costs of milliseconds (a loaded machine rounds them above 0): a hung point may run
+    # to twice its own estimate or its equal share, not to everything the others are estimated to leave
+    from cutile_diag.loop import budget as budget_mod
+    for hang_in in ("measure", "verify"):
+        ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}, {"v": 3}])}
+        spec = {"effects": {'occ{"v": 1}': 0.95, 'occ{"v": 3}': 0.85}, "hang": ['occ{"v": 2}'], "hang_in": hang_in}
+        r = make_loop(repo, spec, recs=[rec("C", "occ")], transforms=ts, max_iterations=1, iteration_budget_s=4,
+                      branch=f"ms-{hang_in}")
+        r.costs = lambda: budget_mod.Costs(verify_s=0.01, run_s=0.002)
+        r.start()
+        it = r.led.iterations[1]
+        assert (it["status"], it["applied"]) == ("keep", ['occ{"v": 3}']), hang_in
+        assert next(p for p in it["sweep"] if p["params"] == {"v": 2})["failure"] == "budget"
+
+
 def test_a_sweep_point_killed_while_checking_is_a_budget_skip_not_a_crash(repo):
     # one point's check outlives its share of the iteration: the ledger says it ran out of time
     ts = {"occ": FakeTransform("occ", "C", params=[{"v": 1}, {"v": 2}])}

@@ -29,6 +29,7 @@ from .recover import save_candidates, save_files
 
 
 _CONFIRM_CUT = "the iteration's time budget ran out while confirming"
+OWN_SLACK = 2.0     # a sweep point may run to twice its estimated cost (estimates are rough), not longer
 
 
 class Evaluation:
@@ -269,16 +270,30 @@ class Evaluation:
                   f"{verdict} — {_short(d.reason, 90)}; {_short(diff_line(record.get('ir_diff')), 90)}")
         return d
 
-    def _share(self, deadline: proc.Deadline, parts: int, after_s: float | None = None) -> proc.Deadline:
+    def _share(self, deadline: proc.Deadline, parts: int, after_s: float | None = None,
+               own_s: float | None = None) -> proc.Deadline:
         """What one sweep step may use: what is left minus the baseline-timed cost of the work
-        after it (``after_s``), and never less than an equal share of it (``parts``).  A hung
-        point cannot eat the others' time, and a slow but working point is not killed at an
-        equal share that its capture and check (tens of seconds) never fitted."""
+        after it (``after_s``), at most ``OWN_SLACK`` times the step's own estimated cost
+        (``own_s``), and never less than an equal share of it (``parts``).  A hung point cannot
+        eat the others' time (the estimates after it carry no margin: with costs of milliseconds
+        it would take nearly all), and a slow but working point is not killed at an equal share
+        that its capture and check (tens of seconds) never fitted."""
         left = deadline.remaining()
         if left is None:
             return proc.Deadline(None)
         equal = left / max(1, parts)
-        return proc.Deadline(equal if after_s is None else max(equal, left - after_s))
+        if after_s is None:
+            return proc.Deadline(equal)
+        room = left - after_s if own_s is None else min(left - after_s, OWN_SLACK * own_s)
+        return proc.Deadline(max(equal, room))
+
+    def _point_s(self, plan: budget_mod.Plan, *, check: bool) -> float | None:
+        """One point's estimated seconds: its capture and check, or its screening (None: no
+        baseline costs)."""
+        c = self.costs()
+        if not c.known:
+            return None
+        return c.candidate_capture_s + c.verify_s if check else 2 * plan.screen_rounds * c.run_s
 
     def _after_s(self, plan: budget_mod.Plan, checks: int, screens: int) -> float | None:
         """Estimated seconds for ``checks`` more point checks, ``screens`` more screenings and
@@ -321,7 +336,8 @@ class Evaluation:
             self._guard()
             # + 1: what the full comparison needs
             share = self._share(deadline, len(todo) - i + 1,
-                                self._after_s(plan, len(todo) - i - 1, len(todo) if len(todo) > 1 else 0))
+                                self._after_s(plan, len(todo) - i - 1, len(todo) if len(todo) > 1 else 0),
+                                self._point_s(plan, check=True))
             cap = self._capture(c.version, share)
             if cap is not None and cap.timed_out:
                 row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {cap.error}", "budget"
@@ -356,7 +372,8 @@ class Evaluation:
             screened = []
             for i, c in enumerate(passing):
                 row = next(r for r in info if r["label"] == c.version.label)
-                share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1))
+                share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1),
+                                    self._point_s(plan, check=False))
                 try:
                     runs = self._measure([a, c.version], share, plan.screen_rounds)
                 except MeasurementTimeout as e:
