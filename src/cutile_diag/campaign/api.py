@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
+from ..loop.api import LoopOverrides
 from ..loop.git import Git
 from ..loop.session import owned_folder
 from ..roofline.device import live_device, preset
@@ -35,7 +36,7 @@ class CampaignRequest:
     time_limit: float | None = None
     resurvey: bool = False
     device: str | None = None                    # a preset for the ranking (dry run)
-    options: dict = field(default_factory=dict)  # LoopOptions fields for every loop
+    options: LoopOverrides = field(default_factory=LoopOverrides)  # for every loop
     max_tests: int | None = None                 # bench each kernel with its N perf tests of the most GPU time
     test_k: str | None = None                    # the correctness command's -k, instead of the derived one
     executor: str = "local"
@@ -112,7 +113,7 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
             p.write_text(json.dumps(req.simulate[k.name], indent=1))
             sims[k.name] = str(p)
     ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus)
-    c = Campaign.create(req.out, plan, chosen, time_limit=req.time_limit, simulate=sims, options=req.options,
+    c = Campaign.create(req.out, plan, chosen, time_limit=req.time_limit, simulate=sims, options=req.options.to_json(),
                         executor=ex.describe())
     c.data["roof_device"] = (next(iter(req.simulate.values())).get("device", "h200") if req.simulate
                              else (req.device or ("live" if req.execute else None)))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..examples import EXAMPLES_DIR
+from ..loop.api import LoopOverrides
 from .api import CampaignRequest, campaign
 
 KERNELS = ("vector_add", "softmax", "row_norm")
@@ -104,7 +105,7 @@ def run_demo(folder: Path, kernels: Sequence[str] = KERNELS, *, echo: Callable[[
     (folder / "specs.json").write_text(json.dumps({k: SPECS[k] for k in kernels}, indent=1))
     req = CampaignRequest(command=survey_command(), root=repo, out=repo / "cutile-diag-out" / "campaign",
                           execute=False, simulate={k: SPECS[k] for k in kernels},
-                          options={"max_iterations": 2, "capture": False})
+                          options=LoopOverrides(max_iterations=2, capture=False))
     import os
     cwd = os.getcwd()
     os.chdir(repo)                     # the survey runs the tests where a user would

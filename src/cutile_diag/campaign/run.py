@@ -56,9 +56,9 @@ class Job:
 def run_job(job: Job, echo: Echo = None) -> dict:
     """Run one kernel's loop (in this process); returns {"status": done|crashed, "result"|"error"}."""
     try:
-        opts = dict(job.options)
+        opts = api.LoopOverrides.from_json(job.options)
         if job.time_limit_s is not None:
-            opts["time_limit_s"] = job.time_limit_s
+            opts.time_limit_s = job.time_limit_s
         if job.resume:
             m = api.Measurement()
         elif job.simulate:

@@ -29,3 +29,29 @@ def positive_arg(flag: str, text, *, integer: bool = False):
         return number_arg(flag, text, integer=integer)
     except UsageError:
         raise UsageError(f"{flag} must be a positive {'integer' if integer else 'number'}, not '{text}'") from None
+
+
+def add_budget(group, help: str, metavar: str | None = "S") -> None:
+    """``--budget`` (seconds per iteration) for optimize, campaign and ``loop record``: parsed
+    here, read by ``loop_overrides``, validated in ``LoopOptions`` with the loop's other options."""
+    group.add_argument("--budget", type=float, default=None, metavar=metavar, help=help)
+
+
+def _ids(text: str | None) -> list[str]:
+    return [x.strip().upper() for x in (text or "").split(",") if x.strip()]
+
+
+def loop_overrides(args):
+    """The loop flags a command registered (optimize, campaign, ``loop record``) as the typed
+    ``LoopOverrides``; a flag the command lacks, or not given, stays unset."""
+    from ..loop.api import LoopOverrides
+
+    def get(name):
+        return getattr(args, name, None)
+    return LoopOverrides(
+        max_iterations=get("max_iterations"), iteration_budget_s=get("budget"), rounds=get("rounds"),
+        max_sweep=get("max_sweep"), lookahead=get("lookahead"), until_roof=get("until_roof"),
+        time_limit_s=get("time_limit"), capture_workload=get("capture_workload") or None,
+        keep_going=True if get("keep_going") else None, capture=False if get("no_capture") else None,
+        archs=get("arch") or None, capture_args=get("capture_arg") or None,
+        only=_ids(get("only")) or None, skip=_ids(get("skip")) or None)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..output import console, err_console, print_json
+from ._args import add_budget, loop_overrides
 
 DEFAULT_OUT = Path("cutile-diag-out") / "campaign"
 
@@ -30,9 +31,10 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="record the launches without executing them (no GPU; static counts, no times)")
     p.add_argument("--select", help="comma-separated kernels to optimise (name or FILE.py::KERNEL)")
-    p.add_argument("--skip", help="comma-separated kernels not to optimise")
+    # dests skip_kernels and total_time_limit: not the loop's --skip / --time-limit (``loop_overrides``)
+    p.add_argument("--skip", dest="skip_kernels", metavar="SKIP", help="comma-separated kernels not to optimise")
     p.add_argument("--simulate", metavar="SPECS.json", help="a simulated GPU per kernel (CI and demos)")
-    p.add_argument("--time-limit", type=float, metavar="S",
+    p.add_argument("--time-limit", dest="total_time_limit", type=float, metavar="S",
                    help="wall time for all the loops, split between kernels by expected gain; with --resume: "
                         "the time this run may take (default: what is left of the first limit)")
     p.add_argument("--resume", action="store_true", help="continue the campaign in --out after a crash or kill")
@@ -49,7 +51,7 @@ def register(sub) -> None:
     lp.add_argument("--no-capture", action="store_true", help="no AOT capture for the diagnoses")
     lp.add_argument("--rounds", type=int, help="interleaved measurement rounds per comparison (default 3)")
     lp.add_argument("--max-sweep", type=int, help="parameter settings screened per sweep step (default 4)")
-    lp.add_argument("--budget", type=float, metavar="S", help="time budget per iteration in seconds (default 600)")
+    add_budget(lp, help="time budget per iteration in seconds (default 600)")
     dp = p.add_argument_group("derived commands")
     dp.add_argument("--max-tests", type=int, metavar="N",
                     help="bench each kernel with its N perf tests of the most GPU time (default: all that launched it)")
@@ -91,16 +93,12 @@ def _run(args) -> int:
     from ..campaign import api
     root = _root()
     out = _out(args, root)
-    opts = {k: v for k, v in (("max_iterations", args.max_iterations), ("until_roof", args.until_roof),
-                              ("rounds", args.rounds), ("max_sweep", args.max_sweep),
-                              ("iteration_budget_s", args.budget)) if v is not None}
-    if args.no_capture:
-        opts["capture"] = False
+    opts = loop_overrides(args)
     if args.resume:
         if args.passthrough:
             raise UsageError("--resume continues the campaign in --out: give no command")
         res = api.resume(out, executor=args.executor, ray_address=args.ray_address, num_gpus=args.ray_gpus,
-                         time_limit=args.time_limit, echo=_say)
+                         time_limit=args.total_time_limit, echo=_say)
         return _show_run(args, res)
     if not args.passthrough:
         raise UsageError("give the command to survey after '--'",
@@ -117,7 +115,7 @@ def _run(args) -> int:
             raise UsageError(f"--simulate {args.simulate}: must map each kernel's name to an `optimize --simulate` spec")
     req = api.CampaignRequest(command=list(args.passthrough), root=root, out=out, plan_only=args.plan,
                               execute=not (args.dry_run or sim is not None), select=_names(args.select),
-                              skip=_names(args.skip), simulate=sim, time_limit=args.time_limit,
+                              skip=_names(args.skip_kernels), simulate=sim, time_limit=args.total_time_limit,
                               resurvey=args.resurvey, device=args.device, options=opts, max_tests=args.max_tests,
                               test_k=args.test_k,
                               executor=args.executor or "local", ray_address=args.ray_address, num_gpus=args.ray_gpus)

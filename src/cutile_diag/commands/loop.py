@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..output import console, err_console, print_json, prog
+from ._args import add_budget, loop_overrides
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def register(sub) -> None:
     r = ls.add_parser("record", help="verify, measure, decide and record the edit in the work tree")
     r.add_argument("--entry", help="the playbook entry the edit implements (default: what `loop next` proposed)")
     r.add_argument("--note", help="one line describing the edit (the table's optimization column)")
-    r.add_argument("--budget", type=float, help="time budget in seconds (default: the loop's)")
+    add_budget(r, help="time budget in seconds (default: the loop's)", metavar=None)
     r.add_argument("--rounds", type=int, help="interleaved measurement rounds (default: the loop's)")
     r.add_argument("--max-iterations", type=int, help="the loop's iteration cap (1..25; default: the loop's)")
     r.add_argument("--allow-noop", action="store_true",
@@ -91,8 +92,8 @@ def run_record(args) -> int:
 def _run_record(args) -> int:
     from ..loop import api
     echo = None if args.json else (lambda m: err_console.print("│ " + m, markup=False, highlight=False, soft_wrap=True))
-    rec = api.record(_ref(args), entry=args.entry, note=args.note, budget=args.budget, rounds=args.rounds,
-                     max_iterations=args.max_iterations, allow_noop=args.allow_noop, echo=echo)
+    rec = api.record(_ref(args), entry=args.entry, note=args.note, options=loop_overrides(args),
+                     allow_noop=args.allow_noop, echo=echo)
     if args.json:
         print_json(rec)
         return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..output import console, err_console, print_json, prog
+from ._args import add_budget, loop_overrides
 
 
 def register(sub) -> None:
@@ -53,8 +54,7 @@ def register(sub) -> None:
     m.add_argument("--device", type=int, help="CUDA device index for the workload backend")
     lp = p.add_argument_group("loop")
     lp.add_argument("--max-iterations", type=int, default=None, help="stop after N iterations (1..25, default 25)")
-    lp.add_argument("--budget", type=float, default=None, metavar="S",
-                    help="time budget per iteration in seconds (default 600); a candidate that hangs is killed "
+    add_budget(lp, help="time budget per iteration in seconds (default 600); a candidate that hangs is killed "
                          "and recorded as crash; a sweep point killed at its share, or a screened one "
                          "killed while confirming, is recorded as out of time (budget)")
     lp.add_argument("--time-limit", type=float, default=None, metavar="S",
@@ -89,39 +89,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _ids(text: str | None) -> list[str]:
-    return [x.strip().upper() for x in (text or "").split(",") if x.strip()]
-
-
 def request(args):
     """The flags as the loop's one typed request."""
     from ..loop.api import Measurement, OptimizeRequest
-    over = dict(max_iterations=args.max_iterations, iteration_budget_s=args.budget, rounds=args.rounds,
-                max_sweep=args.max_sweep, lookahead=args.lookahead)
-    if args.keep_going:
-        over["keep_going"] = True
-    if args.until_roof is not None:
-        over["until_roof"] = args.until_roof
-    if getattr(args, "time_limit", None) is not None:
-        over["time_limit_s"] = args.time_limit
-    if args.no_capture:
-        over["capture"] = False
-    if args.arch:
-        over["archs"] = args.arch
-    if args.capture_arg:
-        over["capture_args"] = args.capture_arg
-    if getattr(args, "capture_workload", None):
-        over["capture_workload"] = args.capture_workload
-    if args.only:
-        over["only"] = _ids(args.only)
-    if args.skip:
-        over["skip"] = _ids(args.skip)
     m = Measurement(workload=args.workload, workload_args=args.workload_arg, test_cmd=args.test_cmd,
                     bench_cmd=args.bench_cmd, framework=args.framework, direction=args.direction,
                     simulate=args.simulate, configs=[c.strip() for c in args.configs.split(",")] if args.configs
                     else None, rep_ms=args.rep_ms, warmup_ms=args.warmup_ms, batch=not args.no_batch, device=args.device, flops=args.flops,
                     bytes=args.bytes, unit=args.unit, roof_device=args.roof_device)
-    return OptimizeRequest(kernel=args.kernel, measurement=m, options=over, resume=args.resume, out=args.out,
+    return OptimizeRequest(kernel=args.kernel, measurement=m, options=loop_overrides(args), resume=args.resume, out=args.out,
                            branch=args.branch, wrappers=args.wrapper)
 
 

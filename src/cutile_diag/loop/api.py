@@ -47,10 +47,44 @@ class Measurement:
 
 
 @dataclass
+class LoopOverrides:
+    """The ``LoopOptions`` fields a caller sets (the CLI's loop flags); None: unset, so a new loop
+    takes the default and ``--resume`` / ``loop record`` keep the stored value.  Validated where
+    they meet the stored options, in ``LoopOptions`` (one place for ``--budget`` and the rest)."""
+    max_iterations: int | None = None
+    iteration_budget_s: float | None = None                    # --budget
+    rounds: int | None = None
+    max_sweep: int | None = None
+    lookahead: float | None = None
+    keep_going: bool | None = None                             # --continue (this invocation only)
+    until_roof: float | None = None
+    time_limit_s: float | None = None                          # --time-limit (this invocation only)
+    capture: bool | None = None                                # False: --no-capture
+    archs: list[str] | None = None
+    capture_args: list[str] | None = None
+    capture_workload: str | None = None
+    only: list[str] | None = None
+    skip: list[str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields set, as the ledger and a campaign's state store them."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> "LoopOverrides":
+        return cls(**{k: v for k, v in (d or {}).items() if k in cls.__dataclass_fields__})
+
+    def apply(self, base: dict | None = None):
+        """``LoopOptions``: the stored ``base`` (a loop's options) with these set over it."""
+        from .runner import LoopOptions
+        return LoopOptions.from_json(base, **self.to_json())
+
+
+@dataclass
 class OptimizeRequest:
     kernel: str | None                                         # FILE.py::KERNEL (optional with resume)
     measurement: Measurement = field(default_factory=Measurement)
-    options: dict[str, Any] = field(default_factory=dict)     # LoopOptions fields to set (None: unset)
+    options: LoopOverrides = field(default_factory=LoopOverrides)
     resume: bool = False
     out: str | None = None
     branch: str | None = None
@@ -75,11 +109,6 @@ class Plan:
         return {"location": self.location, "capture": self.capture, "diagnosis": self.diagnosis.to_json()}
 
 
-def _options(req: OptimizeRequest, base: dict | None = None):
-    from .runner import LoopOptions
-    return LoopOptions.from_json(base, **req.options)
-
-
 def optimize(req: OptimizeRequest, *, echo: Echo = None):
     """Run the loop: a new one (branch + worktree + baseline), or ``resume`` an existing one."""
     from .backends import closing
@@ -92,7 +121,7 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
     if req.resume:
         state = find_state_dir(req.kernel, req.out)
         s, led = load_session(state)
-        opts = _options(req, s.options)
+        opts = req.options.apply(s.options)
         if s.options.get("keep_going") and not opts.keep_going:
             say("note: --continue applied to the earlier run only; give it again to go on past small steps")
         # new --test-cmd/--bench-cmd (a fix after a failed baseline) replace the stored ones, on the record
@@ -125,7 +154,7 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
                             framework=m.framework, direction=m.direction, bench_options=bench_opts,
                             device=m.device, counts=m.counts())
         check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
-        opts = _options(req)
+        opts = req.options.apply()
         # decide with this machine's calibrated noise floor (cutile-diag calibrate), when there is one
         # (the backend built here only names the machine and what it measures; it starts nothing)
         from .calibrate import noise_floor_for
@@ -161,7 +190,7 @@ def plan(req: OptimizeRequest) -> Plan:
     path, name = parse_ref(req.kernel)
     loc = locate(path, name)
     source = path.read_text()
-    opts = _options(req)
+    opts = req.options.apply()
     info, kw = {}, {}
     m = req.measurement
     if m.workload:
@@ -205,16 +234,17 @@ def next_step(ref: LoopRef, *, entry: str | None = None):
     return _next(s, led, entry=entry)
 
 
-def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None, budget: float | None = None,
-           rounds: int | None = None, max_iterations: int | None = None, allow_noop: bool = False,
-           echo: Echo = None) -> dict:
-    """Verify, measure, decide and record the edit in the loop's worktree."""
+def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None,
+           options: LoopOverrides | None = None, allow_noop: bool = False, echo: Echo = None) -> dict:
+    """Verify, measure, decide and record the edit in the loop's worktree.  ``options``: this
+    step's --budget, --rounds, --max-iterations over the loop's stored options."""
     from .backends import closing
     from .factory import make_backend
     from .manual import record_manual
-    from .runner import LoopOptions
     s, led = open_loop(ref)
-    opts = LoopOptions.from_json(s.options, iteration_budget_s=budget, rounds=rounds, max_iterations=max_iterations)
+    over = options or LoopOverrides()
+    opts = over.apply(s.options)
+    max_iterations = over.max_iterations
     if max_iterations is not None and max_iterations != s.options.get("max_iterations"):
         # the cap is the loop's (status, the next record, --resume read it), not this step's
         led.append({"type": "options", "options": {**s.options, "max_iterations": opts.max_iterations}})

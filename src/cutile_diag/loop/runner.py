@@ -91,7 +91,7 @@ class LoopOptions:
                             f"not {self.max_iterations}")
         if self.rounds < 1:
             raise LoopError("--rounds must be at least 1")
-        if self.iteration_budget_s <= 0:
+        if not float(self.iteration_budget_s) > 0:          # nan too
             raise LoopError("--budget must be a positive number of seconds")
         if self.time_limit_s is not None and not float(self.time_limit_s) > 0:
             raise LoopError(f"--time-limit must be a positive number of seconds, not {self.time_limit_s}")
