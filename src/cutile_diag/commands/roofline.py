@@ -35,7 +35,7 @@ import os
 from pathlib import Path
 
 from ..errors import UsageError
-from ..output import console, err_console, print_json, prog, progress
+from ..output import console, err_console, print_json, prog
 from ._args import number_arg
 
 
@@ -204,23 +204,29 @@ def run(args: argparse.Namespace) -> int:
     return _run_workload(args, form)
 
 
-def _run_workload(args: argparse.Namespace, form: str) -> int:
-    from ..bench import BenchOptions
-    from ..roofline.analysis import roofline_workload
-    from ..roofline.device import live_device, preset
-    from ..roofline.peaks import get_ceilings, recorded_ceilings
-    from ..workloads import load_workload
+def request(args: argparse.Namespace, form: str):
+    """The flags (a workload or FILE.py::KERNEL) as the roofline stage's request."""
+    from ..roofline.analysis import RooflineRequest
     timeout = number_arg("--timeout", args.timeout if args.timeout is not None else "300")
     warmup_ms = number_arg("--warmup-ms", args.warmup_ms, strict=False)
     rep_ms = number_arg("--rep-ms", args.rep_ms, strict=False)
     gpu = number_arg("--gpu", args.gpu, strict=False, integer=True)
     check_seed = number_arg("--check-seed", args.check_seed, strict=False, integer=True)
-    if form == "kernel":
-        from ..capture.spec import parse_assignments
-        from ..workloads.kernel import kernel_workload
-        wl = kernel_workload(args.kernel, parse_assignments(args.arg), _grid(args.grid))
-    else:
-        wl = load_workload(args.kernel, **_kwargs(args.workload_arg))
+    kernel = form == "kernel"
+    return RooflineRequest(ref=args.kernel, kernel=kernel, arg=args.arg if kernel else [],
+                           grid=_grid(args.grid) if kernel else None,
+                           workload_args={} if kernel else _kwargs(args.workload_arg), configs=args.config,
+                           device=args.device, gpu=gpu, measure_peaks=not args.no_peaks, ncu=args.ncu,
+                           flush_l2=not args.no_flush, cuda_graph=args.cuda_graph, batch=not args.no_batch,
+                           warmup_ms=warmup_ms, rep_ms=rep_ms, check=not args.no_check, check_seed=check_seed,
+                           isolated=not args.in_process, timeout_s=timeout, static=not args.no_static,
+                           plot=args.plot)
+
+
+def _run_workload(args: argparse.Namespace, form: str) -> int:
+    from ..roofline import analysis
+    req = request(args, form)
+    wl = analysis.load_target(req)
     if args.list:
         if args.json:
             print_json(wl.describe())
@@ -228,60 +234,16 @@ def _run_workload(args: argparse.Namespace, form: str) -> int:
             for c in wl.configs:
                 console.print(f"{c.name}  {c.params}")
         return 0
-    cfgs = wl.select(args.config)
-    offline = preset(args.device) if args.device else None
-    lat = _latencies(args.latency_ms, cfgs)
-    if offline is not None:
-        dev = offline
-        if lat is None:
-            raise UsageError(f"--device {args.device} is the offline mode: give the recorded latency",
-                             hint="--latency-ms X (or NAME=MS per configuration)")
-        missing = [c.name for c in cfgs if c.name not in lat]
-        if missing:
-            raise UsageError("offline mode needs a latency for every selected configuration",
-                             hint="missing: " + ", ".join(missing))
-        ceilings = recorded_ceilings(dev)     # the project's own measurement of this preset, if any
-    else:
-        dev = live_device(gpu)
-        ceilings = get_ceilings(dev, measure_if_missing=not args.no_peaks and not lat)
-    if args.ncu:
-        from ..roofline.ncu import ncu_available
-        why = ncu_available()
-        if why:
-            raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
-        if dev.kind != "live":
-            raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
-    opts = BenchOptions(flush_l2=not args.no_flush, cuda_graph=args.cuda_graph,
-                        **({"batch": None} if args.no_batch else {}))
-    if warmup_ms is not None:
-        opts.warmup_ms = warmup_ms
-    if rep_ms is not None:
-        opts.rep_ms = rep_ms
-    with progress(len(cfgs), f"roofline {wl.name}", enabled=not args.json) as bar:
-        results = roofline_workload(wl, cfgs, device=dev, ceilings=ceilings, latencies=lat, options=opts,
-                                    check=not args.no_check and form != "kernel", check_seed=check_seed,
-                                    isolated=not args.in_process, timeout_s=timeout,
-                                    static=not args.no_static, ncu=args.ncu,
-                                    on_step=lambda m: bar.update(m))
-    points = [r.point for r in results if r.point is not None]
-    plot_path = None
-    if args.plot:
-        from ..roofline.plot import plot_roofline
-        if not points:
-            err_console.print("no valid measurements: nothing to plot")
-        else:
-            plot_path = plot_roofline(points, dev, ceilings, args.plot)
-    failed = [r for r in results if r.status != "ok"]
-    invalid = [p for p in points if not p.valid]
+    r = analysis.run(req, wl, latencies=lambda cfgs: _latencies(args.latency_ms, cfgs), show=not args.json)
+    if r.plot_note:
+        err_console.print(r.plot_note)
     if args.json:
-        print_json({"workload": wl.describe(), "device": dev.to_json(),
-                    "ceilings": ceilings.to_json() if ceilings else None,
-                    "results": [r.to_json() for r in results], "plot": str(plot_path) if plot_path else None})
-        return 1 if (failed or invalid) else 0
-    _print_table(wl, dev, ceilings, results)
-    if plot_path:
-        console.print(f"plot: {plot_path}")
-    return 1 if (failed or invalid) else 0
+        print_json(r.to_json())
+        return 1 if r.failed else 0
+    _print_table(wl, r.device, r.ceilings, r.results)
+    if r.plot:
+        console.print(f"plot: {r.plot}")
+    return 1 if r.failed else 0
 
 
 def _print_table(wl, dev, ceilings, results) -> None:

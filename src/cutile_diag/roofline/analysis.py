@@ -1,6 +1,9 @@
 """One call from a workload to roofline points: measure (or take recorded latencies), count, place.
 
-Public API::
+Public API (the ``roofline`` command's: ``load_target`` then ``run``)::
+
+    wl = load_target(RooflineRequest(ref, ...))
+    r = run(req, wl, latencies=None, show=True)   # -> RooflineRun: device, ceilings, results, plot
 
     results = roofline_workload(wl, cfgs, device=dev, ceilings=c, latencies=None, options=None,
                                 check=True, check_seed=None, isolated=True, timeout_s=300, static=True,
@@ -16,11 +19,18 @@ kernel has no meaningful speed — and its result says why.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import CutileDiagError
+from ..capture.spec import parse_assignments
+from ..errors import CutileDiagError, UsageError
+from ..output import progress
 from ..workload import Workload, WorkloadConfig
+from ..workloads import load_workload
+from ..workloads.kernel import kernel_workload
+from . import device as device_mod       # read at call time, so a patched live_device is the one used
+from . import peaks as peaks_mod
 from .device import DeviceModel
 from .model import RooflinePoint, analyze
 from .peaks import Ceilings
@@ -150,4 +160,111 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
             p.ncu = res.ncu
         res.point = p
         out.append(res)
+    return out
+
+
+# --- the ``roofline WORKLOAD | FILE.py::KERNEL`` command's request ----------------------------
+
+@dataclass
+class RooflineRequest:
+    """The ``roofline`` command's flags for a workload or a kernel reference, parsed."""
+    ref: str                                     # a workload reference, or FILE.py::KERNEL
+    kernel: bool = False                         # ref names a @ct.kernel (its --arg specs, --grid)
+    arg: list[str] = field(default_factory=list)
+    grid: list[int] | None = None
+    workload_args: dict[str, str] = field(default_factory=dict)
+    configs: list[str] | None = None
+    device: str | None = None                    # offline: a preset, with recorded latencies
+    gpu: int | None = None
+    measure_peaks: bool = True                   # measure missing ceilings (not with recorded latencies)
+    ncu: bool = False
+    flush_l2: bool = True
+    cuda_graph: bool = False
+    batch: bool = True
+    warmup_ms: float | None = None
+    rep_ms: float | None = None
+    check: bool = True
+    check_seed: int | None = None
+    isolated: bool = True
+    timeout_s: float = 300.0
+    static: bool = True
+    plot: str | None = None
+
+
+@dataclass
+class RooflineRun:
+    workload: Workload
+    device: DeviceModel
+    ceilings: Ceilings | None
+    results: list[ConfigResult]
+    plot: Path | None = None
+    plot_note: str | None = None                 # why --plot wrote nothing
+
+    @property
+    def failed(self) -> bool:
+        """A configuration that did not measure, or a point that is not valid."""
+        return any(r.status != "ok" for r in self.results) or any(
+            r.point is not None and not r.point.valid for r in self.results)
+
+    def to_json(self) -> dict:
+        return {"workload": self.workload.describe(), "device": self.device.to_json(),
+                "ceilings": self.ceilings.to_json() if self.ceilings else None,
+                "results": [r.to_json() for r in self.results], "plot": str(self.plot) if self.plot else None}
+
+
+def load_target(req: RooflineRequest) -> Workload:
+    """The workload ``req.ref`` names (a bare kernel at its argument specs becomes one)."""
+    if req.kernel:
+        return kernel_workload(req.ref, parse_assignments(req.arg), req.grid)
+    return load_workload(req.ref, **req.workload_args)
+
+
+def run(req: RooflineRequest, wl: Workload, *,
+        latencies: Callable[[list[WorkloadConfig]], dict[str, float] | None] | None = None,
+        show: bool = False) -> RooflineRun:
+    """Measure every selected configuration, or place recorded latencies on ``req.device``.
+    ``latencies``: the selected configurations -> config name -> ms (the caller's --latency-ms,
+    parsed against them once the device preset is known good)."""
+    from ..bench import BenchOptions
+    cfgs = wl.select(req.configs)
+    offline = device_mod.preset(req.device) if req.device else None
+    lat = latencies(cfgs) if latencies else None
+    if offline is not None:
+        dev = offline
+        if lat is None:
+            raise UsageError(f"--device {req.device} is the offline mode: give the recorded latency",
+                             hint="--latency-ms X (or NAME=MS per configuration)")
+        missing = [c.name for c in cfgs if c.name not in lat]
+        if missing:
+            raise UsageError("offline mode needs a latency for every selected configuration",
+                             hint="missing: " + ", ".join(missing))
+        ceilings = peaks_mod.recorded_ceilings(dev)     # the project's own measurement of this preset, if any
+    else:
+        dev = device_mod.live_device(req.gpu)
+        ceilings = peaks_mod.get_ceilings(dev, measure_if_missing=req.measure_peaks and not lat)
+    if req.ncu:
+        from .ncu import ncu_available
+        why = ncu_available()
+        if why:
+            raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
+        if dev.kind != "live":
+            raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
+    opts = BenchOptions(flush_l2=req.flush_l2, cuda_graph=req.cuda_graph, **({} if req.batch else {"batch": None}))
+    if req.warmup_ms is not None:
+        opts.warmup_ms = req.warmup_ms
+    if req.rep_ms is not None:
+        opts.rep_ms = req.rep_ms
+    with progress(len(cfgs), f"roofline {wl.name}", enabled=show) as bar:
+        results = roofline_workload(wl, cfgs, device=dev, ceilings=ceilings, latencies=lat, options=opts,
+                                    check=req.check and not req.kernel, check_seed=req.check_seed,
+                                    isolated=req.isolated, timeout_s=req.timeout_s, static=req.static, ncu=req.ncu,
+                                    on_step=lambda m: bar.update(m))
+    out = RooflineRun(wl, dev, ceilings, results)
+    if req.plot:
+        from .plot import plot_roofline
+        points = [r.point for r in results if r.point is not None]
+        if not points:
+            out.plot_note = "no valid measurements: nothing to plot"
+        else:
+            out.plot = plot_roofline(points, dev, ceilings, req.plot)
     return out
