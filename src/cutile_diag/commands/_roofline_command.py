@@ -11,79 +11,33 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import UsageError
-from ..output import console, err_console, print_json, progress
+from ..output import console, err_console, print_json
 from ._args import number_arg, positive_arg
-
-
-def _device(args, gpu):
-    from ..roofline.device import live_device, preset
-    from ..roofline.peaks import get_ceilings, recorded_ceilings
-    if args.device:
-        dev = preset(args.device)
-        return dev, recorded_ceilings(dev)
-    if args.dry_run:
-        try:
-            dev = live_device(gpu)
-        except Exception:           # no GPU: the counts need no device, the bound then stays open
-            return None, None
-        return dev, None
-    dev = live_device(gpu)
-    return dev, get_ceilings(dev, measure_if_missing=not args.no_peaks)
 
 
 def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     from rich.text import Text
-    from ..capture.launch_observer import observe_command
-    from ..roofline.observed import attach_ncu, roofline_launches
+
+    from ..roofline.analysis import CommandRequest
+    from ..roofline.analysis import run_command as roofline_command
     timeout = positive_arg("--timeout", args.timeout)
     pad_us = number_arg("--pad-us", args.pad_us, strict=False)
     gpu = number_arg("--gpu", args.gpu, strict=False, integer=True)
-    if args.ncu:
-        from ..roofline.ncu import ncu_available
-        why = ncu_available()
-        if why:
-            raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
-        if args.dry_run or args.device:
-            raise UsageError("--ncu profiles a real run on a GPU: drop --dry-run / --device")
-    if not args.dry_run:
-        import torch
-        if not torch.cuda.is_available():
-            raise UsageError("timing a command's kernels needs a CUDA GPU and none is visible",
-                             hint="--dry-run records the launches without executing them (static counts only)")
-    dev, ceilings = _device(args, gpu)
+    req = CommandRequest(command=cmd, dry_run=args.dry_run, device=args.device, gpu=gpu,
+                         measure_peaks=not args.no_peaks, ncu=args.ncu, timeout_s=timeout, pad_us=pad_us,
+                         plot=args.plot)
     show = not args.json
     echo = (lambda line: err_console.print(Text("│ ", style="dim") + Text(line), highlight=False)) if show else None
-    run = observe_command(cmd, execute=not args.dry_run, timeout=timeout, pad_us=pad_us, echo=echo)
-    with progress(1, "roofline: static counts", enabled=show) as bar:
-        results = roofline_launches(run.records, device=dev, ceilings=ceilings, on_step=lambda m: bar.update(m))
-    if args.ncu:
-        from ..roofline.ncu import profile_command
-        names = sorted({r.group.kernel for r in results})
-        attach_ncu(results, profile_command(cmd, names, timeout_s=timeout))
-    points = [r.point for r in results if r.point is not None]
-    plot_path = None
-    if args.plot and points:
-        from ..roofline.plot import plot_roofline
-        plot_path = plot_roofline(points, dev, ceilings, args.plot, title=f"roofline of {' '.join(cmd)[:60]}")
-    elif args.plot:
-        err_console.print("no measured points: nothing to plot")
-    expected = "no_time" if args.dry_run else "ok"
-    bad = [r for r in results if r.status not in (expected, "ok")]
+    r = roofline_command(req, echo=echo, show=show)
+    if r.plot_note:
+        err_console.print(r.plot_note)
     if args.json:
-        print_json({"command": cmd, "returncode": run.returncode, "seconds": round(run.seconds, 3),
-                    "executed": run.executed, "launches": len(run.records),
-                    "device": dev.to_json() if dev else None, "ceilings": ceilings.to_json() if ceilings else None,
-                    "counts_source": "static estimates (TileIR at the recorded shapes)",
-                    "time_source": "measured (CUDA events around each launch)" if run.executed else None,
-                    "kernels": [r.to_json() for r in results], "warnings": run.warnings,
-                    "stdout_tail": run.stdout_tail,
-                    "plot": str(plot_path) if plot_path else None})
-        return 1 if bad else 0
-    _print(results, dev, run)
-    if plot_path:
-        console.print(f"plot: {plot_path}")
-    return 1 if bad else 0
+        print_json(r.to_json())
+        return 1 if r.failed else 0
+    _print(r.results, r.device, r.observed)
+    if r.plot:
+        console.print(f"plot: {r.plot}")
+    return 1 if r.failed else 0
 
 
 def _fmt(v, spec: str, scale: float = 1.0) -> str:

@@ -4,6 +4,7 @@ Public API (the ``roofline`` command's: ``load_target`` then ``run``)::
 
     wl = load_target(RooflineRequest(ref, ...))
     r = run(req, wl, latencies=None, show=True)   # -> RooflineRun: device, ceilings, results, plot
+    c = run_command(CommandRequest(["pytest", ...]), echo=print)   # -- COMMAND -> CommandRun
 
     results = roofline_workload(wl, cfgs, device=dev, ceilings=c, latencies=None, options=None,
                                 check=True, check_seed=None, isolated=True, timeout_s=300, static=True,
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..capture.launch_observer import ObservedRun, observe_command
 from ..capture.spec import parse_assignments
 from ..errors import CutileDiagError, UsageError
 from ..output import progress
@@ -33,6 +35,7 @@ from . import device as device_mod       # read at call time, so a patched live_
 from . import peaks as peaks_mod
 from .device import DeviceModel
 from .model import RooflinePoint, analyze
+from .observed import KernelResult, attach_ncu, roofline_launches
 from .peaks import Ceilings
 
 
@@ -267,4 +270,98 @@ def run(req: RooflineRequest, wl: Workload, *,
             out.plot_note = "no valid measurements: nothing to plot"
         else:
             out.plot = plot_roofline(points, dev, ceilings, req.plot)
+    return out
+
+
+# --- the ``roofline -- COMMAND`` form ----------------------------------------------------------
+
+@dataclass
+class CommandRequest:
+    """``roofline -- COMMAND``: every ct.launch the command makes, timed (or only recorded)."""
+    command: list[str]
+    dry_run: bool = False                        # record the launches without executing them
+    device: str | None = None                    # a preset instead of the live GPU
+    gpu: int | None = None
+    measure_peaks: bool = True
+    ncu: bool = False
+    timeout_s: float | None = None
+    pad_us: float | None = None
+    plot: str | None = None
+
+
+@dataclass
+class CommandRun:
+    command: list[str]
+    observed: ObservedRun
+    device: DeviceModel | None
+    ceilings: Ceilings | None
+    results: list[KernelResult]
+    dry_run: bool = False
+    plot: Path | None = None
+    plot_note: str | None = None                 # why --plot wrote nothing
+
+    @property
+    def failed(self) -> bool:
+        """A kernel that did not come out as expected (``no_time`` is expected of a dry run)."""
+        expected = "no_time" if self.dry_run else "ok"
+        return any(r.status not in (expected, "ok") for r in self.results)
+
+    def to_json(self) -> dict:
+        run, dev, ceilings = self.observed, self.device, self.ceilings
+        return {"command": self.command, "returncode": run.returncode, "seconds": round(run.seconds, 3),
+                "executed": run.executed, "launches": len(run.records),
+                "device": dev.to_json() if dev else None, "ceilings": ceilings.to_json() if ceilings else None,
+                "counts_source": "static estimates (TileIR at the recorded shapes)",
+                "time_source": "measured (CUDA events around each launch)" if run.executed else None,
+                "kernels": [r.to_json() for r in self.results], "warnings": run.warnings,
+                "stdout_tail": run.stdout_tail,
+                "plot": str(self.plot) if self.plot else None}
+
+
+def _command_device(req: CommandRequest):
+    if req.device:
+        dev = device_mod.preset(req.device)
+        return dev, peaks_mod.recorded_ceilings(dev)
+    if req.dry_run:
+        try:
+            dev = device_mod.live_device(req.gpu)
+        except Exception:           # no GPU: the counts need no device, the bound then stays open
+            return None, None
+        return dev, None
+    dev = device_mod.live_device(req.gpu)
+    return dev, peaks_mod.get_ceilings(dev, measure_if_missing=req.measure_peaks)
+
+
+def run_command(req: CommandRequest, *, echo: Callable[[str], None] | None = None,
+                show: bool = False) -> CommandRun:
+    """Run (or only record) the command with every launch observed, count each kernel from its
+    TileIR at the recorded shapes, place it; ``--ncu`` profiles the command again."""
+    cmd = req.command
+    if req.ncu:
+        from .ncu import ncu_available
+        why = ncu_available()
+        if why:
+            raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
+        if req.dry_run or req.device:
+            raise UsageError("--ncu profiles a real run on a GPU: drop --dry-run / --device")
+    if not req.dry_run:
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("timing a command's kernels needs a CUDA GPU and none is visible",
+                             hint="--dry-run records the launches without executing them (static counts only)")
+    dev, ceilings = _command_device(req)
+    run_ = observe_command(cmd, execute=not req.dry_run, timeout=req.timeout_s, pad_us=req.pad_us, echo=echo)
+    with progress(1, "roofline: static counts", enabled=show) as bar:
+        results = roofline_launches(run_.records, device=dev, ceilings=ceilings, on_step=lambda m: bar.update(m))
+    if req.ncu:
+        from .ncu import profile_command
+        names = sorted({r.group.kernel for r in results})
+        attach_ncu(results, profile_command(cmd, names, timeout_s=req.timeout_s))
+    out = CommandRun(cmd, run_, dev, ceilings, results, dry_run=req.dry_run)
+    points = [r.point for r in results if r.point is not None]
+    if req.plot and points:
+        from .plot import plot_roofline
+        out.plot = plot_roofline(points, dev, ceilings, req.plot, title=f"roofline of {' '.join(cmd)[:60]}")
+    elif req.plot:
+        out.plot_note = "no measured points: nothing to plot"
     return out
