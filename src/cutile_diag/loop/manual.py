@@ -76,8 +76,8 @@ def _ops(loc: KernelLocation, *kinds: str) -> list[str]:
 def _launch_lines(loc: KernelLocation) -> list[str]:
     if not loc.launches:
         return ["  (no launch of the kernel found in its file)"]
-    return [f"  {s.function}() line {s.line}: {s.kind}(…, grid={s.grid}, kernel={s.kernel}"
-            + (f", args={s.args}" if s.args else "") + ")" for s in loc.launches]
+    return [f"  {s.function}() line {s.line}: {s.kind}(…, grid={s.grid_text}, kernel={s.kernel}"
+            + (f", args={s.args_text}" if s.args_text else "") + ")" for s in loc.launches]
 
 
 def _space_size(sp) -> str:
