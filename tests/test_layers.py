@@ -45,20 +45,13 @@ DEFERRED = {
                                         "process that measures"),
     "cutile_diag.loop.compile_pool": (("cutile_diag.capture",), "the capture stack loads in the compile child; the "
                                       "runner, costs and the measuring worker import this module and stay light"),
-    # not yet justified: deferred imports carried over from before the layering (issue #23 follow-up);
-    # listed so that no new one appears unnoticed
-    "cutile_diag.loop": (("cutile_diag.loop", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.diff",
-                          "cutile_diag.source", "cutile_diag.workloads"), "not yet justified"),
-    "cutile_diag.diagnose": (("cutile_diag.diagnose", "cutile_diag.errors"), "not yet justified"),
-    "cutile_diag.diff": (("cutile_diag.diff.cubin",), "not yet justified"),
+    "cutile_diag.loop": (("cutile_diag.loop.transforms", "cutile_diag.roofline", "cutile_diag.diagnose",
+                          "cutile_diag.diff", "cutile_diag.source.model"),
+                         "the loop's session and runner load without yaml, libcst or networkx: the rewriting, "
+                         "diagnosis, diff and roofline stacks load when a step uses them"),
     "cutile_diag.workloads": (("cutile_diag.workloads",), "built-in workloads load when one is named"),
-    "cutile_diag.capture.auto": (("cutile_diag.capture", "cutile_diag.workloads"), "not yet justified"),
-    "cutile_diag.capture.launch_observer": (("cutile_diag.capture.launches",), "not yet justified"),
-    "cutile_diag.capture.aot": (("cutile_diag.errors",), "not yet justified"),
-    "cutile_diag.roofline": (("cutile_diag.roofline", "cutile_diag.bench"), "not yet justified"),
     "cutile_diag.bench": (("cutile_diag.bench.runner", "cutile_diag.errors", "cutile_diag.nvml"),
                           "NVML and the runner load in the measuring subprocess"),
-    "cutile_diag.toolchain": (("cutile_diag.errors",), "not yet justified"),
 }
 
 def _module(path: Path) -> str:

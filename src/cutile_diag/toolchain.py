@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ToolFailedError, ToolNotFoundError
+from .errors import UsageError
 
 # tool -> the pip package that installs it
 TOOL_PACKAGES = {
@@ -150,7 +151,6 @@ def tool_versions(names=("tileiras", "tileirdisasm", "ptxas", "cuobjdump", "nvdi
 
 def normalize_arch(arch: str) -> str:
     """'sm_90', 'sm90', '90', '9.0', 'sm_90a' -> 'sm_90'; UsageError lists valid ones."""
-    from .errors import UsageError
     a = arch.strip().lower()
     m = re.fullmatch(r"(?:sm_?)?(\d+)(?:\.(\d))?a?", a)
     if m:

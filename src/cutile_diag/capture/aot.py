@@ -19,6 +19,7 @@ from . import loader as loader_mod
 from . import spec as spec_mod
 from .artifacts import DEFAULT_TIMEOUT, CaptureSet, KernelInfo, TileirasFailed, check_name, check_out_dir
 from .manifest import CaptureFolder
+from ..errors import ToolNotFoundError
 
 # cuTile's user-facing error types (TileError covers type, syntax, value, compiler errors)
 _HINT_KEYS = {"num_ctas", "occupancy", "num_worker_warps", "opt_level"}
@@ -107,7 +108,6 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
         raise CompileError(text) from None
     except FileNotFoundError as e:
         if "tileiras" in str(e) or "tileirdisasm" in str(e):
-            from ..errors import ToolNotFoundError
             raise ToolNotFoundError("'tileiras' not found (cuTile needs it to pick the bytecode version)",
                                     hint="install nvidia-cuda-tileiras (pip install 'cuda-tile[tileiras]')") from None
         raise

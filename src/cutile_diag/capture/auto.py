@@ -30,6 +30,10 @@ from ..errors import CutileDiagError, UsageError
 from . import spec as spec_mod
 from .launches import LaunchArgumentsError, LaunchRecord, cpu_cuda, intercept_launches
 from .manifest import MANIFEST, CaptureFolder, load_capture
+from . import run_mode
+from .aot import capture_aot
+from .loader import load_kernel
+from ..workloads import load_workload
 
 DEFAULT_SMS = 132            # the H200 the CPU stand-in pretends to be (the loop's reference GPU)
 
@@ -176,12 +180,11 @@ with open({path!r}, "w") as f:
 def capture_workload_run(wl, kernel: str, *, config: str, out_dir: Path, name: str | None,
                          timeout: float | None = None) -> tuple[CaptureFolder, LaunchRecord | None]:
     """GPU: run the workload once in run mode, observe its launches, keep ``kernel``'s capture."""
-    from .run_mode import capture_run
     with tempfile.TemporaryDirectory(prefix="cutile-diag-auto-") as tmp:
         obs = Path(tmp) / "launches.json"
         code = _OBSERVE.format(ref=wl.ref, kwargs=dict(getattr(wl, "ref_kwargs", None) or {}), config=config,
                                path=str(obs))
-        res = capture_run([sys.executable, "-c", code], out_dir=Path(tmp) / "caps", timeout=timeout)
+        res = run_mode.capture_run([sys.executable, "-c", code], out_dir=Path(tmp) / "caps", timeout=timeout)
         cap = _pick(res.captures, kernel)
         if cap is None:
             seen = ", ".join(sorted({(c.manifest.get("kernel") or {}).get("function") or "?" for c in res.captures}))
@@ -203,10 +206,9 @@ def capture_workload_run(wl, kernel: str, *, config: str, out_dir: Path, name: s
 def capture_command_run(command: str, kernel: str, *, out_dir: Path, name: str | None, cwd: Path | None = None,
                         timeout: float | None = None) -> CaptureFolder:
     """GPU: run mode around the user's command, keeping only ``kernel``'s capture."""
-    from .run_mode import capture_run
     with tempfile.TemporaryDirectory(prefix="cutile-diag-auto-") as tmp:
         argv = ["sh", "-c", command if cwd is None else f"cd {_shq(str(cwd))} && {command}"]
-        res = capture_run(argv, out_dir=Path(tmp) / "caps", timeout=timeout)
+        res = run_mode.capture_run(argv, out_dir=Path(tmp) / "caps", timeout=timeout)
         cap = _pick(res.captures, kernel)
         if cap is None:
             seen = ", ".join(sorted({(c.manifest.get("kernel") or {}).get("function") or "?" for c in res.captures}))
@@ -219,7 +221,6 @@ def export_launch(rec: LaunchRecord, config: str, *, ref: str | None = None, arc
                   on_step: Callable[[str], None] | None = None) -> CaptureFolder:
     """AOT capture for the signature of an intercepted launch, the launch in its manifest
     (``ref`` defaults to the launched kernel's own file)."""
-    from .aot import capture_aot
     try:
         derived = rec.specs()
     except ValueError as e:
@@ -244,8 +245,6 @@ def capture_auto(ref: str, specs: dict | None = None, *, workload: str | None = 
                  name: str | None = None, gpu: bool | None = None, timeout: float | None = None,
                  on_step: Callable[[str], None] | None = None) -> AutoCapture:
     """Capture ``ref`` from the first source that works (see the module docstring)."""
-    from .aot import capture_aot
-    from .loader import load_kernel
     out_dir = Path(out_dir)
     loaded = load_kernel(ref)
     kernel = loaded.function_name
@@ -259,7 +258,6 @@ def capture_auto(ref: str, specs: dict | None = None, *, workload: str | None = 
     seen: LaunchRecord | None = None
     wl = None
     if workload:
-        from ..workloads import load_workload
         try:
             wl = load_workload(workload, **dict(workload_kwargs or {}))
         except CutileDiagError as e:

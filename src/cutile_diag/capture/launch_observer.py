@@ -55,6 +55,7 @@ from ..errors import CutileDiagError, UsageError
 from ..procs import die_with_parent, wait_or_kill
 from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
 from ..output import prog
+from .launches import cpu_cuda
 
 SITE_DIR = Path(__file__).resolve().parent / "_observer_site"
 ENV_DIR = "CUTILE_DIAG_LAUNCH_DIR"
@@ -406,7 +407,6 @@ def _cpu_stand_in() -> None:
         import torch  # noqa: F401
     except ImportError:
         return
-    from .launches import cpu_cuda
     cm = cpu_cuda()
     cm.__enter__()             # for the life of the process
     sys.modules[__name__].__dict__.setdefault("_CPU_CM", cm)

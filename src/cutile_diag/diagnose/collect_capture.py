@@ -25,6 +25,7 @@ from ..ir_parsers.remarks import parse_remarks
 from ..ir_parsers.resources import parse_elf_attributes, parse_ptxas_verbose, parse_resource_usage
 from ..ir_parsers.sass import parse_sass
 from ..ir_parsers.tileir import parse_tileir
+from .collect_ir import collect_tileir
 
 # arch -> device preset used when there is no GPU (the SM count and per-SM limits)
 ARCH_PRESETS = {"sm_80": "a100", "sm_90": "h200", "sm_100": "b200"}
@@ -93,7 +94,6 @@ def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = No
     symbol = folder.symbol
     function = (folder.manifest.get("kernel") or {}).get("function")
     if module is not None:
-        from .collect_ir import collect_tileir
         name = entry
         if name is None and symbol and len(module.entries) > 1:
             name = symbol

@@ -24,6 +24,8 @@ from ..ir_parsers.tileir_ops import LOADS, STORES
 from ..ir_parsers.tileir_types import ELEM_BITS
 from .evidence import Evidence, Site
 from ..errors import ParseError
+from .redundant import find_rereads
+from ..errors import UsageError
 
 _ATOMICS = ("atomic_rmw_tko", "atomic_cas_tko", "atomic_red_view_tko")
 _FTZ_OPS = ("exp2", "rsqrt", "sqrt", "divf")
@@ -660,7 +662,6 @@ def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: s
 
 def _rereads(a: _Analysis, ev: Evidence) -> None:
     """The same array loaded with the same index expression in more than one pass."""
-    from .redundant import find_rereads
     rep = find_rereads(a.entry, _moved_type)
     sites, srcs = [], []
     for g in rep.groups:
@@ -718,7 +719,6 @@ def _pick_entry(module: Module, name: str | None) -> Entry:
     try:
         return module.entry(name)
     except KeyError:
-        from ..errors import UsageError
         raise UsageError(f"no entry '{name}' in {module.path or 'the TileIR text'}",
                          hint="entries: " + ", ".join(e.function_name for e in module.entries[:8])) from None
 

@@ -25,6 +25,9 @@ from .evidence import Evidence, Fact, NotChecked
 from .playbook import Entry, Playbook, default_playbook
 from ..output import prog
 from ..ir_parsers.tileir import parse_tileir, parse_tileir_file
+from .calibrate import expected_gain, prior_expected
+from .collect_capture import collect_capture
+from .collect_ir import collect_tileir
 
 MAX_SITES_PER_FACT = 4
 MIN_PROMOTED_GAIN = 0.05     # up to this expected gain, evidence can demote an entry but not promote it
@@ -218,7 +221,6 @@ def _calibrate(rec: "Recommendation", calibration, found: list[dict], cls: str |
     """Set ``rec.expected_gain`` (and its basis) from what was measured for the entry on kernels
     of the same evidence class ``cls``; return the rank multiplier: an entry expected to give
     more than its prior moves up, one that measured little (or a slowdown) here moves down."""
-    from .calibrate import expected_gain, prior_expected
     pe = rec.predicted_effect
     measured = calibration.measured(rec.id, cls) if calibration else []
     rec.past = [s.to_json() for s in calibration.similar(rec.id, cls)] if calibration else []
@@ -365,7 +367,6 @@ def diagnose_capture(folder, *, arch: str | None = None, entry: str | None = Non
                      tried: Iterable[str] | Mapping[str, int] | None = None,
                      playbook: Playbook | None = None, calibration=None) -> Diagnosis:
     """Static diagnosis of a capture folder (path or ``CaptureFolder``)."""
-    from .collect_capture import collect_capture
     ev = collect_capture(folder, arch=arch, entry=entry)
     _static_only(ev)
     return diagnose(ev, tried=tried, playbook=playbook, calibration=calibration)
@@ -377,7 +378,6 @@ def diagnose_tileir(path_or_text, *, entry: str | None = None,
     """Static diagnosis of a bare TileIR file (or text): says what a capture would add."""
     from pathlib import Path
 
-    from .collect_ir import collect_tileir
     if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and "\n" not in path_or_text):
         module = parse_tileir_file(path_or_text)
     else:

@@ -30,6 +30,8 @@ from typing import Any, Mapping
 from ..errors import CutileDiagError
 from .evidence import Evidence, Site
 from ..output import prog
+from .playbook import references_dir
+from .collect_gpu import collect_ncu
 
 RULES_FILE = "ncu-rules.toml"
 # message types that report something to act on (ncu_report.MsgType names)
@@ -85,7 +87,6 @@ def _load_map(path: str) -> dict[str, RuleMap]:
 
 
 def rule_map(root: str | Path | None = None) -> dict[str, RuleMap]:
-    from .playbook import references_dir
     base = Path(root) if root is not None else references_dir()
     return _load_map(str(base / RULES_FILE))
 
@@ -208,7 +209,6 @@ def collect_ncu_rules(ev: Evidence, export: Mapping[str, Any], *, kernel_name: s
     """Rule findings, the metrics they rest on and the observed launch grid, into the evidence.
     The findings themselves go to ``ev.context['ncu_findings']`` for the engine to place beside
     the entries they support."""
-    from .collect_gpu import collect_ncu
     k = main_kernel(export, kernel_name)
     if k is None:
         ev.missing("Nsight Compute rules", "the ncu export holds no kernels")

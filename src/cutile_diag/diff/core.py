@@ -26,6 +26,7 @@ from .model import Change, DiffResult, EntryDetail, EntryPairing, InputInfo
 from .semantic import classify
 from ..capture.manifest import load_capture
 from ..toolchain import run_tool
+from .cubin import diff_captures
 
 BYTECODE_MAGIC = b"\x7fTileIR\x00"
 
@@ -233,7 +234,6 @@ def diff_paths(a: str | Path, b: str | Path, *, entry: str | None = None, cubin:
                            info_b=ib.info())
     res.timings["parse"] = parse_s
     if cubin and ia.capture is not None and ib.capture is not None:
-        from .cubin import diff_captures
         t = time.perf_counter()
         cub, cchanges, warns = diff_captures(ia.capture, ib.capture, start_id=len(res.changes))
         res.cubin = cub

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from .backends import Backend, SimSpec, backend_from_json
 from .errors import LoopError
+from ..workloads import load_workload
 
 
 def parse_kv(items: Sequence[str], flag: str) -> dict[str, Any]:
@@ -135,7 +136,6 @@ def backend_spec(*, workload: str | None, workload_args: Sequence[str] = (), tes
             kwargs["source"] = str(kernel_file)
         if configs:
             # a wrong configuration name is a usage error now, not a failed baseline later
-            from ..workloads import load_workload
             load_workload(workload, **kwargs).select(list(configs))
         return {"backend": "workload", "workload": workload, "kwargs": kwargs,
                 "configs": list(configs) if configs else None, "bench_options": dict(bench_options or {}),

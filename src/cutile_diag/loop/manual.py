@@ -28,6 +28,8 @@ from ..source.locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
 from .session import Session
 from ..output import prog
+from .integrations import ir_diff
+from ..source.model import changed_lines
 
 
 @dataclass
@@ -74,8 +76,8 @@ def _ops(loc: KernelLocation, *kinds: str) -> list[str]:
 def _launch_lines(loc: KernelLocation) -> list[str]:
     if not loc.launches:
         return ["  (no launch of the kernel found in its file)"]
-    return [f"  {s.function}() line {s.line}: {s.kind}(…, grid={s.grid}, kernel={s.kernel}"
-            + (f", args={s.args}" if s.args else "") + ")" for s in loc.launches]
+    return [f"  {s.function}() line {s.line}: {s.kind}(…, grid={s.grid_text}, kernel={s.kernel}"
+            + (f", args={s.args_text}" if s.args_text else "") + ")" for s in loc.launches]
 
 
 def _space_size(sp) -> str:
@@ -226,7 +228,6 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
     if runner.capture_off_reason:
         echo(f"edit not compiled ahead of time: capture {runner.capture_off_reason}")
         return {"skipped": runner.capture_off_reason}
-    from .integrations import ir_diff
     deadline = proc.Deadline(runner.opt.iteration_budget_s)
     cap_b = runner._capture(v, deadline)
     if cap_b is not None and not cap_b.ok:
@@ -306,7 +307,6 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
     if name is None and eid != "manual":
         pb = _playbook_rec(eid)
         name = pb.name if pb else None
-    from ..source.model import changed_lines
     desc = note or (f"manual edit ({name})" if name else "manual edit")
     n = led.next_iteration()
     v = Version(f"iter-{n}", files, None, a.applied + (f"manual:{eid}",))

@@ -23,6 +23,7 @@ from .git import Git, repo_root, slug  # noqa: F401  (slug: session.slug for cal
 from ..ledger import Ledger, LedgerError
 from .worktree import loop_of, worktree_path
 from ..output import prog
+from ..source.ref import parse_ref
 
 OUT_ROOT = Path("cutile-diag-out")
 DEFAULT_OUT = OUT_ROOT / "optimize"
@@ -137,7 +138,6 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
     in a loop's worktree), by --out, the loop whose worktree holds ``cwd``, or the only one here."""
     cwd = Path(cwd or Path.cwd())
     if kernel_ref:
-        from ..source.ref import parse_ref
         path, name = parse_ref(kernel_ref)
         mine = loop_of(path)
         if mine and Ledger.exists(Path(mine["state_dir"])):

@@ -14,6 +14,8 @@ from ..source.locate import locate
 from ..source.ref import parse_ref, ref_file
 from .session import OUT_ROOT, Session, branch_name, branch_state_dir, owned_folder, state_dir_for
 from ..output import prog
+from .git import _run
+from .recover import recover
 
 
 def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | Path | None = None,
@@ -88,7 +90,6 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
 
 
 def _tracked_under(git: Git, folder: str) -> bool:
-    from .git import _run
     return bool(_run(["ls-files", "-z", "--", folder], git.root).stdout.strip("\0"))
 
 
@@ -112,7 +113,6 @@ def check_resume(s: Session, led: Ledger) -> list[str]:
     """Put the loop's worktree where the ledger says the loop is; returns what was done.
     Only the worktree is looked at and changed: the user's checkout may be on any branch,
     with any uncommitted work."""
-    from .recover import recover
     done = []
     made = worktree_mod.ensure(s)
     if made:

@@ -37,6 +37,9 @@ from .device import DeviceModel
 from .model import RooflinePoint, analyze
 from .observed import KernelResult, attach_ncu, roofline_launches
 from .peaks import Ceilings
+from .static_cost import count_workload, cross_check
+from .. import bench
+from .ncu import profile_workload
 
 
 @dataclass
@@ -58,7 +61,6 @@ class ConfigResult:
 
 def static_summary(wl: Workload, cfg: WorkloadConfig, device: DeviceModel) -> dict[str, Any] | None:
     """Static count + cross-check for one configuration (None when the workload has no capture spec)."""
-    from .static_cost import count_workload, cross_check
     num_sms = device.sm_count.value if device.sm_count.known else 132
     try:
         cap = wl.capture(cfg, num_sms)
@@ -82,8 +84,7 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
                       isolated: bool = True, timeout_s: float = 300.0,
                       static: bool = True, ncu: bool = False,
                       on_step: Callable[[str], None] | None = None) -> list[ConfigResult]:
-    from ..bench import BenchOptions, measure_config, measure_isolated
-    options = options or BenchOptions()
+    options = options or bench.BenchOptions()
     out: list[ConfigResult] = []
     for cfg in cfgs:
         say = on_step or (lambda _m: None)
@@ -107,11 +108,11 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
                 if not wl.ref:
                     raise CutileDiagError(f"workload {wl.name} has no reference string for a subprocess",
                                           hint="load it with load_workload(), or pass isolated=False")
-                m = measure_isolated(wl.ref, cfg.name, workload_kwargs=wl.ref_kwargs or None, options=options,
+                m = bench.measure_isolated(wl.ref, cfg.name, workload_kwargs=wl.ref_kwargs or None, options=options,
                                      check=check, check_seed=check_seed, timeout_s=timeout_s,
                                      device=device.index if device.kind == "live" else None)
             else:
-                m = measure_config(wl, cfg, options, check=check, check_seed=check_seed)
+                m = bench.measure_config(wl, cfg, options, check=check, check_seed=check_seed)
             res.measure = m
             if not m.ok:
                 res.status, res.error = m.status, m.error
@@ -144,7 +145,6 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
             p.static = st
             p.notes.append(f"static count: {st.get('reason')}")
         if ncu:
-            from .ncu import profile_workload
             say(f"{cfg.name}: ncu")
             if not wl.ref:
                 res.ncu = {"error": "the workload has no reference string for the profiled subprocess"}

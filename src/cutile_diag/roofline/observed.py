@@ -30,6 +30,7 @@ from .model import RooflinePoint, analyze
 from .peaks import Ceilings
 from ..capture.loader import import_file, kernels_in
 from ..workload import CaptureSpec
+from .static_cost import static_count
 
 _TENSOR_ELEMS = {"f16", "bf16", "tf32", "f8e4m3fn", "f8e5m2", "f8e4m3", "i8"}
 
@@ -106,7 +107,6 @@ def compute_unit_of(sc) -> tuple[str, str]:
 
 def static_for_launch(rec: LaunchRecord | LaunchGroup):
     """StaticCount of the kernel at this launch's specs and grid (AOT export, no GPU)."""
-    from .static_cost import static_count
     if not rec.file:
         raise CutileDiagError(f"{rec.kernel}: the launch names no source file")
     first = rec if isinstance(rec, LaunchRecord) else rec.launches[0]

@@ -7,17 +7,19 @@
   back to its definition (``a = ct.load(A, ...)``).
 * ``find_launches`` — the host-side ``ct.launch(stream, grid, kernel, args)`` calls of a
   kernel (and autotune calls, which transforms refuse to edit), with grid and argument
-  expressions resolved through one local assignment.
+  expressions resolved through one local assignment (the sites of ``model.launch_calls``, the
+  one launch finder, as ``model.LaunchSite``, the one launch model).
 * ``capture_spec_entries`` — the ``CAPTURE_SPECS = {"kernel": {...}}`` dicts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
-from .model import (TUNE_CALLS, Binding, Kernel, all_names, code, dotted, expr, find_all, int_value, kwarg,
-                    launch_arguments, literal_value, module_bindings, names_in, positional, refuse, rewrite)
+from .model import (TUNE_CALLS, Binding, Kernel, LaunchSite, all_names, code, dotted, expr, find_all, int_value,
+                    kwarg, launch_arguments, launch_calls, literal_value, module_bindings, names_in, positional,
+                    refuse, rewrite)
 
 FLOATS = ("float16", "bfloat16", "float32", "float64", "tfloat32")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -347,20 +349,6 @@ def single_value(binds: dict[str, list[Binding]], name: str) -> cst.BaseExpressi
 
 
 @dataclass
-class LaunchSite:
-    """One ``ct.launch(stream, grid, kernel, args)`` of the kernel."""
-    call: cst.Call
-    statement: cst.BaseStatement          # the statement holding the call
-    func: cst.FunctionDef | None          # the enclosing host function (the wrapper)
-    grid: cst.BaseExpression              # grid as written, or its single local definition
-    grid_binding: cst.Assign | None       # set when grid came from `grid = (...)`
-    args: list[cst.BaseExpression] | None  # argument tuple elements, if a literal tuple
-    args_node: cst.BaseExpression | None  # the tuple node (possibly behind a local name)
-    line: int
-    binds: dict[str, list[Binding]] = field(default_factory=dict, repr=False)
-
-
-@dataclass
 class Launches:
     sites: list[LaunchSite]
     tuned: list[tuple[int, str]]          # (line, what) of autotune calls taking the kernel
@@ -379,11 +367,20 @@ def _refers_to_kernel(k: Kernel, node: cst.BaseExpression, binds) -> bool:
 
 
 def find_launches(k: Kernel) -> Launches:
+    """The kernel's ``ct.launch`` sites outside the kernel (grid and arguments resolved through
+    one local assignment), and the tune calls that take it (which transforms refuse to edit)."""
     sites: list[LaunchSite] = []
     tuned: list[tuple[int, str]] = []
-    calls = find_all(k.module, lambda n: isinstance(n, cst.Call))
     bind_cache: dict[int, dict] = {}
-    for call in calls:
+
+    def member(call: cst.Call) -> str | None:
+        if k.ct.called(call) == "launch":
+            return "launch"
+        last = (dotted(call.func) or "").split(".")[-1]
+        return last if last in TUNE_CALLS else None
+
+    for site in launch_calls(k.module, member, k.line):
+        call = site.call
         func = k.enclosing_function(call)
         if func is k.func:
             continue
@@ -391,16 +388,14 @@ def find_launches(k: Kernel) -> Launches:
         if key not in bind_cache:
             bind_cache[key] = assignments(func) if func is not None else module_bindings(k.module)
         binds = bind_cache[key]
-        callee = dotted(call.func) or ""
-        launch = launch_arguments(call, "launch") if k.ct.called(call) == "launch" else None
-        if launch is not None:
-            kern = launch["kernel"]
+        if site.kind == "ct.launch":
+            kern = site.kernel_node
             if not (_refers_to_kernel(k, kern, binds) or (
                     func is not None and isinstance(kern, cst.Name)
                     and names_in(reaching_value(k, kern.value, call, func) or cst.Name("_"))
                     & set(k.aliases))):
                 continue
-            grid, grid_b = launch["grid"], None
+            grid, grid_b = site.grid, None
             if isinstance(grid, cst.Name):
                 b = binds.get(grid.value, [])
                 if len(b) == 1 and isinstance(b[0].node, cst.Assign):
@@ -410,7 +405,7 @@ def find_launches(k: Kernel) -> Launches:
                     a = reaching_assign(k, grid.value, call, func)
                     if a is not None:
                         grid, grid_b = a.value, a
-            args_node = launch["args"]
+            args_node = site.args_node
             if isinstance(args_node, cst.Name):
                 v = single_value(binds, args_node.value)
                 if v is not None:
@@ -418,12 +413,11 @@ def find_launches(k: Kernel) -> Launches:
             args = [e.value for e in args_node.elements] \
                 if isinstance(args_node, (cst.Tuple, cst.List)) \
                 and not any(isinstance(e, cst.StarredElement) for e in args_node.elements) else None
-            sites.append(LaunchSite(call=call, statement=k.statement_of(call), func=func, grid=grid,
-                                    grid_binding=grid_b, args=args, args_node=args_node,
-                                    line=k.line(call), binds=binds))
-        elif callee.split(".")[-1] in TUNE_CALLS and any(
-                _refers_to_kernel(k, a.value, binds) for a in call.args):
-            tuned.append((k.line(call), callee))
+            site.func, site.statement, site.grid, site.grid_binding = func, k.statement_of(call), grid, grid_b
+            site.args, site.args_node, site.binds = args, args_node, binds
+            sites.append(site)
+        elif any(_refers_to_kernel(k, a.value, binds) for a in call.args):
+            tuned.append((site.line, dotted(call.func) or ""))
     return Launches(sites, tuned)
 
 

@@ -7,7 +7,8 @@ From one Python file, on the same libcst model the transforms use (``source/mode
 * the ``@ct.kernel`` functions (with their decorator hints) and which one is the target
   (a module-level alias such as ``matmul_f32 = matmul`` resolves to its def);
 * the launch wrapper(s): host functions that launch the target through ``ct.launch``,
-  ``exhaustive_search`` (``cuda.tile.tune``) or the deprecated ``autotune_launch``;
+  ``exhaustive_search`` (``cuda.tile.tune``) or the deprecated ``autotune_launch`` (the sites of
+  ``model.launch_calls`` as ``model.LaunchSite``, with their text view for people);
 * ``@register_impl("<op>", backend="cutile")`` registrations (TileGym's dispatcher);
 * the autotune search spaces passed to those calls, with their source text;
 * the target's loads/stores/gathers/scatters (what ``loop next`` names in a recipe);
@@ -21,7 +22,8 @@ from pathlib import Path
 import libcst as cst
 
 from ..errors import KernelLoadError, UsageError
-from .model import TUNE_CALLS, CtNames, TransformError, dotted, launch_arguments, module_assignments, parsed
+from .model import (TUNE_CALLS, CtNames, LaunchSite, TransformError, dotted, launch_arguments, launch_calls,
+                    module_assignments, parsed)
 from ..output import to_jsonable
 
 _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "scatter",
@@ -38,16 +40,6 @@ class KernelFunction:
     hints: dict[str, str] = field(default_factory=dict)
     params: list[str] = field(default_factory=list)
     constants: list[str] = field(default_factory=list)
-
-
-@dataclass
-class LaunchSite:
-    function: str            # the top-level host function containing the call
-    line: int
-    kind: str                # ct.launch | exhaustive_search | autotune_launch
-    grid: str
-    kernel: str
-    args: str
 
 
 @dataclass
@@ -315,22 +307,25 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
 
     launches: list[LaunchSite] = []
     autotune: list[AutotuneSpace] = []
+
+    def member(call: cst.Call) -> str | None:
+        m = f.member(call.func)
+        if m:
+            return m
+        last = (dotted(call.func) or "").split(".")[-1]
+        return last if last in TUNE_CALLS else None
+
     for fn in (n for n in f.module.body if isinstance(n, cst.FunctionDef) and n.name.value not in kernel_names):
-        for call in _calls(fn):
-            m = f.member(call.func) or (dotted(call.func) or "").split(".")[-1]
-            a = launch_arguments(call, m) if m in TUNE_CALLS or f.member(call.func) == "launch" else None
-            if a is None:
-                continue
-            kern = a.get("kernel")
+        for site in launch_calls(fn, member, f.line):
+            kern = site.kernel_node
             # the kernel may be a hinted copy held in a variable; accept it when the function names the kernel
             if kern is None or not (refers(kern) or mentions_target(fn, kern)):
                 continue
-            grid = a.get("grid", a.get("grid_fn"))
-            launches.append(LaunchSite(fn.name.value, f.line(call), "ct.launch" if m == "launch" else m,
-                                       f.text(grid) if grid is not None else "", f.text(kern),
-                                       f.text(a["args"]) if m == "launch" else ""))
-            if a.get("search_space") is not None:
-                autotune.append(_space(f, fn, a["search_space"]))
+            site.func = fn
+            launches.append(site.with_text(f.text))
+            space = (launch_arguments(site.call, site.kind) or {}).get("search_space")
+            if space is not None:
+                autotune.append(_space(f, fn, space))
 
     launches.sort(key=lambda s: s.line)
     autotune.sort(key=lambda a: a.line)

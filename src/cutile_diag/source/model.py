@@ -154,6 +154,59 @@ def launch_arguments(call: cst.Call, member: str | None) -> dict[str, cst.BaseEx
     return out
 
 
+@dataclass
+class LaunchSite:
+    """One launch of a kernel, the one model of it: the call's libcst nodes, which the transforms
+    rewrite, and its text view for people (``function``, ``kernel``, ``grid_text``, ``args_text``;
+    ``to_json``), which ``locate`` derives from the nodes (``with_text``)."""
+    call: cst.Call
+    line: int
+    kind: str = "ct.launch"                 # ct.launch | exhaustive_search | autotune_launch
+    func: cst.FunctionDef | None = None     # the host function holding the call (the wrapper)
+    kernel_node: cst.BaseExpression | None = None   # the kernel argument as written
+    grid: cst.BaseExpression | None = None  # grid (a tune call's grid_fn) as written, or its single local definition
+    grid_binding: cst.Assign | None = None  # set when grid came from `grid = (...)`
+    args: list[cst.BaseExpression] | None = None   # argument tuple elements, if a literal tuple
+    args_node: cst.BaseExpression | None = None     # ct.launch's argument tuple (possibly behind a local name)
+    statement: cst.BaseStatement | None = None      # the statement holding the call
+    binds: dict[str, list[Binding]] = field(default_factory=dict, repr=False)
+    kernel: str = ""                        # the text view: the kernel, grid and arguments as written
+    grid_text: str = ""
+    args_text: str = ""
+
+    @property
+    def function(self) -> str:
+        return self.func.name.value if self.func is not None else ""
+
+    def with_text(self, text: Callable[[cst.CSTNode], str]) -> LaunchSite:
+        """The site with its text view filled in from the nodes as written (``text``: node -> text)."""
+        self.kernel = text(self.kernel_node) if self.kernel_node is not None else ""
+        self.grid_text = text(self.grid) if self.grid is not None else ""
+        self.args_text = text(self.args_node) if self.args_node is not None else ""
+        return self
+
+    def to_json(self) -> dict:
+        return {"function": self.function, "line": self.line, "kind": self.kind, "grid": self.grid_text,
+                "kernel": self.kernel, "args": self.args_text}
+
+
+def launch_calls(root: cst.CSTNode, member: Callable[[cst.Call], str | None],
+                 line: Callable[[cst.CSTNode], int]) -> list[LaunchSite]:
+    """The one launch finder: every call under ``root`` (source order) that ``member`` names
+    ``launch`` or a tune call (``TUNE_CALLS``) and whose arguments bind (``launch_arguments``),
+    as a ``LaunchSite`` of its nodes as written.  The callers keep the ones that launch their
+    kernel (``analysis.find_launches``, ``locate.locate``)."""
+    out = []
+    for call in find_all(root, lambda n: isinstance(n, cst.Call)):
+        m = member(call)
+        a = launch_arguments(call, m) if m == "launch" or m in TUNE_CALLS else None
+        if a is None:
+            continue
+        out.append(LaunchSite(call, line(call), "ct.launch" if m == "launch" else m, kernel_node=a.get("kernel"),
+                              grid=a.get("grid", a.get("grid_fn")), args_node=a.get("args")))
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # the kernel inside a file
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..delta import text as op_text
 from ..impact import impact_summary, impacted_nodes
 from ..model import ADDED, ATTRIBUTE, MOVED, REMOVED, REWIRED, DiffResult
+from ..cubin import _fmt
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1d1d1f;background:#fff}
@@ -94,7 +95,6 @@ def _brief(v) -> str:
 def _cubin(r: DiffResult) -> str:
     if not r.cubin or not r.cubin.get("archs"):
         return ""
-    from ..cubin import _fmt
     out = ["<table><tr><th>arch</th><th>fact</th><th>before</th><th>after</th><th>Δ</th></tr>"]
     for arch, d in r.cubin["archs"].items():
         for key in d["before"]:

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ..impact import impact_summary
 from ..model import ADDED, ATTRIBUTE, MOVED, REMOVED, REWIRED, DiffResult
+from ..cubin import _fmt
 
 _MARK = {ATTRIBUTE: ("~", "yellow"), ADDED: ("+", "green"), REMOVED: ("-", "red"),
          MOVED: (">", "magenta"), REWIRED: ("=", "cyan")}
@@ -122,7 +123,6 @@ def cubin_table(r: DiffResult) -> Table | None:
     t.add_column("before", justify="right")
     t.add_column("after", justify="right")
     t.add_column("Δ", justify="right")
-    from ..cubin import _fmt
     for arch, d in r.cubin["archs"].items():
         b, a = d["before"], d["after"]
         for key in b:

@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...source.analysis import DtypeInference
-from ...source.model import (Kernel, TransformParamError, code, expr, kwarg, lines_text, refuse, rewrite,
-                             set_kwargs)
+from ...source.model import (Kernel, TransformParamError, code, lines_text, refuse, rewrite)
 from .base import Plan, Transform
-from .flush_to_zero import DIV, div_to_truediv, divisions
+from .flush_to_zero import DIV, f32_kwarg_edits
 
 APPROX_OPS = ("truediv", "sqrt", "tanh", "exp")
 
@@ -34,32 +32,10 @@ class ApproxDiv(Transform):
             raise TransformParamError(f"approx_div: no APPROX rounding for {', '.join(bad)}",
                                       hint="ops: " + ", ".join(APPROX_OPS + (DIV,)))
         approx = k.ct.ref("RoundingMode.APPROX")
-        types = DtypeInference(k)
-        edits, done, skipped, already, explicit = {}, {}, {}, [], []
-        for c in k.calls(*[o for o in ops if o != DIV]):
-            m = k.ct.called(c)
-            have = kwarg(c, "rounding_mode")
-            if have is not None:
-                (already if code(have.value).endswith("RoundingMode.APPROX") else explicit).append(k.line(c))
-                continue
-            if not types.is_f32(c):
-                skipped.setdefault(f"ct.{m}", []).append(k.line(c))
-                continue
-            edits[c] = lambda n: set_kwargs(n, [("rounding_mode", expr(approx))])
-            done.setdefault(f"ct.{m}", []).append(k.line(c))
-        if DIV in ops:
-            for d in divisions(k):
-                if not types.is_f32(d):
-                    skipped.setdefault("/", []).append(k.line(d))
-                    continue
-                edits[d] = lambda n: div_to_truediv(k, n, [("rounding_mode", approx)])
-                done.setdefault("/ -> ct.truediv", []).append(k.line(d))
-        notes = []
-        if skipped:
-            notes.append("not provably float32, left alone: " + "; ".join(
-                f"{op} ({lines_text(ls)})" for op, ls in skipped.items()))
-        if explicit:
-            notes.append(f"rounding_mode set explicitly, left alone: {lines_text(explicit)}")
+        r = f32_kwarg_edits(k, ops, "rounding_mode", approx,
+                            lambda v: code(v).endswith("RoundingMode.APPROX"))
+        edits, done, skipped, already, explicit, notes = (r.edits, r.done, r.skipped, r.already, r.explicit,
+                                                          r.notes)
         if not edits:
             if already:
                 refuse(f"already applied: rounding_mode=APPROX at {lines_text(already)}")

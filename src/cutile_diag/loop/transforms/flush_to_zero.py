@@ -9,8 +9,8 @@ skipped and reported.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
 
 import libcst as cst
 
@@ -41,6 +41,49 @@ def _names(ops) -> str:
     return ", ".join(ops)
 
 
+@dataclass
+class F32Edits:
+    """The edits of a float32-only keyword (FTZ, APPROX) and what was left alone, by op."""
+    edits: dict = field(default_factory=dict)
+    done: dict[str, list[int]] = field(default_factory=dict)
+    skipped: dict[str, list[int]] = field(default_factory=dict)
+    already: list[int] = field(default_factory=list)
+    explicit: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def f32_kwarg_edits(k: Kernel, ops, kw: str, value: str, applied: Callable[[cst.BaseExpression], bool]) -> F32Edits:
+    """``kw=value`` on the provably float32 ``ct`` calls of ``ops``, and float32 ``/`` (when ``DIV``
+    is in ``ops``) -> ``ct.truediv(a, b, kw=value)``; a call that already has ``kw`` is left alone
+    (``already`` when ``applied`` says it holds the value, else ``explicit``)."""
+    types = DtypeInference(k)
+    r = F32Edits()
+    for c in k.calls(*[o for o in ops if o != DIV]):
+        m = k.ct.called(c)
+        have = kwarg(c, kw)
+        if have is not None:
+            (r.already if applied(have.value) else r.explicit).append(k.line(c))
+            continue
+        if not types.is_f32(c):
+            r.skipped.setdefault(f"ct.{m}", []).append(k.line(c))
+            continue
+        r.edits[c] = lambda n: set_kwargs(n, [(kw, expr(value))])
+        r.done.setdefault(f"ct.{m}", []).append(k.line(c))
+    if DIV in ops:
+        for d in divisions(k):
+            if not types.is_f32(d):
+                r.skipped.setdefault("/", []).append(k.line(d))
+                continue
+            r.edits[d] = lambda n: div_to_truediv(k, n, [(kw, value)])
+            r.done.setdefault("/ -> ct.truediv", []).append(k.line(d))
+    if r.skipped:
+        r.notes.append("not provably float32, left alone: " + "; ".join(
+            f"{op} ({lines_text(ls)})" for op, ls in r.skipped.items()))
+    if r.explicit:
+        r.notes.append(f"{kw} set explicitly, left alone: {lines_text(r.explicit)}")
+    return r
+
+
 @dataclass(frozen=True)
 class FlushToZero(Transform):
     name: str = "flush_to_zero"
@@ -54,36 +97,8 @@ class FlushToZero(Transform):
         if bad:
             raise TransformParamError(f"flush_to_zero: cannot flush {', '.join(bad)}",
                                       hint="ops: " + ", ".join(FTZ_OPS + (DIV,)))
-        types = DtypeInference(k)
-        edits: dict = {}
-        done: dict[str, list[int]] = {}
-        skipped: dict[str, list[int]] = {}
-        already: list[int] = []
-        explicit: list[int] = []
-        for c in k.calls(*[o for o in ops if o != DIV]):
-            m = k.ct.called(c)
-            have = kwarg(c, "flush_to_zero")
-            if have is not None:
-                (already if literal_value(have.value) is True else explicit).append(k.line(c))
-                continue
-            if not types.is_f32(c):
-                skipped.setdefault(f"ct.{m}", []).append(k.line(c))
-                continue
-            edits[c] = lambda n: set_kwargs(n, [("flush_to_zero", expr("True"))])
-            done.setdefault(f"ct.{m}", []).append(k.line(c))
-        if DIV in ops:
-            for d in divisions(k):
-                if not types.is_f32(d):
-                    skipped.setdefault("/", []).append(k.line(d))
-                    continue
-                edits[d] = lambda n: div_to_truediv(k, n, [("flush_to_zero", "True")])
-                done.setdefault("/ -> ct.truediv", []).append(k.line(d))
-        notes = []
-        if skipped:
-            notes.append("not provably float32, left alone: " + "; ".join(
-                f"{op} ({lines_text(ls)})" for op, ls in skipped.items()))
-        if explicit:
-            notes.append(f"flush_to_zero set explicitly, left alone: {lines_text(explicit)}")
+        r = f32_kwarg_edits(k, ops, "flush_to_zero", "True", lambda v: literal_value(v) is True)
+        edits, done, skipped, already, notes = r.edits, r.done, r.skipped, r.already, r.notes
         if not edits:
             if already:
                 refuse(f"already applied: flush_to_zero=True at {lines_text(already)}"

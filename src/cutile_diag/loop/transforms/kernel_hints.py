@@ -23,6 +23,7 @@ import libcst as cst
 from ...source.model import (Kernel, TransformParamError, code, expr, kwarg, literal_value, refuse, rewrite,
                              set_kwargs)
 from .base import Plan, Transform
+from ...source.analysis import ALL_HINTS, hint_overrides
 
 KNOBS = ("occupancy", "num_ctas", "num_worker_warps", "opt_level")
 SWEEPS: dict[str, tuple[int, ...]] = {"occupancy": (1, 2, 4, 8), "num_ctas": (2, 4),
@@ -67,7 +68,6 @@ def refuse_overridden(k: Kernel, hints: dict[str, Any]) -> dict[str, Any]:
     """The requested hints the host code does not override; refuses when none is left, since
     an overridden decorator value (autotuned kernels: the wrapper's replace_hints or the
     search's hints_fn) compiles to the same kernel and would spend an iteration on nothing."""
-    from ...source.analysis import ALL_HINTS, hint_overrides
     over = hint_overrides(k)
     lost = {n: over.get(n) or over[ALL_HINTS] for n in hints if n in over or ALL_HINTS in over}
     if lost and len(lost) == len(hints):

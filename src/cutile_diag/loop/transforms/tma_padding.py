@@ -28,6 +28,7 @@ from ...source.analysis import launch_extent
 from ...source.model import (Kernel, TransformParamError, code, dotted, expr, int_value, kwarg, lines_text,
                              positional, refuse, rewrite, set_kwargs, stmt)
 from .base import Plan, Transform
+from ...source.model import load
 
 # padding mode -> the Python value the masked lanes get
 FILL = {"NEG_INF": "-math.inf", "POS_INF": "math.inf", "NAN": "math.nan", "NEG_ZERO": "-0.0"}
@@ -199,7 +200,6 @@ _ADVICE = {
 def tma_remark_messages(source: str, kernel_name: str, remarks) -> list[str]:
     """One line per (access, reason) of tileiras' ``RemarkMemoryTma{Load,Store}Failed``
     remarks: which ct.load/ct.store, on which array, why, and what would fix it."""
-    from ...source.model import load
     k = load(source, kernel_name)
     by_line: dict[int, list[cst.Call]] = {}
     for c in k.calls("load", "store"):
