@@ -35,8 +35,10 @@ from . import device as device_mod       # read at call time, so a patched live_
 from . import peaks as peaks_mod
 from .device import DeviceModel
 from .model import RooflinePoint, analyze
+from .ncu import ncu_available, profile_command
 from .observed import KernelResult, attach_ncu, roofline_launches
 from .peaks import Ceilings
+from .plot import plot_roofline
 from .static_cost import count_workload, cross_check
 from .. import bench
 from .ncu import profile_workload
@@ -228,7 +230,6 @@ def run(req: RooflineRequest, wl: Workload, *,
     """Measure every selected configuration, or place recorded latencies on ``req.device``.
     ``latencies``: the selected configurations -> config name -> ms (the caller's --latency-ms,
     parsed against them once the device preset is known good)."""
-    from ..bench import BenchOptions
     cfgs = wl.select(req.configs)
     offline = device_mod.preset(req.device) if req.device else None
     lat = latencies(cfgs) if latencies else None
@@ -246,13 +247,12 @@ def run(req: RooflineRequest, wl: Workload, *,
         dev = device_mod.live_device(req.gpu)
         ceilings = peaks_mod.get_ceilings(dev, measure_if_missing=req.measure_peaks and not lat)
     if req.ncu:
-        from .ncu import ncu_available
         why = ncu_available()
         if why:
             raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
         if dev.kind != "live":
             raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
-    opts = BenchOptions(flush_l2=req.flush_l2, cuda_graph=req.cuda_graph, **({} if req.batch else {"batch": None}))
+    opts = bench.BenchOptions(flush_l2=req.flush_l2, cuda_graph=req.cuda_graph, **({} if req.batch else {"batch": None}))
     if req.warmup_ms is not None:
         opts.warmup_ms = req.warmup_ms
     if req.rep_ms is not None:
@@ -264,7 +264,6 @@ def run(req: RooflineRequest, wl: Workload, *,
                                     on_step=lambda m: bar.update(m))
     out = RooflineRun(wl, dev, ceilings, results)
     if req.plot:
-        from .plot import plot_roofline
         points = [r.point for r in results if r.point is not None]
         if not points:
             out.plot_note = "no valid measurements: nothing to plot"
@@ -338,7 +337,6 @@ def run_command(req: CommandRequest, *, echo: Callable[[str], None] | None = Non
     TileIR at the recorded shapes, place it; ``--ncu`` profiles the command again."""
     cmd = req.command
     if req.ncu:
-        from .ncu import ncu_available
         why = ncu_available()
         if why:
             raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
@@ -354,13 +352,11 @@ def run_command(req: CommandRequest, *, echo: Callable[[str], None] | None = Non
     with progress(1, "roofline: static counts", enabled=show) as bar:
         results = roofline_launches(run_.records, device=dev, ceilings=ceilings, on_step=lambda m: bar.update(m))
     if req.ncu:
-        from .ncu import profile_command
         names = sorted({r.group.kernel for r in results})
         attach_ncu(results, profile_command(cmd, names, timeout_s=req.timeout_s))
     out = CommandRun(cmd, run_, dev, ceilings, results, dry_run=req.dry_run)
     points = [r.point for r in results if r.point is not None]
     if req.plot and points:
-        from .plot import plot_roofline
         out.plot = plot_roofline(points, dev, ceilings, req.plot, title=f"roofline of {' '.join(cmd)[:60]}")
     elif req.plot:
         out.plot_note = "no measured points: nothing to plot"
