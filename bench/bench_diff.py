@@ -33,7 +33,7 @@ bench/results/diff_benchmark.json and .md.
 
 Side by side in the same run, on the same files: ``array`` is the whole pipeline with the
 positional-array graph and matcher the networkx graph replaced (frozen under
-``bench/array_matcher/``: no networkx graph, no signature stage, no impact slices; the same
+``bench/array_matcher/`` as of commit 24ec50e, read from git: no networkx graph, no signature stage, no impact slices; the same
 parser, deltas, classification and JSON), and ``difflib`` a unified line diff.  The load
 average (``uptime``) is recorded before and after: the machine is shared.
 """
@@ -176,12 +176,32 @@ def load_average() -> list[float]:
         return []
 
 
+# the commit whose bench/array_matcher/ froze the array matcher that issue 14 replaced: read from
+# git history rather than kept as a second copy of diff/graph.py and diff/match.py in the tree
+FROZEN_MATCHER = "24ec50e"
+
+
+def frozen_matcher() -> Path:
+    """A folder holding the package ``array_matcher`` as committed at FROZEN_MATCHER."""
+    import subprocess
+    dest = Path(tempfile.mkdtemp(prefix="bench-diff-")) / "array_matcher"
+    dest.mkdir()
+    for name in ("__init__.py", "graph.py", "match.py"):
+        p = subprocess.run(["git", "-C", str(ROOT), "show", f"{FROZEN_MATCHER}:bench/array_matcher/{name}"],
+                           capture_output=True, text=True)
+        if p.returncode:
+            raise SystemExit(f"bench_diff: the frozen array matcher needs this checkout's git history "
+                             f"(commit {FROZEN_MATCHER}): {p.stderr.strip()}")
+        (dest / name).write_text(p.stdout)
+    return dest.parent
+
+
 def legacy_total(pa: Path, pb: Path) -> dict:
     """The same diff + JSON with the array graph and matcher this benchmark compares against."""
     from cutile_diag.diff import core
     from cutile_diag.diff.output import to_json
     from cutile_diag.output import dumps
-    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(frozen_matcher()))
     from array_matcher.graph import build_graph as array_graph
     from array_matcher.match import match_graphs as array_match
     saved = core.build_graph, core.match_graphs, core.impact_slices
@@ -419,7 +439,7 @@ def markdown(doc: dict) -> str:
         "cpu = the process CPU time of the same work (on this shared machine, what other users' load inflates "
         "least). ops/s counts the ops of both sides. rich / html: rendering, not part of total. "
         "Side by side in the same run (interleaved repetitions): `array` is the same pipeline with the "
-        "positional-array graph and matcher the networkx graph replaced (bench/array_matcher/; no networkx "
+        "positional-array graph and matcher the networkx graph replaced (bench/array_matcher/ at 24ec50e; no networkx "
         "graph, signatures or impact slices), `×array` = total / array, `same` = both report the same "
         "changes and delta counts; `difflib` is a unified line diff of the same two files (what a "
         "kernel author has without this tool; `lines` = the +/- lines it reports, `changes` = what "
