@@ -33,6 +33,8 @@ Errors are ``WorkloadError`` (a ``CutileDiagError``): one line, exit code 2.
 """
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -70,6 +72,29 @@ def dtype_name(dtype: Any) -> str:
         text = text[len("torch."):]
     canon = _DTYPE_ALIASES.get(text.lower(), text)
     return _SHORT.get(canon, canon)
+
+
+@contextlib.contextmanager
+def exact_matmul():
+    """torch matmuls without TF32 inside, the setting restored after: a GEMM reference must not
+    round the way the kernel under test may."""
+    import torch
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def gemm_flops(cfg) -> float:
+    return 2.0 * cfg["M"] * cfg["N"] * cfg["K"]
+
+
+def gemm_bytes(cfg, elem_bytes: float) -> float:
+    """A, B read once and C written once."""
+    m, n, k = cfg["M"], cfg["N"], cfg["K"]
+    return float(m * k + k * n + m * n) * elem_bytes
 
 
 def seeded_randn(shape, dtype, seed, device, scale=1.0):

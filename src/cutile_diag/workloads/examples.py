@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..examples import EXAMPLES_DIR
 from ..workload import (CaptureSpec, Tolerance, Workload, WorkloadConfig, WorkloadError, instantiate,
-                        seeded_randn, torch_dtype)
+                        exact_matmul, gemm_bytes, gemm_flops, seeded_randn, torch_dtype)
 from ..capture.loader import import_file
 
 
@@ -138,19 +138,14 @@ class Matmul(_Example):
         import torch
         a, b = inputs["A"], inputs["B"]
         hi = torch.float64 if a.dtype == torch.float32 else torch.float32
-        prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        try:
+        with exact_matmul():
             return {"C": a.to(hi) @ b.to(hi)}
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev
 
     def flops(self, cfg):
-        return 2.0 * cfg["M"] * cfg["N"] * cfg["K"]
+        return gemm_flops(cfg)
 
     def bytes(self, cfg):
-        m, n, k = cfg["M"], cfg["N"], cfg["K"]
-        return (m * k + k * n + m * n) * _bits(cfg["dtype"]) / 8
+        return gemm_bytes(cfg, _bits(cfg["dtype"]) / 8)
 
     def compute_unit(self, cfg):
         return (cfg["dtype"], "tensor")

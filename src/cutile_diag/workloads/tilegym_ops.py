@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 
-from ..workload import Workload, WorkloadConfig, WorkloadError, instantiate, seeded_randn
+from ..workload import (Workload, WorkloadConfig, WorkloadError, exact_matmul, gemm_bytes, gemm_flops, instantiate,
+                        seeded_randn)
 
 
 def _bytes_of(dtype: str) -> int:
@@ -189,20 +190,14 @@ class Matmul(_TileGymOp):
         return fn(inputs["a"], inputs["b"], static_persistent=inputs["_static_persistent"], backend="cutile")
 
     def reference(self, inputs):
-        import torch
-        prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        try:
+        with exact_matmul():
             return inputs["a"].float() @ inputs["b"].float()
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev
 
     def flops(self, cfg):
-        return 2.0 * cfg["M"] * cfg["N"] * cfg["K"]
+        return gemm_flops(cfg)
 
     def bytes(self, cfg):
-        m, n, k = cfg["M"], cfg["N"], cfg["K"]
-        return float(m * k + k * n + m * n) * _bytes_of(cfg["dtype"])
+        return gemm_bytes(cfg, _bytes_of(cfg["dtype"]))
 
     def compute_unit(self, cfg):
         return (cfg["dtype"], "tensor")
