@@ -213,3 +213,15 @@ def test_time_limit_is_split_by_expected_gain_and_paused_loops_resume(tmp_path):
     assert c.time_share("b", now) == pytest.approx(30.0, abs=0.1)       # all that is left goes to the last one
     c.mark("b", status="paused")
     assert Campaign.load(tmp_path).todo() == ["b"]                       # a paused loop resumes
+
+
+def test_derived_commands_from_a_relative_repository_root(tmp_path, monkeypatch):
+    """`./dev demo` runs where it is called with a relative --out: the repository root can be
+    relative while the test files resolve to absolute paths."""
+    from cutile_diag.campaign.plan import _commands
+    (tmp_path / "r" / "tests").mkdir(parents=True)
+    (tmp_path / "r" / "tests" / "test_x.py").write_text("def test_a(): pass\n")
+    monkeypatch.chdir(tmp_path)
+    check, bench, ids = _commands(["pytest", "tests", "-k", "test_perf"], ["tests/test_x.py::test_a"],
+                                  cwd=Path("r").resolve(), root=Path("r"))
+    assert ids == ["tests/test_x.py::test_a"] and check and bench and "tests/test_x.py" in bench

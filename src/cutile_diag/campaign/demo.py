@@ -98,6 +98,7 @@ def survey_command() -> list[str]:
 
 def run_demo(folder: Path, kernels: Sequence[str] = KERNELS, *, echo: Callable[[str], None] | None = None):
     """A fresh repository in ``folder`` and its simulated campaign (two loop steps per kernel at most)."""
+    folder = Path(folder).resolve()        # the campaign chdirs into the repository
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

@@ -118,6 +118,7 @@ def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path,
     prefix = pytest_prefix(cmd)
     if prefix is None or not tests:
         return None, None, []
+    root = root.resolve()                  # test files resolve to absolute paths
     ids, files = [], []
     for t in tests:
         f, _, rest = t.partition("::")
