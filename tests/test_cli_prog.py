@@ -19,7 +19,7 @@ from cutile_diag.output import prog
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(cutile_diag.__file__).parent
-SUBCOMMANDS = "demo|capture|ir-diff|peaks|roofline|diagnose|optimize|loop|calibrate"
+SUBCOMMANDS = "demo|capture|ir-diff|peaks|roofline|diagnose|optimize|loop|calibrate|campaign"
 
 
 def test_prog_follows_how_cutile_diag_was_started(monkeypatch, tmp_path):
@@ -77,7 +77,8 @@ NOT_HINTS = {("roofline/peaks.py", "cutile-diag peaks on an NVIDIA H200"),     #
              ("loop/git.py", "# cutile-diag optimize: the loops' state"),       # a comment written to a file
              ("commands/demo.py", "cutile-diag demo: "),                         # titles
              ("diagnose/gpu_run.py", "# cutile-diag diagnose with GPU evidence"),
-             ("diff/output/html_render.py", "cutile-diag ir-diff</")}
+             ("diff/output/html_render.py", "cutile-diag ir-diff</"),
+             ("campaign/report.py", "<title>cutile-diag campaign</title>")}
 
 
 def test_no_hint_hard_codes_the_command_name():

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..output import prog
 from ..errors import CutileDiagError, UsageError
 from ..loop import api
 from ..loop.git import slug
@@ -91,7 +92,7 @@ class Campaign:
     def load(cls, out: Path) -> "Campaign":
         p = out / STATE_FILE
         if not p.is_file():
-            raise UsageError(f"no campaign in {out}", hint="start one: cutile-diag campaign [--out DIR] -- CMD")
+            raise UsageError(f"no campaign in {out}", hint=f"start one: {prog()} campaign [--out DIR] -- CMD")
         return cls(out, json.loads(p.read_text()))
 
     @classmethod

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
-from ..output import console, err_console, print_json
+from ..output import console, err_console, print_json, prog
 from ._args import add_budget, loop_overrides
 
 DEFAULT_OUT = Path("cutile-diag-out") / "campaign"
@@ -22,10 +22,10 @@ def register(sub) -> None:
                     "the optimisation loop (the one `optimize` runs) on each, best expected gain first, each on "
                     "its own branch and worktree.  State and report (campaign.md, campaign.html) in --out.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Plan only:   cutile-diag campaign --plan -- pytest tests/ops -k \"test_perf and cutile\"\n"
-               "Run:         cutile-diag campaign --time-limit 420 -- pytest tests/ops -k \"test_perf and cutile\"\n"
-               "Continue:    cutile-diag campaign --resume [--out DIR]\n"
-               "CI / demo:   cutile-diag campaign --simulate SPECS.json -- pytest ...   (SPECS.json maps each kernel's\n"
+        epilog=f"Plan only:   {prog()} campaign --plan -- pytest tests/ops -k \"test_perf and cutile\"\n"
+               f"Run:         {prog()} campaign --time-limit 420 -- pytest tests/ops -k \"test_perf and cutile\"\n"
+               f"Continue:    {prog()} campaign --resume [--out DIR]\n"
+               f"CI / demo:   {prog()} campaign --simulate SPECS.json -- pytest ...   (SPECS.json maps each kernel's\n"
                "             name to an `optimize --simulate` spec; the survey then records without executing)")
     p.add_argument("--plan", action="store_true", help="survey and rank only: print what would run, change nothing")
     p.add_argument("--dry-run", action="store_true",
@@ -72,7 +72,7 @@ def _say(line: str) -> None:
 
 def run(args) -> int:
     from ..loop.proc import exit_on_sigterm
-    return exit_on_sigterm(lambda: _run(args), "; `cutile-diag campaign --resume` goes on")
+    return exit_on_sigterm(lambda: _run(args), f"; `{prog()} campaign --resume` goes on")
 
 
 def _out(args, root: Path) -> Path:
@@ -102,7 +102,7 @@ def _run(args) -> int:
         return _show_run(args, res)
     if not args.passthrough:
         raise UsageError("give the command to survey after '--'",
-                         hint='e.g. cutile-diag campaign --plan -- pytest tests/ops -k "test_perf and cutile"')
+                         hint=f'e.g. {prog()} campaign --plan -- pytest tests/ops -k "test_perf and cutile"')
     if args.dry_run and not (args.plan or args.simulate):
         raise UsageError("--dry-run executes nothing, so no loop can measure: it goes with --plan (or --simulate)")
     sim = None
@@ -184,5 +184,5 @@ def _show_run(args, res) -> int:
     console.print(f"report: {rep['html']}", highlight=False)
     left = [r["kernel"] for r in rep["kernels"] if r["status"] in ("pending", "paused", "running")]
     if left:
-        console.print(f"not finished: {', '.join(left)} — `cutile-diag campaign --resume` goes on", highlight=False)
+        console.print(f"not finished: {', '.join(left)} — `{prog()} campaign --resume` goes on", highlight=False)
     return 1 if any(r["status"] == "crashed" for r in rep["kernels"]) else 0
