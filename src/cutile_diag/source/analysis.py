@@ -685,10 +685,6 @@ def _stmt_and_block(k: Kernel, node: cst.CSTNode):
     return st, sibs, next(i for i, s in enumerate(sibs) if s is st)
 
 
-def _binds_name(node: cst.CSTNode, name: str) -> bool:
-    return name in assignments(node if isinstance(node, cst.FunctionDef) else node)
-
-
 def reaching_value(k: Kernel, name: str, at: cst.CSTNode,
                    scope: cst.FunctionDef | None = None) -> cst.BaseExpression | None:
     """The expression ``name`` holds at ``at`` when one plain ``name = expr`` reaches it

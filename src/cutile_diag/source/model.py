@@ -369,9 +369,6 @@ class Kernel:
         return find_all(root or self.func.body,
                         lambda n: isinstance(n, cst.Call) and self.ct.called(n) in want)
 
-    def module_funcs(self) -> list[cst.FunctionDef]:
-        return find_all(self.module, lambda n: isinstance(n, cst.FunctionDef))
-
     def body_statements(self) -> tuple[list[cst.BaseStatement], int]:
         """The kernel body's statements and how many leading ones are the docstring."""
         body = list(self.func.body.body) if isinstance(self.func.body, cst.IndentedBlock) else []
@@ -519,15 +516,6 @@ def positional(call: cst.Call) -> list[cst.Arg]:
     return [a for a in call.args if a.keyword is None and not a.star]
 
 
-def arg_value(call: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
-    """The argument bound to parameter ``name`` at position ``index`` (positional or keyword)."""
-    pos = positional(call)
-    if index < len(pos):
-        return pos[index].value
-    kw = kwarg(call, name)
-    return kw.value if kw else None
-
-
 def _equal_style(call: cst.Call) -> cst.AssignEqual:
     for a in call.args:
         if a.keyword is not None and isinstance(a.equal, cst.AssignEqual):
@@ -665,10 +653,6 @@ def literal_value(node: cst.CSTNode | None):
 _NOT_LITERAL = object()
 
 
-def is_literal(node) -> bool:
-    return literal_value(node) is not _NOT_LITERAL
-
-
 def names_in(node: cst.CSTNode) -> set[str]:
     """Names read by an expression (attribute bases included, attribute names not)."""
     out: set[str] = set()
@@ -708,7 +692,6 @@ def insert_in_body(func: cst.FunctionDef, new: Sequence[cst.BaseStatement], *, a
     """``func`` with statements inserted after its first ``after`` body statements."""
     body = list(func.body.body)
     return func.with_changes(body=func.body.with_changes(body=body[:after] + list(new) + body[after:]))
-
 
 
 def lines_text(lines: Iterable[int]) -> str:
