@@ -25,6 +25,13 @@ def test_busy_time_counts_overlaps_once_and_overlap_is_detected():
     assert overlapping([a, b]) and not overlapping([a, c])
     line = split_line({"compile": {"s": 2.0}, "check": {"s": 1.0}, "compiles": [a, b]})
     assert line == "compile 2.0 s (2 in parallel) · check 1.0 s"
+    from cutile_diag.loop.costs import StepClock
+    clock = StepClock()
+    clock.add("time", 10.0, 13.0)
+    clock.count("time", requests=3, worker_s=1.25)
+    clock.count("time", requests=2, worker_s=1.0)
+    assert clock.to_json()["time"]["requests"] == 5 and clock.to_json()["time"]["worker_s"] == 2.25
+    assert split_line(clock.to_json()) == "time 3.0 s (5 runs, 2.2 s of them timing)"
 
 
 @pytest.mark.slow
@@ -56,6 +63,29 @@ def test_a_four_candidate_sweep_compiles_concurrently(repo, capsys):
     st = json.loads(capsys.readouterr().out)
     assert [c["iteration"] for c in st["costs"]] == [0, 1] and len(st["costs"][1]["compiles"]) == 4
 
+
+
+@pytest.mark.slow
+def test_compile_children_started_ahead_compile_the_sweep_and_leave_nothing_running(repo, monkeypatch):
+    """With spares (``CUTILE_DIAG_SPARES``, on by default on a host of 8+ cores) the sweep's
+    compiles run in children started before the step, their imports done; the captures are
+    the same as a fresh child's, and no child outlives the loop."""
+    from cutile_diag.loop import spares
+    from cutile_diag.loop.transforms import TRANSFORMS
+    started = []
+    real = spares.Spares._start
+    monkeypatch.setattr(spares.Spares, "_start", lambda self: started.append(real(self)) or started[-1])
+    monkeypatch.setenv("CUTILE_DIAG_SPARES", "2")
+    r = make_loop(repo, {"effects": {"kernel_hints": 0.9}}, recs=[rec("C", "kernel_hints")],
+                  transforms={"kernel_hints": TRANSFORMS["kernel_hints"]}, capture=True, max_iterations=1)
+    r.start()
+    comp = r.led.iterations[1]["step_costs"].get("compiles")
+    assert comp, json.dumps(r.led.iterations[1], default=str)[:3000]
+    assert len(comp) == 4 and all(c["ok"] and c["source"] == "specs" for c in comp), comp
+    assert all(c["spare"] for c in comp), comp     # two started ahead, two as they were taken
+    assert r.led.iterations[1]["ir_diff"].get("n_changes")
+    assert len(started) == 6 and all(p.poll() is not None for p in started)   # 4 used, 2 spares closed
+    assert untouched(repo, r)
 
 CHECK = "import time; time.sleep(0.6)\n"
 BENCH = """import time

@@ -44,6 +44,47 @@ def test_worker_death_is_a_candidate_crash(tmp_path):
         b.verify(v, ws, Deadline(60))
 
 
+def _spares_started(monkeypatch):
+    from cutile_diag.loop import spares
+    started = []
+    real = spares.Spares._start
+    monkeypatch.setattr(spares.Spares, "_start", lambda self: started.append(real(self)) or started[-1])
+    return started
+
+
+def test_a_worker_started_ahead_runs_the_version_s_text_not_the_disk_s(tmp_path, monkeypatch):
+    """A spare worker (``keep_spares``) gets the version's files as overrides: the version's
+    text runs (here it exits with 3), not the worktree's (which would sleep past the budget)."""
+    started = _spares_started(monkeypatch)
+    b, ws, _ = backend_for(tmp_path, "time.sleep(600)")
+    v = Version("cand", {"wl.py": WORKLOAD_FILE.format(prelude="os._exit(3)")})
+    b.keep_spares(ws, 2)
+    monkeypatch.setattr(ws, "materialize", lambda v: pytest.fail("the version was written into the tree"))
+    try:
+        with pytest.raises(CandidateCrash, match="exit 3"):
+            b.verify(v, ws, Deadline(60))
+    finally:
+        b.close()
+    assert len(started) == 3 and all(p.poll() is not None for p in started)     # one taken, refilled, all gone
+
+
+def test_a_spare_worker_reports_a_missing_gpu_and_a_hang_like_a_fresh_one(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+    started = _spares_started(monkeypatch)
+    b, ws, v = backend_for(tmp_path, "print('stray output must not break the protocol')")
+    b.keep_spares(ws, 1)
+    try:
+        with pytest.raises(BackendError, match="no CUDA GPU"):
+            b.verify(v, ws, Deadline(120))
+        hang = Version("hang", {"wl.py": WORKLOAD_FILE.format(prelude="time.sleep(600)")})
+        with pytest.raises(MeasurementTimeout, match="killed"):
+            b.verify(hang, ws, Deadline(8))
+    finally:
+        b.close()
+    assert not b.workers and all(p.poll() is not None for p in started)
+
 @pytest.mark.gpu
 def test_workload_backend_loop_on_vector_add(repo):
     pytest.importorskip("torch")

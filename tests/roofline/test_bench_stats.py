@@ -172,3 +172,38 @@ def test_short_kernels_are_timed_in_batches_with_the_flush_accounted_for():
     m = measure(lambda: None, opts, backend=be)
     assert m.observed["timer"]["batch"] == 1 and "sync in capture" in m.observed["timer"]["batch_fallback"]
     assert ("time", 1000) in be.calls                      # eager: the launch-count budget as before
+
+
+def test_a_kept_set_up_is_reused_by_later_calls_and_freed_when_the_options_change_or_a_call_fails():
+    """A loop worker measures one version many times: the first call sets up (estimate, batch
+    graphs), later calls with the same options only warm up and sample, with the same plan."""
+    from cutile_diag.bench.timing import Kept
+
+    class Batching(FakeBackend):
+        def batch(self, k):
+            self.calls.append(("batch", k))
+
+        def warm(self, n):
+            self.calls.append(("warm", n))
+
+    be = Batching(est_ms=0.02, samples=[0.02])
+    keep = Kept()
+    opts = BenchOptions(warmup_ms=10, rep_ms=10, min_rep=3, max_rep=1000, batch_sample_ms=2.0)
+    first = measure(lambda: None, opts, backend=be, keep=keep)
+    assert [c for c in be.calls if c in ("setup", "teardown") or c[0] in ("estimate", "batch")] == \
+        ["setup", ("estimate", 5), ("batch", 100)]
+    be.calls.clear()
+    again = measure(lambda: None, opts, keep=keep)          # no backend given: the kept one
+    assert be.calls == [("warm", first.n_warmup), "reset", ("time", first.stats.nrep)]
+    assert again.first_call_s == 0 and again.observed["timer"]["batch"] == 100
+    other = Batching(est_ms=0.02, samples=[0.02])
+    measure(lambda: None, BenchOptions(warmup_ms=5), backend=other, keep=keep)
+    assert be.calls[-1] == "teardown" and "setup" in other.calls     # new options: set up anew
+
+    class Boom(Batching):
+        def time_reps(self, n):
+            raise RuntimeError("kernel crashed")
+    boom = Boom(est_ms=0.02, samples=[0.02])
+    with pytest.raises(RuntimeError):
+        measure(lambda: None, opts, backend=boom, keep=keep)
+    assert boom.calls[-1] == "teardown" and keep.backend is None

@@ -22,7 +22,9 @@ run of the workload or the user's command.  A candidate that cannot be captured 
 recorded launch and no specs) falls back to the runner's run-based capture.
 
 Child protocol: ``python -m cutile_diag.loop.compile_pool JOB.json``; one JSON line on stdout
-(``{"ok", "path", "source", "error", "kind", "warm"}``).
+(``{"ok", "path", "source", "error", "kind", "warm"}``).  ``--spare`` instead of the path: the
+child imports cuTile's compiler (and with it torch) first, then reads the job's path from stdin
+(``loop.spares``: a step's compiles start with their imports done).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import concurrent.futures as cf
 import datetime as _dt
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ from typing import Mapping, Sequence
 from ..errors import CutileDiagError, UsageError
 from . import proc
 from .integrations import CaptureResult
+from .spares import Spares
 
 COMPILE_CAP_S = 300.0
 
@@ -56,11 +60,13 @@ class Compiled:
     end: float
     fallback: str = ""           # why the run-based capture must do it ("" : the compile did)
     warm: dict = field(default_factory=dict)
+    spare: bool = False          # a child started ahead ran it (loop.spares)
 
     def to_json(self) -> dict:
         return {"label": self.label, "ok": self.result.ok, "source": self.result.source,
                 "error": self.result.error or None, "s": round(self.end - self.start, 3),
                 "start": stamp(self.start), "end": stamp(self.end), "warm_cache": self.warm or None,
+                "spare": self.spare,
                 **({"fallback": self.fallback} if self.fallback else {})}
 
 
@@ -83,10 +89,42 @@ def launch_block(capture: Path | None) -> dict | None:
         return None
 
 
+CHILD_ENV = {"CUDA_HOME": None, "CUDA_PATH": None}   # cuTile passes CUDA_HOME on to tileiras, which then fails
+
+
+def spares(env: Mapping[str, str], cwd: Path, n: int) -> Spares:
+    """Compile children started ahead, their imports done (``loop.spares``)."""
+    return Spares("cutile_diag.loop.compile_pool", env={**CHILD_ENV, **env}, cwd=cwd, n=n)
+
+
+def _spare_run(p, path: Path, timeout: float | None) -> proc.ProcResult:
+    """The job through a started spare: its path on stdin, the reply on stdout."""
+    t0 = time.monotonic()
+    try:
+        out, err = p.communicate(input=f"{path}\n".encode(), timeout=timeout)
+        return proc.ProcResult(p.args, p.returncode, (out or b"").decode(errors="replace"),
+                               (err or b"").decode(errors="replace"), False, time.monotonic() - t0)
+    except subprocess.TimeoutExpired:
+        proc.kill_group(p)
+        return proc.ProcResult(p.args, None, "", "", True, time.monotonic() - t0)
+    except (BrokenPipeError, OSError) as e:
+        proc.kill_group(p)
+        return proc.ProcResult(p.args, None, "", f"the compile spare died: {e}", False, time.monotonic() - t0)
+    except BaseException:
+        proc.kill_group(p)
+        raise
+
+
 def compile_versions(jobs: Sequence[dict], *, deadline: proc.Deadline | None = None,
-                     workers: int | None = None) -> list[tuple[dict, dict, float, float]]:
-    """Run every job (``job_json``) in its own child, concurrently: (job, reply, start, end)."""
+                     workers: int | None = None, pool: Spares | None = None) -> list[tuple[dict, dict, float, float]]:
+    """Run every job (``job_json``) in its own child, concurrently: (job, reply, start, end).
+    ``pool``: started children to use first, when they run in this job's environment."""
     n = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+    taken = {}
+    for job in jobs:          # taken here, in order, not in the threads
+        env = {**CHILD_ENV, **(job.get("env") or {})}
+        if pool is not None and pool.matches(env, job.get("cwd") or ""):
+            taken[job["name"]] = pool.take()
 
     def one(job: dict):
         t0 = time.time()
@@ -94,8 +132,12 @@ def compile_versions(jobs: Sequence[dict], *, deadline: proc.Deadline | None = N
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(job))
         timeout = deadline.timeout(COMPILE_CAP_S) if deadline else COMPILE_CAP_S
-        res = proc.run([sys.executable, "-m", "cutile_diag.loop.compile_pool", str(path)], cwd=job.get("cwd"),
-                       env={"CUDA_HOME": None, "CUDA_PATH": None, **(job.get("env") or {})}, timeout=timeout)
+        spare = taken.get(job["name"])
+        if spare is not None:
+            res = _spare_run(spare, path, timeout)
+        else:
+            res = proc.run([sys.executable, "-m", "cutile_diag.loop.compile_pool", str(path)], cwd=job.get("cwd"),
+                           env={**CHILD_ENV, **(job.get("env") or {})}, timeout=timeout)
         path.unlink(missing_ok=True)
         if res.timed_out:
             reply = {"ok": False, "kind": "timeout", "error": f"compile killed after {timeout:.0f} s (the time budget)"}
@@ -106,6 +148,7 @@ def compile_versions(jobs: Sequence[dict], *, deadline: proc.Deadline | None = N
             except (IndexError, ValueError):
                 err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
                 reply = {"ok": False, "kind": "crash", "error": err[-1] if err else f"exit {res.returncode}"}
+        reply["spare"] = spare is not None
         return job, reply, t0, time.time()
 
     if not jobs:
@@ -200,8 +243,23 @@ def _child(job: dict) -> dict:
             "source": "recorded-launch" if job.get("launch") else "specs", "warm": warm}
 
 
+def _preload() -> None:
+    """What every compile imports (a spare does it before its job arrives)."""
+    import cuda.tile._compile  # noqa: F401  (pulls in torch)
+    from ..capture import aot, auto  # noqa: F401
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--spare":
+        try:
+            _preload()
+        except Exception:             # the job itself will say what is missing
+            pass
+        line = sys.stdin.readline().strip()
+        if not line:                  # the pool closed: nothing to do
+            return 0
+        argv = [line]
     job = json.loads(Path(argv[0]).read_text())
     try:
         reply = _child(job)

@@ -34,6 +34,13 @@ class StepClock:
     def __init__(self):
         self.intervals: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
         self.compiles: list[dict] = []
+        self.counts: dict[str, dict[str, float]] = {}
+
+    def count(self, phase: str, **amounts: float) -> None:
+        """Add to a phase's tallies (e.g. ``time``: measure requests, seconds inside the worker)."""
+        tally = self.counts.setdefault(phase, {})
+        for k, v in amounts.items():
+            tally[k] = tally.get(k, 0) + v
 
     def add(self, phase: str, start: float, end: float) -> None:
         self.intervals.setdefault(phase, []).append((start, end))
@@ -51,7 +58,8 @@ class StepClock:
         for p, iv in self.intervals.items():
             if iv:
                 out[p] = {"s": round(_busy(iv), 3), "start": stamp(min(s for s, _ in iv)),
-                          "end": stamp(max(e for _, e in iv)), "n": len(iv)}
+                          "end": stamp(max(e for _, e in iv)), "n": len(iv),
+                          **{k: round(v, 3) for k, v in self.counts.get(p, {}).items()}}
         if self.compiles:
             out["compiles"] = list(self.compiles)
         return out
@@ -75,5 +83,7 @@ def split_line(step_costs: Mapping | None) -> str:
         if p == "compile" and sc.get("compiles"):
             n = len(sc["compiles"])
             extra = f" ({n} {'in parallel' if n > 1 and overlapping(sc['compiles']) else 'compile' + ('s' if n > 1 else '')})"
+        if p == "time" and d.get("requests"):
+            extra = f" ({int(d['requests'])} runs, {d.get('worker_s', 0):.1f} s of them timing)"
         parts.append(f"{p} {d['s']:.1f} s{extra}")
     return " · ".join(parts)

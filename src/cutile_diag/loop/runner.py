@@ -46,6 +46,7 @@ from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosi
 from .errors import LoopError
 from .evaluate import Evaluation
 from . import compile_pool
+from . import spares as spares_mod
 from .ceiling import ensure_ceiling
 from .costs import StepClock
 from .evidence import capture_sources, changed_outside_kernel
@@ -175,6 +176,7 @@ class Runner(Evaluation):
         self.captures: dict[str, CaptureResult] = {}
         self.clock = StepClock()                # the current step's cost split (loop.costs)
         self._compile_cut: dict[str, CaptureResult] = {}   # compiles the clock killed (loop.compile_pool)
+        self._compile_spares: spares_mod.Spares | None = None   # compile children started ahead (start)
         self.capture_off_reason: str | None = None if self.opt.capture else "disabled (--no-capture)"
         base = next((r for r in ledger.iterations if r["iteration"] == 0), None)
         cap0 = (base or {}).get("capture") or {}
@@ -247,16 +249,18 @@ class Runner(Evaluation):
                 root=self.ws.root, kernel_file=self.s.kernel_file, kernel=self.s.kernel, files=v.files,
                 name=v.digest[:16], out_dir=self.s.state_dir / "captures", archs=self.opt.archs,
                 args=self.opt.capture_args, specs=specs if same else None, launch=launch if same else None,
-                env=self.ws.env(v), cwd=self.ws.root))
+                env=self.ws.env(None), cwd=self.ws.root))     # the version's files come as overrides
         by_name = {v.digest[:16]: v for v in todo}
-        for job, reply, t0, t1 in compile_pool.compile_versions(jobs, deadline=deadline):
+        for job, reply, t0, t1 in compile_pool.compile_versions(jobs, deadline=deadline,
+                                                                 pool=self._compile_spares):
             v = by_name[job["name"]]
             self.clock.add("compile", t0, t1)
             res = CaptureResult(bool(reply.get("ok")), Path(reply["path"]) if reply.get("path") else None,
                                 error=reply.get("error") or "", seconds=t1 - t0, source=reply.get("source") or "",
                                 timed_out=reply.get("kind") == "timeout")
             fallback = "" if reply.get("ok") or reply.get("kind") in ("compile", "timeout") else (reply.get("error") or "")
-            c = compile_pool.Compiled(v.label, v.digest, res, t0, t1, fallback=fallback, warm=reply.get("warm") or {})
+            c = compile_pool.Compiled(v.label, v.digest, res, t0, t1, fallback=fallback, warm=reply.get("warm") or {},
+                                      spare=bool(reply.get("spare")))
             self.clock.compiles.append(c.to_json())
             if res.timed_out:
                 self._compile_cut[v.digest] = res
@@ -268,8 +272,14 @@ class Runner(Evaluation):
             return self.backend.verify(v, self.ws, deadline)
 
     def _measure(self, versions, deadline: proc.Deadline, rounds: int):
-        with self.clock.phase("time"):
-            return self.backend.measure(versions, self.ws, deadline, rounds)
+        reqs = getattr(self.backend, "requests", None)
+        n0 = len(reqs) if reqs is not None else 0
+        try:
+            with self.clock.phase("time"):
+                return self.backend.measure(versions, self.ws, deadline, rounds)
+        finally:
+            if reqs is not None:       # where the timing's wall time goes: the requests, the worker's share
+                self.clock.count("time", requests=len(reqs) - n0, worker_s=sum(w for _, w in reqs[n0:]))
 
     def _points_of(self, rec: dict | None) -> list[dict]:
         if not rec:
@@ -337,9 +347,21 @@ class Runner(Evaluation):
 
     def start(self) -> LoopResult:
         """Iteration 0 (the baseline, no code change), then the loop."""
-        if not self.led.iterations:
-            self.baseline()
-        return self.run()
+        # compile children started now have done their imports by the first step (loop.spares)
+        n = spares_mod.wanted(self.opt.max_sweep + 1) if self.capture_off_reason is None else 0
+        if n:
+            self._compile_spares = compile_pool.spares(self.ws.env(None), self.ws.root, n)
+        keep = getattr(self.backend, "keep_spares", None)
+        if keep is not None:
+            keep(self.ws, spares_mod.wanted(self.opt.max_sweep + 1))
+        try:
+            if not self.led.iterations:
+                self.baseline()
+            return self.run()
+        finally:
+            if self._compile_spares is not None:
+                self._compile_spares.close()
+                self._compile_spares = None
 
     def baseline(self) -> dict:
         n = 0

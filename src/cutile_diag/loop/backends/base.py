@@ -89,10 +89,12 @@ class Workspace:
             if changed:
                 self.write(saved)
 
-    def env(self, v: Version, *, audit: Path | None = None) -> dict[str, str]:
+    def env(self, v: Version | None, *, audit: Path | None = None) -> dict[str, str]:
         """A child's environment additions: its own bytecode cache per version and, for a loop
-        worktree, the worktree's code first on PYTHONPATH (``audit``: where children report imports)."""
-        cache = self.state_dir / "pycache" / v.digest[:16]
+        worktree, the worktree's code first on PYTHONPATH (``audit``: where children report imports).
+        ``v`` None: children that get every version's files as overrides, never from the disk
+        (``compile_pool.install_overrides``), share one cache — and so can be started ahead."""
+        cache = self.state_dir / "pycache" / (v.digest[:16] if v is not None else "shared")
         env = {"PYTHONPYCACHEPREFIX": str(cache)}
         if self.origin is not None:
             env.update(imports.child_env(self.origin, self.root, self.kernel_file, audit=audit))

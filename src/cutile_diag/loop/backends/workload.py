@@ -13,25 +13,39 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import proc
+from .. import spares as spares_mod
 from ..errors import BackendError, CandidateCrash, LoopError, MeasurementTimeout
 from ..stats import RunStat
 from .base import CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline
 
 
+WORKER = "cutile_diag.loop.backends.worker"
+
+
+def _device_env(device: int | None) -> dict[str, str]:
+    if device is None:
+        return {}
+    return {"CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+            "CUTILE_DIAG_WORKER_DEVICE": str(device)}
+
+
 class _Worker:
-    def __init__(self, v: Version, ws: Workspace, log: Path, device: int | None):
+    def __init__(self, v: Version, ws: Workspace, log: Path, device: int | None,
+                 spare: subprocess.Popen | None = None):
+        """A new worker process for ``v``, or ``spare``: one started ahead (``loop.spares``) that
+        gets ``v``'s files as overrides with its load request."""
         self.version = v
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log, "ab")
-        env = dict(os.environ)
-        env.update(ws.env(v))
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        if device is not None:
-            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        self.log_path = log
-        self.proc = subprocess.Popen([sys.executable, "-m", "cutile_diag.loop.backends.worker"], cwd=ws.root, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     start_new_session=True, preexec_fn=proc.die_with_parent)
+        self.spare = spare is not None
+        if spare is not None:
+            self.proc, self.log_path, self._log = spare, spare.log_path, None
+        else:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(log, "ab")
+            env = spares_mod.child_env({**ws.env(v), **_device_env(device)})
+            self.log_path = log
+            self.proc = subprocess.Popen([sys.executable, "-m", WORKER], cwd=ws.root, env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                         start_new_session=True, preexec_fn=proc.die_with_parent)
         self._buf = b""
         self.loaded: dict | None = None
         self.checked = False            # its imports were checked (``WorkloadBackend._worker``)
@@ -40,6 +54,8 @@ class _Worker:
         return self.proc.poll() is None
 
     def _last_stderr(self) -> str:
+        if self.log_path is None:
+            return ""
         try:
             lines = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
@@ -107,7 +123,8 @@ class _Worker:
             except Exception:
                 pass
         try:
-            self._log.close()
+            if self._log is not None:
+                self._log.close()
         except Exception:
             pass
 
@@ -129,6 +146,8 @@ class WorkloadBackend:
         self.log_dir = Path(log_dir) if log_dir else None
         self.measure_ceilings = measure_ceilings
         self.workers: dict[str, _Worker] = {}
+        self._spares: spares_mod.Spares | None = None     # workers started ahead (keep_spares)
+        self.requests: list[tuple[float, float]] = []      # measure requests: (round trip s, in the worker s)
         self.info: dict[str, dict] = {}
         self.device_info: dict = {}
         self.imports: dict = {}          # where the last loaded worker imported the kernel file from
@@ -154,6 +173,22 @@ class WorkloadBackend:
             req["overrides"] = {str(ws.root / p): t for p, t in v.files.items()}
         return req
 
+    def keep_spares(self, ws: Workspace, n: int) -> None:
+        """Keep ``n`` workers started ahead, their imports and CUDA context done (``loop.spares``):
+        each version's worker is then one of them, loaded with its files as overrides."""
+        if self._spares is not None:
+            self._spares.close()
+        self._spares = None
+        if n > 0:
+            self._spares = spares_mod.Spares(WORKER, env={**ws.env(None), **_device_env(self.device)}, cwd=ws.root,
+                                             n=n, log_dir=self.log_dir or Path(os.environ.get("TMPDIR", "/tmp")))
+
+    def _spare(self) -> subprocess.Popen | None:
+        return self._spares.take() if self._spares is not None else None
+
+    def _new_worker(self, v: Version, ws: Workspace) -> _Worker:
+        return _Worker(v, ws, self._log(v), self.device, spare=self._spare())
+
     def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
         """Start and load (compile + check) the workers of several versions at once, each seeing
         its own files (the worktree holds one version): a sweep's checks overlap instead of
@@ -165,8 +200,10 @@ class WorkloadBackend:
 
         kernel = os.path.realpath(ws.root / ws.kernel_file)
 
+        started = {v.digest: self._new_worker(v, ws) for v in todo}    # spares taken here, not in the threads
+
         def load(v: Version) -> None:
-            w = _Worker(v, ws, self._log(v), self.device)
+            w = started[v.digest]
             try:
                 w.loaded = w.request(self._load_request(ws, v), deadline.timeout(), f"loading and checking {v.label}")
             except LoopError:
@@ -191,6 +228,10 @@ class WorkloadBackend:
         if w is not None:
             w.kill()
         check_deadline(deadline, f"loading {v.label}")
+        if self._spares is not None:
+            w = self._load_spare(v, ws, deadline)
+            if w is not None:
+                return w
         with ws.materialize(v):
             w = _Worker(v, ws, self._log(v), self.device)
             self.workers[v.digest] = w
@@ -202,12 +243,38 @@ class WorkloadBackend:
                 w.kill()
                 raise
         w.loaded, w.checked = reply, True
+        self._loaded(reply)
+        return w
+
+    def _load_spare(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> _Worker | None:
+        """``v``'s worker from a spare, its files as overrides; None when none is left or the
+        kernel file was not read from the overrides (the worktree's copy then loads it)."""
+        spare = self._spare()
+        if spare is None:
+            return None
+        w = _Worker(v, ws, self._log(v), self.device, spare=spare)
+        self.workers[v.digest] = w
+        try:
+            reply = w.request(self._load_request(ws, v), deadline.timeout(), f"loading and checking {v.label}")
+        except LoopError:
+            self.workers.pop(v.digest, None)
+            w.kill()
+            raise
+        if os.path.realpath(ws.root / ws.kernel_file) not in (reply.get("overrides_read") or []) and reply.get("ok"):
+            self.workers.pop(v.digest, None)
+            w.close()
+            return None
+        self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {v.label}")
+        w.loaded, w.checked = reply, True
+        self._loaded(reply)
+        return w
+
+    def _loaded(self, reply: dict) -> None:
         if reply.get("ok"):
             if self._configs is None:
                 self._configs = list(reply["configs"])
             self.info.update(reply.get("info") or {})
             self.device_info = reply.get("device") or self.device_info
-        return w
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
         t0 = time.monotonic()
@@ -237,8 +304,10 @@ class WorkloadBackend:
 
         def one(v: Version, cfg: str) -> dict:
             check_deadline(deadline, f"measuring {v.label} on {cfg}")
+            t0 = time.monotonic()
             rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options},
                                            deadline.timeout(), f"measuring {cfg}")
+            self.requests.append((time.monotonic() - t0, float(rep.get("op_s") or 0.0)))
             if not rep.get("ok"):
                 raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
             return rep
@@ -283,10 +352,12 @@ class WorkloadBackend:
                 self.workers.pop(d).close()
 
     def close(self) -> None:
+        self.keep_spares(None, 0)
         for d in list(self.workers):
             self.workers.pop(d).close()
 
     def abort(self) -> None:
         """Kill every worker now (an interrupt: a hung worker must not get a polite 10 s to quit)."""
+        self.keep_spares(None, 0)
         for d in list(self.workers):
             self.workers.pop(d).kill()
