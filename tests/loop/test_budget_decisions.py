@@ -34,6 +34,18 @@ def test_costs_come_from_the_baseline_and_grow_with_slower_iterations():
     assert (c.verify_s, c.run_s, c.capture_s) == (1.0, 3.0, 0.5)
 
 
+def test_a_check_costs_what_the_latest_step_measured_not_the_baselines_cold_start():
+    """The baseline's check starts the measuring process and compiles cold (10 s on the H200 for
+    TileGym softmax); a step's checks run in processes started ahead: the plan follows the step."""
+    from cutile_diag.loop.budget import costs_from_ledger, plan
+    base = {"costs": {"verify_s": 10.0, "run_s": 0.1, "capture_s": 6.0}}
+    step = {"costs": {"run_s": 0.12, "compile_s": 2.5, "verify_s": 1.5}}
+    c = costs_from_ledger([base, step, {"iteration": 2, "costs": {"run_s": 0.11}}])
+    assert (c.verify_s, c.run_s, c.compile_s) == (1.5, 0.12, 2.5)
+    assert plan(4, costs_from_ledger([base]), 30, rounds=2).skipped          # planned with the cold check
+    assert not plan(4, c, 30, rounds=2, compile_workers=16, check_workers=4).skipped
+
+
 # --- a command-mode loop with slow commands -----------------------------------------------
 
 SLOW_CHECK = """

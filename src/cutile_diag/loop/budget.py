@@ -125,8 +125,14 @@ def min_budget_s(costs: Costs, margin: float = MARGIN) -> int | None:
 
 
 def costs_from_ledger(iterations: list[dict]) -> Costs:
-    """The baseline's costs, raised by any slower cost a later iteration measured."""
+    """The baseline's costs, raised by any slower run a later iteration measured.  A check and a
+    compile cost what the latest step measured: the baseline's check pays once for starting the
+    measuring process and compiling cold, a step's checks run in processes started ahead
+    (``loop.spares``) — planning every step with the baseline's would screen too few points."""
     c = Costs()
     for rec in iterations:
-        c = c.merge(Costs.from_json(rec.get("costs")))
+        new = Costs.from_json(rec.get("costs"))
+        c = c.merge(Costs(run_s=new.run_s, capture_s=new.capture_s))
+        c.verify_s = new.verify_s or c.verify_s
+        c.compile_s = new.compile_s or c.compile_s
     return c

@@ -477,6 +477,9 @@ class Evaluation:
         done = [c["s"] for c in self.clock.compiles if c["ok"]]
         if done:                 # later steps plan with a candidate's compile, not the baseline's capture run
             record["costs"] = {**(record.get("costs") or {}), "compile_s": round(max(done), 3)}
+        checked = (record["step_costs"].get("check") or {}).get("s")
+        if checked and record.get("verification"):     # a step's checks (a sweep's at once): what the next plans with
+            record["costs"] = {**(record.get("costs") or {}), "verify_s": round(checked, 3)}
         self.led.append(record)
         self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
         try:
