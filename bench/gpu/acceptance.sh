@@ -73,5 +73,13 @@ case "${1:-}" in
   s5c) b=${S5C_BUDGET:-400}
        run campaign_suite $((b + 60)) --budget-s "$b" --grace-s 40 \
          --state-in .gpu/campaign_state.tgz --state-out "$OUT/campaign_state.tgz" ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c" >&2; exit 2 ;;
+  # session 6 (#21, item 3): the GPU tests of what changed (spares, kept timing set-up; stop here if
+  # they fail), then the step's wall time again, old main vs this tree, on three sub-ms kernels
+  s6a) t0=$SECONDS
+       timeout -k 5 150 python -m pytest -q -x -m gpu -p no:cacheprovider tests/loop tests/roofline/test_gpu_harness.py \
+         tests/diagnose/test_gpu_evidence.py >"$OUT/gpu_tests.txt" 2>&1
+       rc=$?; echo "== gpu tests rc=$rc in $((SECONDS - t0)) s"; tail -n 15 "$OUT/gpu_tests.txt"
+       [ $rc -eq 0 ] || exit 1
+       run step_time 350 --budget-s 330 --per-run-s 80 --kernels row_lse,softmax,vector_add ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a" >&2; exit 2 ;;
 esac
