@@ -116,7 +116,7 @@ class _Worker:
         # a cuTile cache per actor: two actors never compile into (or evict from) one cache
         self.cache = tempfile.mkdtemp(prefix="cutile-diag-ray-cache-")
         os.environ["CUDA_TILE_CACHE_DIR"] = self.cache
-        self.scratch = Path(tempfile.mkdtemp(prefix="cutile-diag-ray-loops-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix="cutile-diag-ray-loops-")).resolve()   # as loop paths are
         self.cond = threading.Condition()
         self.job_id: str | None = None
         self.ended: set[str] = set()
