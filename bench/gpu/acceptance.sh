@@ -70,6 +70,7 @@ case "${1:-}" in
   # session 5 (#22): a campaign over TileGym's perf tests of four ops (local executor), resumable across
   # calls: its work folder comes back as $OUT/campaign_state.tgz; copy that to .gpu/campaign_state.tgz
   # (carried with .gpu) and run s5c again to continue. S5C_BUDGET: the wall budget of this call.
+  # (history: campaign_suite.py is now session 6's; s5c runs it with s5c's budget and state file names)
   s5c) b=${S5C_BUDGET:-400}
        run campaign_suite $((b + 60)) --budget-s "$b" --grace-s 40 \
          --state-in .gpu/campaign_state.tgz --state-out "$OUT/campaign_state.tgz" ;;
@@ -81,5 +82,12 @@ case "${1:-}" in
        rc=$?; echo "== gpu tests rc=$rc in $((SECONDS - t0)) s"; tail -n 15 "$OUT/gpu_tests.txt"
        [ $rc -eq 0 ] || exit 1
        run step_time 350 --budget-s 330 --per-run-s 80 --kernels row_lse,softmax,vector_add ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a" >&2; exit 2 ;;
+  # session 6 (#22): the campaign reworked (bench/gpu/campaign_suite.py): five ops of TileGym's perf tests
+  # (layer_norm_legacy, rms_norm, silu_and_mul, dropout, geglu), one kernel each, every baseline first, then
+  # steps best expected gain first; resumable: copy $OUT/campaign_state_s6c.tgz (< 400 KB) to
+  # .gpu/campaign_state_s6c.tgz and run s6c again. S6C_BUDGET: the suite's wall budget (the call: ~15 s more).
+  s6c) b=${S6C_BUDGET:-520}
+       run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 \
+         --state-in .gpu/campaign_state_s6c.tgz --state-out "$OUT/campaign_state_s6c.tgz" ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a|s6b|s6c" >&2; exit 2 ;;
 esac

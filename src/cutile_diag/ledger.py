@@ -45,9 +45,10 @@ import json
 import math
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import CutileDiagError
 from .output import prog, to_jsonable, write_atomic
@@ -73,6 +74,21 @@ def find_ledgers(folder: str | Path) -> list[Path]:
 
 class LedgerError(CutileDiagError):
     """The ledger is missing, unreadable or inconsistent."""
+
+
+_WATCHERS: list[Callable[[Path, dict], None]] = []
+
+
+@contextmanager
+def watched(fn: Callable[[Path, dict], None]) -> Iterator[None]:
+    """Call ``fn(ledger path, record)`` after every record a ledger of this process stores, before
+    ``append`` returns (a campaign's Ray actor hands each record to the driver, which owns the
+    campaign's copy of the ledger, and goes on only once the driver has it)."""
+    _WATCHERS.append(fn)
+    try:
+        yield
+    finally:
+        _WATCHERS.remove(fn)
 
 
 def short_text(text: str, n: int = 110) -> str:
@@ -371,9 +387,18 @@ class Ledger:
                 raise LedgerError(f"internal: iteration {record['iteration']} recorded twice")
         record = {**record}
         record.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        self.records.append(_finite(to_jsonable(record)))
+        stored = _finite(to_jsonable(record))
+        self.records.append(stored)
         self._flush()
+        for fn in list(_WATCHERS):
+            fn(self.path, stored)
         return record
+
+    def adopt(self, records: Iterable[dict]) -> None:
+        """Append records another writer stored, as they are (the campaign's driver keeps its copy
+        of a loop that a Ray actor runs; the actor gets the driver's records back to resume)."""
+        self.records.extend(records)
+        self._flush()
 
     def abandon(self, iteration: int, reason: str) -> dict:
         """Close a pending ``begin`` that leaves no row (an interrupted baseline is measured again)."""

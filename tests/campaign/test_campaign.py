@@ -225,3 +225,70 @@ def test_derived_commands_from_a_relative_repository_root(tmp_path, monkeypatch)
     check, bench, ids = _commands(["pytest", "tests", "-k", "test_perf"], ["tests/test_x.py::test_a"],
                                   cwd=Path("r").resolve(), root=Path("r"))
     assert ids == ["tests/test_x.py::test_a"] and check and bench and "tests/test_x.py" in bench
+
+
+def test_baselines_first_measures_every_kernel_before_any_step(tmp_path):
+    """--baselines-first on the local executor: each kernel's baseline (a loop stopped after
+    iteration 0, paused), then the loops go on from their ledgers, best expected gain first."""
+    from cutile_diag.campaign.executors.local import LocalExecutor
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.report import write_report
+    from cutile_diag.campaign.run import Campaign, run_campaign
+    repo = make_repo(tmp_path, ("vector_add", "row_norm"))
+    before = checkout_state(repo)
+    out = repo / "cutile-diag-out" / "campaign"
+    out.mkdir(parents=True)
+    ks = [KernelPlan(n, f"{repo}/ops/{n}.py::{n}", f"ops/{n}.py", expected_gain=g)
+          for n, g in (("row_norm", 0.7), ("vector_add", 0.3))]
+    sims = {}
+    for k in ks:
+        sims[k.name] = str(tmp_path / f"{k.name}.json")
+        Path(sims[k.name]).write_text(json.dumps(SPECS[k.name]))
+    c = Campaign.create(out, CampaignPlan(["pytest"], str(repo), False, ks, "test"), ks, time_limit=None,
+                        simulate=sims, options={"max_iterations": 1, "capture": False},
+                        executor={"executor": "local"}, baselines_first=True)
+    lines: list[str] = []
+    run_campaign(c, LocalExecutor(), echo=lines.append)
+    own = [ln for ln in lines if ln.startswith("[")]          # the executor's lines, not the loops'
+    assert own == [
+        "[1/2] row_norm: its baseline", "[1/2] row_norm: baseline 0.020024 ms; its steps come after every baseline",
+        "[2/2] vector_add: its baseline", "[2/2] vector_add: baseline 0.034696 ms; its steps come after every baseline",
+        "[1/2] row_norm: resuming its loop", own[5], "[2/2] vector_add: resuming its loop", own[7]], own
+    assert own[5].startswith("[1/2] row_norm: max-iterations, ") and own[7].startswith("[2/2] vector_add: max-iter")
+    for k in ks:
+        led = [json.loads(x) for x in (out / "loops" / k.name / "ledger.jsonl").read_text().splitlines()]
+        kinds = [(r["type"], r.get("iteration"), r.get("rule")) for r in led]
+        assert kinds[:4] == [("setup", None, None), ("begin", 0, None), ("iteration", 0, None),
+                             ("stop", None, "baseline-only")]
+        assert ("iteration", 1, None) in kinds and c.state(k.name)["status"] == "done"
+    rep = write_report(c)
+    assert all(r["start_ms"] and r["kept_steps"] is not None for r in rep["kernels"])
+    assert checkout_state(repo) == before
+
+
+def test_a_step_share_holds_one_step_of_the_best_kernel_first(tmp_path):
+    """With the loops' costs known (their baselines), the kernel of the larger expected gain gets
+    at least one step's time while that much is left; the others get their share of the rest."""
+    import time as _time
+
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.run import Campaign
+    from cutile_diag.ledger import Ledger
+    ks = [KernelPlan("a", "/r/a.py::a", "a.py", expected_gain=0.5), KernelPlan("b", "/r/b.py::b", "b.py", expected_gain=0.5)]
+    c = Campaign.create(tmp_path, CampaignPlan(["pytest"], "/r", True, ks, "test"), ks, time_limit=100.0,
+                        simulate=None, options={"rounds": 2}, executor={"executor": "local"}, baselines_first=True)
+    now = _time.monotonic()
+    assert c.todo(baseline_only=True) == ["a", "b"] and c.phases() == [True, False]
+    assert c.time_share("a", now, baseline_only=True) is None           # a baseline is measured whole
+    assert c.step_cost("a") is None and c.time_share("a", now) == pytest.approx(50.0, abs=0.1)
+    for k in ks:
+        Ledger(c.ledger_dir(k.name)).adopt([{"type": "setup"}, {"type": "iteration", "iteration": 0, "status": "keep",
+                                                                    "costs": {"verify_s": 14.0, "run_s": 10.0}}])
+    assert c.todo(baseline_only=True) == []                              # both measured
+    step = (14.0 + 2 * 2 * 10.0) / 0.85                                   # one check, one comparison of 2 rounds
+    assert c.step_cost("a") == pytest.approx(step)
+    assert c.time_share("a", now) == pytest.approx(step, abs=0.1)        # 50 s would not hold one step
+    c.data["spent_s"] = 95.0
+    assert c.time_share("b", now) == pytest.approx(2.5, abs=0.1)         # 5 s left: no step fits, its share
+    c.data["time_limit_s"] = 1.0
+    assert c.time_share("a", now, baseline_only=True) == 0.0             # no time left: not started

@@ -69,6 +69,13 @@ def test_records_printed_by_the_cutile_diag_pytest_plugin():
     recs = latencies(parse_records(text))
     assert list(recs) == [ok]                      # a failed perf test's record is not a latency
     assert (recs[ok].median, recs[ok].nrep) == (1.0, 48)
+    # node ids with spaces (TileGym's geglu prints its shape tuple): one configuration each
+    ids = [f"tests/ops/activation/test_geglu.py::Test_GEGLU::test_perf[cutile-(256, 64, 16, 128)-3-torch.float16-{a}]"
+           for a in ("none", "tanh")]
+    text = "\n".join([f"{plugin.HEADER}: {ids[0]}", "Cutile: {'forward': {'median': 1.0}} ms",
+                      f"{plugin.HEADER}: {ids[1]}", "Cutile: {'forward': {'median': 2.0}} ms",
+                      f"{plugin.HEADER}: {ids[1][:-1]}-x] (failed)", "Cutile: {'forward': {'median': 3.0}} ms"])
+    assert {k: r.median for k, r in latencies(parse_records(text)).items()} == {ids[0]: 1.0, ids[1]: 2.0}
 
 
 def test_a_gzipped_ledger_reads_like_the_plain_one_and_is_never_written(tmp_path):

@@ -9,15 +9,13 @@ from typing import Callable
 
 from ..errors import UsageError
 from ..loop.api import LoopOverrides
-from ..loop.git import Git
-from ..loop.session import owned_folder
 from ..roofline.device import live_device, preset
 from ..roofline.peaks import get_ceilings, recorded_ceilings
 from .executors import make_executor
 from .executors.ray import check_ray
 from .plan import CampaignPlan, KernelPlan, build_plan, select
 from .report import write_report
-from .run import STATE_FILE, Campaign, run_campaign
+from .run import STATE_FILE, Campaign, own_out, run_campaign
 from .survey import survey
 
 Echo = Callable[[str], None] | None
@@ -34,6 +32,7 @@ class CampaignRequest:
     skip: list[str] = field(default_factory=list)
     simulate: dict | None = None                 # kernel name -> `optimize --simulate` spec
     time_limit: float | None = None
+    baselines_first: bool = False                # every kernel's baseline before any loop takes a step
     resurvey: bool = False
     device: str | None = None                    # a preset for the ranking (dry run)
     options: LoopOverrides = field(default_factory=LoopOverrides)  # for every loop
@@ -51,15 +50,6 @@ class CampaignResult:
     selected: list[KernelPlan]
     survey: dict | None = None
     report: dict | None = None
-
-
-def _own_out(root: Path, out: Path) -> None:
-    """The campaign's folder inside the user's repository stays out of git status (local exclude)."""
-    if not (root / ".git").exists():
-        return
-    own = owned_folder(root, out / "x")
-    if own:
-        Git(root, (own,)).exclude(own)
 
 
 def _device(req: CampaignRequest):
@@ -85,7 +75,7 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
         check_ray()
     dev, ceilings = _device(req)
     req.out.mkdir(parents=True, exist_ok=True)
-    _own_out(req.root, req.out)
+    own_out(req.root, req.out)
     sv = survey(req.command, req.out, execute=req.execute, echo=say, fresh=req.resurvey)
     plan = _plan(req, sv, dev, ceilings, say)
     chosen = select(plan, req.select, req.skip)
@@ -114,7 +104,7 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
             sims[k.name] = str(p)
     ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus)
     c = Campaign.create(req.out, plan, chosen, time_limit=req.time_limit, simulate=sims, options=req.options.to_json(),
-                        executor=ex.describe())
+                        executor=ex.describe(), baselines_first=req.baselines_first)
     c.data["roof_device"] = (next(iter(req.simulate.values())).get("device", "h200") if req.simulate
                              else (req.device or ("live" if req.execute else None)))
     c.save()
@@ -149,10 +139,13 @@ def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> 
 
 
 def resume(out: Path, *, executor: str | None = None, ray_address: str | None = None, num_gpus: int | None = None,
-           time_limit: float | None = None, echo: Echo = None) -> CampaignResult:
+           time_limit: float | None = None, baselines_first: bool = False, echo: Echo = None) -> CampaignResult:
     c = Campaign.load(out)
     if time_limit is not None:               # this run may take time_limit more seconds
         c.data["time_limit_s"] = c.data["spent_s"] + time_limit
+    if baselines_first:                      # from now on (the baselines not yet measured come first)
+        c.data["baselines_first"] = True
+    own_out(Path(c.plan.root), out)          # a repository made again (another machine) excludes it again
     name = executor or c.data["executor"].get("executor", "local")
     ex = make_executor(name, ray_address=ray_address, num_gpus=num_gpus)
     c.data["executor"] = ex.describe()

@@ -1,15 +1,18 @@
 """The campaign's run: the optimisation loop on each selected kernel, best expected gain first.
 
 State: ``<out>/campaign.json`` (the plan, the selection, the overall time limit, and per
-kernel its status — pending, running, paused (its loop stopped at its time share), done,
-crashed — its time share and its loop's result),
+kernel its status — pending, running, paused (its loop stopped at its time share, or after
+its baseline), done, crashed — its time share and its loop's result),
 written only by the driver, after every change.  Every kernel's loop is ``loop.api.optimize``,
 the entry point ``cutile-diag optimize`` uses: its own branch and worktree, its state under
 ``<out>/loops/<kernel>``.  ``--resume`` continues: a kernel left running (a killed campaign)
 resumes its loop from its ledger; pending ones start.
 
 Time: one overall ``--time-limit``; a kernel starting gets the time left times its expected
-gain over the expected gains of the kernels not yet run (``time_share``).
+gain over the expected gains of the kernels not yet run (``time_share``), and at least what one
+step of its loop costs (its baseline measured that) while that much is left: the best expected
+gain first.  ``--baselines-first``: every kernel's baseline (iteration 0) is measured before any
+loop takes a step, so each has its starting point even when the time runs out; then the steps.
 """
 from __future__ import annotations
 
@@ -21,8 +24,11 @@ from typing import Any, Callable
 
 from ..output import prog
 from ..errors import CutileDiagError, UsageError
+from ..ledger import Ledger, LedgerError
 from ..loop import api
-from ..loop.git import slug
+from ..loop import budget as budget_mod
+from ..loop.git import Git, slug
+from ..loop.session import owned_folder
 from .plan import CampaignPlan, KernelPlan
 
 STATE_FILE = "campaign.json"
@@ -52,6 +58,25 @@ class Job:
     time_limit_s: float | None = None
     resume: bool = False
     options: dict = field(default_factory=dict)
+    baseline_only: bool = False                # measure the baseline, then stop (--baselines-first)
+
+
+def job_text(job: Job) -> str:
+    """What a worker starts, as the progress lines say it."""
+    if job.baseline_only:
+        return "its baseline" + (" (resuming its loop)" if job.resume else "")
+    return "resuming its loop" if job.resume else "loop"
+
+
+def outcome_text(outcome: dict) -> str:
+    """What a worker's loop ended with, as the progress lines say it."""
+    r = outcome.get("result") or {}
+    if outcome["status"] != "done":
+        return f"crashed: {outcome.get('error')}"
+    if r.get("stop_rule") == api.BASELINE_ONLY:
+        return "baseline " + (f"{r['baseline_ms']:.6f} ms" if r.get("baseline_ms") else "not measured") \
+            + "; its steps come after every baseline"
+    return f"{r.get('stop_rule')}, " + (ratio_text(r) or "no speedup")
 
 
 def run_job(job: Job, echo: Echo = None) -> dict:
@@ -71,11 +96,21 @@ def run_job(job: Job, echo: Echo = None) -> dict:
                                 bytes=[f"{k}={v}" for k, v in (c.get("bytes") or {}).items()],
                                 unit=":".join(c["unit"]) if c.get("flops") else None,
                                 roof_device=c.get("device"))
-        req = api.OptimizeRequest(kernel=job.ref, measurement=m, options=opts, resume=job.resume, out=job.loops)
+        req = api.OptimizeRequest(kernel=job.ref, measurement=m, options=opts, resume=job.resume, out=job.loops,
+                                  baseline_only=job.baseline_only)
         res = api.optimize(req, echo=echo)
         return {"status": "done", "result": res.to_json()}
     except CutileDiagError as e:
         return {"status": "crashed", "error": e.one_line()}
+
+
+def own_out(root: Path, out: Path) -> None:
+    """The campaign's folder inside the user's repository stays out of git status (local exclude)."""
+    if not (root / ".git").exists():
+        return
+    own = owned_folder(root, out / "x")
+    if own:
+        Git(root, (own,)).exclude(own)
 
 
 class Campaign:
@@ -97,10 +132,13 @@ class Campaign:
 
     @classmethod
     def create(cls, out: Path, plan: CampaignPlan, selected: list[KernelPlan], *, time_limit: float | None,
-               simulate: dict[str, str] | None, options: dict, executor: dict) -> "Campaign":
+               simulate: dict[str, str] | None, options: dict, executor: dict,
+               baselines_first: bool = False) -> "Campaign":
         c = cls(out, {"plan": plan.to_json(), "selected": [k.name for k in selected], "time_limit_s": time_limit,
                       "spent_s": 0.0, "simulate": simulate or {}, "options": options, "executor": executor,
+                      "baselines_first": baselines_first,
                       "kernels": {k.name: {"status": "pending", "attempts": 0} for k in selected}})
+        own_out(Path(plan.root), out)
         c.save()
         return c
 
@@ -119,34 +157,70 @@ class Campaign:
     def state(self, name: str) -> dict:
         return self.data["kernels"][name]
 
-    def todo(self) -> list[str]:
-        return [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry", "paused")]
+    def todo(self, *, baseline_only: bool = False) -> list[str]:
+        """The kernels still to run, in rank order; ``baseline_only``: those without a baseline yet."""
+        todo = [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry", "paused")]
+        return [n for n in todo if self.ledger(n) is None or not self.ledger(n).iterations] if baseline_only else todo
 
-    def time_share(self, name: str, started: float) -> float | None:
-        """The time left times this kernel's share of the expected gain of the kernels still to run."""
-        limit = self.data["time_limit_s"]
-        if limit is None:
+    def phases(self) -> list[bool]:
+        """``baseline_only`` of each pass over the kernels: every baseline first, then the steps
+        (``--baselines-first``), or one pass of whole loops."""
+        return [True, False] if self.data.get("baselines_first") else [False]
+
+    def ledger_dir(self, name: str) -> Path:
+        """Where the campaign keeps this kernel's loop state (the driver's copy under ``<out>/loops``)."""
+        st = self.state(name)
+        return Path(st["state_dir"]) if st.get("state_dir") else \
+            self.out / "loops" / slug(self.kernel(name).ref.rsplit("::", 1)[1])
+
+    def ledger(self, name: str) -> Ledger | None:
+        try:
+            return Ledger.load(self.ledger_dir(name))
+        except LedgerError:
             return None
-        left = limit - self.data["spent_s"] - (time.monotonic() - started)
-        gains = {n: max(self.kernel(n).expected_gain, 1e-6) for n in self.todo()}
-        return max(0.0, left * gains[name] / sum(gains.values()))
 
-    def job(self, name: str, time_limit: float | None) -> Job:
-        k, st = self.kernel(name), self.state(name)
+    def step_cost(self, name: str) -> float | None:
+        """Seconds one step of this kernel's loop needs to start (one check and one comparison, at
+        the costs its ledger measured, within the loop's planning margin); None before its baseline."""
+        led = self.ledger(name)
+        costs = budget_mod.costs_from_ledger(led.iterations) if led else budget_mod.Costs()
+        if not costs.known:
+            return None
+        rounds = int(self.data["options"].get("rounds") or api.LoopOverrides().apply().rounds)
+        return costs.iteration_s(1, rounds) / budget_mod.MARGIN
+
+    def time_left(self, started: float) -> float | None:
+        limit = self.data["time_limit_s"]
+        return None if limit is None else limit - self.data["spent_s"] - (time.monotonic() - started)
+
+    def time_share(self, name: str, started: float, *, baseline_only: bool = False) -> float | None:
+        """The time left times this kernel's share of the expected gain of the kernels still to run,
+        and at least one step of its loop while that much is left (the best expected gain gets its
+        step first).  A baseline is measured whole (None) while any time is left."""
+        left = self.time_left(started)
+        if left is None:
+            return None
+        if baseline_only:
+            return None if left >= 1.0 else 0.0
+        gains = {n: max(self.kernel(n).expected_gain, 1e-6) for n in self.todo()}
+        share = left * gains[name] / sum(gains.values())
+        step = self.step_cost(name)
+        if step is not None and share < step <= left:
+            share = step
+        return max(0.0, share)
+
+    def job(self, name: str, time_limit: float | None, *, baseline_only: bool = False) -> Job:
+        k = self.kernel(name)
         # a loop started earlier (its ledger exists) continues from its ledger
-        resume = st.get("state_dir") is not None and (Path(st["state_dir"]) / "ledger.jsonl").exists() \
-            or _ledger_exists(self.out / "loops", k.ref.rsplit("::", 1)[1])
+        resume = Ledger.exists(self.ledger_dir(name))
         return Job(name=name, ref=k.ref, test_cmd=k.test_cmd, bench_cmd=k.bench_cmd, counts=k.counts,
                    loops=str(self.out / "loops"), simulate=self.data["simulate"].get(name),
-                   time_limit_s=time_limit, resume=resume, options=dict(self.data["options"]))
+                   time_limit_s=time_limit, resume=resume, options=dict(self.data["options"]),
+                   baseline_only=baseline_only)
 
     def mark(self, name: str, **fields: Any) -> None:
         self.state(name).update(fields)
         self.save()
-
-
-def _ledger_exists(loops: Path, kernel: str) -> bool:
-    return (loops / slug(kernel) / "ledger.jsonl").exists() or (loops / slug(kernel) / "ledger.jsonl.gz").exists()
 
 
 def record_outcome(c: Campaign, name: str, outcome: dict) -> None:
@@ -154,8 +228,8 @@ def record_outcome(c: Campaign, name: str, outcome: dict) -> None:
     st = c.state(name)
     if outcome["status"] == "done":
         r = outcome["result"]
-        # a loop stopped by its share of the time limit is paused: --resume continues it
-        c.mark(name, status="paused" if r.get("stop_rule") == "time-limit" else "done", result=r,
+        # a loop stopped by its share of the time limit, or after its baseline, is paused: it goes on later
+        c.mark(name, status="paused" if r.get("stop_rule") in ("time-limit", api.BASELINE_ONLY) else "done", result=r,
                state_dir=r["state_dir"], branch=r["branch"], error=None)
     else:
         c.mark(name, status="crashed", error=outcome.get("error"), result=None,

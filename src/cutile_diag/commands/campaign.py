@@ -37,6 +37,9 @@ def register(sub) -> None:
     p.add_argument("--time-limit", dest="total_time_limit", type=float, metavar="S",
                    help="wall time for all the loops, split between kernels by expected gain; with --resume: "
                         "the time this run may take (default: what is left of the first limit)")
+    p.add_argument("--baselines-first", action="store_true",
+                   help="measure every selected kernel's baseline before any loop takes a step (each gets its "
+                        "starting point even when --time-limit runs out), then spend what is left on steps")
     p.add_argument("--resume", action="store_true", help="continue the campaign in --out after a crash or kill")
     p.add_argument("--resurvey", action="store_true", help="run the survey again instead of reusing it")
     p.add_argument("--out", help=f"state and report folder (default <repo>/{DEFAULT_OUT})")
@@ -98,7 +101,7 @@ def _run(args) -> int:
         if args.passthrough:
             raise UsageError("--resume continues the campaign in --out: give no command")
         res = api.resume(out, executor=args.executor, ray_address=args.ray_address, num_gpus=args.ray_gpus,
-                         time_limit=args.total_time_limit, echo=_say)
+                         time_limit=args.total_time_limit, baselines_first=args.baselines_first, echo=_say)
         return _show_run(args, res)
     if not args.passthrough:
         raise UsageError("give the command to survey after '--'",
@@ -116,6 +119,7 @@ def _run(args) -> int:
     req = api.CampaignRequest(command=list(args.passthrough), root=root, out=out, plan_only=args.plan,
                               execute=not (args.dry_run or sim is not None), select=_names(args.select),
                               skip=_names(args.skip_kernels), simulate=sim, time_limit=args.total_time_limit,
+                              baselines_first=args.baselines_first,
                               resurvey=args.resurvey, device=args.device, options=opts, max_tests=args.max_tests,
                               test_k=args.test_k,
                               executor=args.executor or "local", ray_address=args.ray_address, num_gpus=args.ray_gpus)

@@ -89,6 +89,7 @@ class OptimizeRequest:
     out: str | None = None
     branch: str | None = None
     wrappers: list[str] = field(default_factory=list)
+    baseline_only: bool = False                                # measure the baseline (if none yet), then stop
 
 
 @dataclass
@@ -167,7 +168,8 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
         fresh = True
     try:
         with closing(backend):
-            return Runner(s, backend, led, options=opts, echo=echo).start()
+            runner = Runner(s, backend, led, options=opts, echo=echo)
+            return _baseline_only(runner) if req.baseline_only else runner.start()
     except BaseException as e:
         if fresh and not led.iterations:
             # the baseline never got measured: leave no branch, worktree or ledger that would block the next try
@@ -175,6 +177,19 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
             if isinstance(e, CutileDiagError):
                 e.hint = f"{e.hint}; {note}" if e.hint else note
         raise
+
+
+BASELINE_ONLY = "baseline-only"
+
+
+def _baseline_only(runner):
+    """Iteration 0 when the ledger has none yet, then a recorded stop that ``--resume`` goes on
+    from (a campaign measures every kernel's starting point before it spends time on any step)."""
+    if not runner.led.iterations:
+        runner.baseline()
+    reason = "the baseline only (the campaign measures every kernel's baseline before any step); go on with --resume"
+    runner.record_stop(BASELINE_ONLY, reason)
+    return runner.result(BASELINE_ONLY, reason)
 
 
 def plan(req: OptimizeRequest) -> Plan:

@@ -26,8 +26,9 @@ from .errors import BackendError
 _NODEID = re.compile(r"(?P<id>[\w./\\-]+\.py::[^\s]+?)(?=\s|$)")
 _RECORD = re.compile(r"(?P<fw>[A-Za-z][\w.+-]*):\s*(?P<dict>\{.*\})\s*ms\b")
 _JSON = re.compile(r"CUTILE_DIAG_RECORD\s+(?P<json>\{.*\})\s*$")
-# the cutile-diag pytest plugin's header: "Performance Test Results: <nodeid>[ (failed)]"
-_HEADER = re.compile(r"Performance Test Results:\s*(?P<id>\S+)(?:\s+\((?P<outcome>\w+)\))?")
+# the cutile-diag pytest plugin's header, on a line of its own: "Performance Test Results: <nodeid>[ (failed)]"
+# (a node id may hold spaces: TileGym's geglu ids print a shape tuple, "test_perf[cutile-(256, 64, 16, 128)-...]")
+_HEADER = re.compile(r"Performance Test Results:\s*(?P<id>\S.*?)(?:\s+\((?P<outcome>\w+)\))?\s*$")
 _TIME_KEYS = ("mean", "std", "median", "min", "max", "iqr", "q25", "q75")
 
 
