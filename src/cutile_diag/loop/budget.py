@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 MARGIN = 0.85                 # plan to use at most this share of the budget (cost estimates are rough)
 MIN_CONFIRM_ROUNDS = 2        # a between-round spread needs two rounds
+DEFAULT_ROUNDS = 3            # rounds per comparison when --rounds is not given and they are cheap
+ROUNDS_SHARE = 1 / 8          # ... cheap: the comparison's 2 x 3 runs take at most this share of --budget
 SKIPPED = "skipped (budget)"
 
 
@@ -46,14 +48,19 @@ class Costs:
         return 2 * rounds * self.run_s
 
     def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1, *, compile_workers: int = 1,
-                    check_workers: int = 1) -> float:
+                    check_workers: int = 1, screen_shared: bool = False) -> float:
         """Check ``points`` candidates, screen them against the kept version when there is more
         than one, then confirm the best.  Captures run ``compile_workers`` at a time
         (``loop.compile_pool``), checks ``check_workers`` at a time (a backend that loads a sweep's
-        workers at once)."""
-        screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
+        workers at once).  ``screen_shared`` (command mode): the points are screened unchecked,
+        against one run of the kept version per round, and only the confirmed one is checked."""
+        if screen_shared:
+            screen = (points + 1) * screen_rounds * self.run_s if points > 1 else 0.0
+            checks = self.verify_s
+        else:
+            screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
+            checks = math.ceil(points / max(1, check_workers)) * self.verify_s
         compiles = math.ceil(points / max(1, compile_workers)) * self.candidate_capture_s
-        checks = math.ceil(points / max(1, check_workers)) * self.verify_s
         return compiles + checks + screen + self.confirm_s(rounds)
 
     def to_json(self) -> dict:
@@ -90,11 +97,11 @@ class Plan:
 
 
 def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, screen_rounds: int = 1,
-         margin: float = MARGIN, compile_workers: int = 1, check_workers: int = 1) -> Plan:
+         margin: float = MARGIN, compile_workers: int = 1, check_workers: int = 1, screen_shared: bool = False) -> Plan:
     """How many of ``n_points`` candidates to screen and how many rounds to confirm with.
     Fewer confirmation rounds first (down to ``MIN_CONFIRM_ROUNDS``), then fewer points."""
     est = lambda k, r: costs.iteration_s(k, r, screen_rounds, compile_workers=compile_workers,
-                                         check_workers=check_workers)
+                                         check_workers=check_workers, screen_shared=screen_shared)
     if budget_s is None or not costs.known:
         return Plan(list(range(n_points)), [], screen_rounds, rounds, est(n_points, rounds), budget_s)
     avail = budget_s * margin
@@ -114,6 +121,25 @@ def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, sc
         notes.append(f"confirming with {r} round(s) instead of {rounds} (one run takes {costs.run_s:.1f} s)")
     return Plan(list(range(k)), list(range(k, n_points)), screen_rounds, r, est(k, r), budget_s,
                 est(1, 1) <= budget_s, notes)
+
+
+def fitted_rounds(costs: Costs, budget_s: float) -> tuple[int, str]:
+    """The rounds of a comparison when --rounds is not given, fitted to --budget from the
+    measured run time, and why: ``DEFAULT_ROUNDS`` (3) while a comparison's timed runs (2 x 3, the
+    kept version and the candidate) take at most ``ROUNDS_SHARE`` of --budget, else
+    ``MIN_CONFIRM_ROUNDS`` (2: the fewest with a between-round spread).  A worker's run (a
+    workload, well under a second) always gets 3; a run of a TileGym pytest --bench-cmd (17-22 s:
+    process start, imports, JIT) gets 2 at the default --budget 600.  Each such run's record is a
+    median of its own repetitions with their spread (``stats``' within-run term), and the noise
+    floor bounds every comparison: the third round narrows the interval from about +-0.98 % to
+    +-0.80 % at the default floor, for another 2 runs (~40 s) per decision."""
+    if costs.run_s <= 0 or costs.confirm_s(DEFAULT_ROUNDS) <= ROUNDS_SHARE * budget_s:
+        return DEFAULT_ROUNDS, ""
+    need = math.ceil(costs.confirm_s(DEFAULT_ROUNDS) / ROUNDS_SHARE)
+    return MIN_CONFIRM_ROUNDS, (f"{MIN_CONFIRM_ROUNDS} rounds per comparison: one run takes {costs.run_s:.1f} s, so "
+                                f"{DEFAULT_ROUNDS} rounds ({2 * DEFAULT_ROUNDS} runs, {costs.confirm_s(DEFAULT_ROUNDS):.0f} s) "
+                                f"would take more than 1/{round(1 / ROUNDS_SHARE)} of --budget {budget_s:g} s "
+                                f"(--rounds {DEFAULT_ROUNDS}, or --budget {need}, for {DEFAULT_ROUNDS})")
 
 
 def min_budget_s(costs: Costs, margin: float = MARGIN) -> int | None:
