@@ -70,7 +70,7 @@ def test_a_sweep_with_slow_commands_fits_its_budget(repo):
     git(repo, "commit", "-qm", "slow harness")
     sweep = FakeTransform("kernel_hints", "C", params=[{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}])
     cb = CommandBackend(f"{sys.executable} check.py", f"{sys.executable} bench.py")
-    options = LoopOptions(capture=False, rounds=2, max_iterations=1, iteration_budget_s=6)
+    options = LoopOptions(capture=False, rounds=2, max_sweep=4, max_iterations=1, iteration_budget_s=6)
     s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=cb.describe(), options=options.to_json())
     r = Runner(s, cb, led, diagnoser=RankedDiagnoser([rec("C", "kernel_hints")]), transforms={"kernel_hints": sweep},
                options=options)

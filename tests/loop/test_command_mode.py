@@ -145,6 +145,29 @@ def test_without_a_launch_in_the_check_the_capture_says_so_and_takes_no_second_r
     assert "run of the test command" not in tried and "needs a GPU" not in tried
 
 
+def test_a_manual_edit_runs_the_test_command_once_too(lse_cmd):
+    """`loop record` in command mode: an edit of the kernel compiles from the kept version's
+    recorded launch before anything runs; an edit of its launch wrapper is captured from the launch
+    its check records.  One run of the test command per edit either way."""
+    from cutile_diag.loop.manual import record_manual
+    repo, count = lse_cmd
+    r = make(repo, {}, [], max_iterations=3, rounds=2)
+    r.baseline()
+    runs(count)
+    f = r.s.worktree / "row_lse.py"
+    f.write_text(f.read_text().replace("ct.exp(x - m", "ct.exp2(x - m"))
+    lines = []
+    kernel_edit = record_manual(r.s, r.led, r.backend, note="exp2", echo=lines.append)
+    assert runs(count) == ["check"] + ["bench"] * 4
+    assert kernel_edit["capture"]["source"] == "recorded-launch" and "compiles; IR diff" in " ".join(lines)
+    f.write_text(f.read_text().replace("tile_n = 1 << (n - 1).bit_length()", "tile_n = 2 << (n - 1).bit_length()"))
+    lines.clear()
+    wrapper_edit = record_manual(r.s, r.led, r.backend, note="a wider tile", echo=lines.append)
+    assert runs(count) == ["check observed"] + ["bench"] * 4
+    assert wrapper_edit["capture"]["source"] == "check-run" and "skipped" not in wrapper_edit["ir_diff"]
+    assert any("captured from the launch its check records" in ln for ln in lines)
+
+
 SWEEP = [{"t": 9}, {"t": 5}, {"t": 8}]
 
 
@@ -228,9 +251,10 @@ def test_a_sweep_whose_best_setting_is_a_clear_regression_is_neither_checked_nor
     assert r._clear_regression(compare(runs_)).rule == "regression"
 
 
-def test_rounds_are_fitted_to_the_budget_from_the_measured_run_time(lse_cmd):
-    """Without --rounds: 3 while a comparison's 6 runs take at most 1/8 of --budget, else 2 (the
-    baseline says so); --rounds wins."""
+def test_rounds_and_sweeps_are_fitted_to_the_budget_from_the_measured_run_time(lse_cmd):
+    """Without --rounds: 3 while a comparison's 6 runs take at most 1/8 of --budget, else 2; without
+    --max-sweep: 4 settings while their screening runs take at most 1/8 of it, else fewer, down to
+    2.  The baseline says which and why; --rounds and --max-sweep win."""
     from cutile_diag.loop import budget as budget_mod
     tilegym = budget_mod.Costs(verify_s=14.0, run_s=19.0)
     n, why = budget_mod.fitted_rounds(tilegym, 600.0)
@@ -238,6 +262,14 @@ def test_rounds_are_fitted_to_the_budget_from_the_measured_run_time(lse_cmd):
     assert budget_mod.fitted_rounds(tilegym, 912.0)[0] == 3
     assert budget_mod.fitted_rounds(budget_mod.Costs(verify_s=2.0, run_s=0.8), 600.0) == (3, "")
     assert budget_mod.fitted_rounds(budget_mod.Costs(), 600.0)[0] == 3
+    # a sweep screened against one run of the kept version: 4 settings are 5 runs (95 s > 75 s): 3 (76 s) is
+    # still more, so 2 (57 s); each beside its own run of the kept version: 8 runs, down to the floor of 2
+    k, why = budget_mod.fitted_sweep(tilegym, 600.0, shared=True)
+    assert k == 2 and "--max-sweep 4, or --budget 760" in why
+    assert budget_mod.fitted_sweep(budget_mod.Costs(run_s=17.0), 600.0, shared=True)[0] == 3
+    assert budget_mod.fitted_sweep(tilegym, 600.0)[0] == 2
+    assert budget_mod.fitted_sweep(budget_mod.Costs(run_s=0.8), 600.0) == (4, "")
+    assert budget_mod.fitted_sweep(budget_mod.Costs(), 600.0, shared=True)[0] == 4
     repo, count = lse_cmd
     (repo / "bench.py").write_text("import time; time.sleep(0.4)\n" + (repo / "bench.py").read_text())
     git(repo, "commit", "-qam", "a slower benchmark")
@@ -246,6 +278,7 @@ def test_rounds_are_fitted_to_the_budget_from_the_measured_run_time(lse_cmd):
     r.start()
     base, it = r.led.iterations
     assert base["rounds"]["n"] == 2 and not base["rounds"]["given"] and "1/8 of --budget 16" in base["rounds"]["why"]
+    assert base["sweep"]["n"] == 2 and "settings per sweep" in base["sweep"]["why"] and r.max_sweep() == 2
     # command mode: the baseline is timed once (no decision uses its runs; each comparison times A again)
     assert base["rounds"]["baseline"] == 1 and [len(c["runs"]) for c in base["configs"].values()] == [1]
     assert it["plan"]["confirm_rounds"] == 2 and it["step_costs"]["time"]["runs"] == 4
@@ -255,3 +288,4 @@ def test_rounds_are_fitted_to_the_budget_from_the_measured_run_time(lse_cmd):
     r.start()
     base, it = r.led.iterations
     assert base["rounds"] == {"n": 3, "baseline": 3, "given": True} and it["plan"]["confirm_rounds"] == 3
+    assert base["sweep"]["n"] == 2 and not base["sweep"]["given"]

@@ -71,7 +71,9 @@ def register(sub) -> None:
     lp.add_argument("--lookahead", type=float, default=None, metavar="F",
                     help="with --until-roof/--continue: a structural step at most F slower (default 0.05; 0: off) "
                          "stays a frontier for one more step, whose candidates are screened on it too")
-    lp.add_argument("--max-sweep", type=int, default=None, help="parameter settings screened per sweep step (default 4)")
+    lp.add_argument("--max-sweep", type=int, default=None,
+                    help="parameter settings screened per sweep step (default 4; down to 2 when screening 4 "
+                         "would take more than 1/8 of --budget, e.g. a pytest --bench-cmd)")
     lp.add_argument("--only", help="comma-separated playbook ids the loop may try (e.g. A,B,E)")
     lp.add_argument("--skip", help="comma-separated playbook ids the loop must not try")
     lp.add_argument("--wrapper", action="append", default=[], metavar="FILE.py[::FN]",

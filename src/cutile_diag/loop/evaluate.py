@@ -54,6 +54,13 @@ class Evaluation:
             return int(self.opt.rounds)
         return budget_mod.fitted_rounds(self.costs(), self.opt.iteration_budget_s)[0]
 
+    def max_sweep(self) -> int:
+        """The settings a sweep screens: --max-sweep, else fitted to --budget from the measured run
+        time (``budget.fitted_sweep``; the baseline records which and why)."""
+        if self.opt.max_sweep:
+            return int(self.opt.max_sweep)
+        return budget_mod.fitted_sweep(self.costs(), self.opt.iteration_budget_s, shared=self._costly)[0]
+
     def plan(self, n_points: int) -> budget_mod.Plan:
         # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.rounds(),
@@ -284,7 +291,7 @@ class Evaluation:
             record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
         if b.transform and "+" in b.transform:        # a composite: each step's own diff and IR diff
             record["change"]["frontier"] = b.result.frontier
-            # its parts' captures from compiles only: an intermediate version is never run
+            # its parts' captures (command mode: from compiles only, an intermediate version never runs)
             record["change"]["parts"] = part_records(a, b, self.s.kernel_file, None if cap_b is None else (
                 lambda x, y: ir_diff(*(c.path if c and c.ok else None
                                        for c in (self._capture(x, deadline, run=False),

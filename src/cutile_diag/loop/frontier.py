@@ -100,7 +100,7 @@ def lookahead_choice(runner, a: Version, choice: Choice | None,
     fv, parts = frontier_version(r, runner.git.show, list(runner.s.allowed))
     on_f = choose_on(fv)
     out = extend(choice, on_f, a, kernel_file=runner.s.kernel_file, frontier=(fv, parts),
-                 iteration=int(r["iteration"]), attempted=runner.led.attempted(), max_sweep=opt.max_sweep)
+                 iteration=int(r["iteration"]), attempted=runner.led.attempted(), max_sweep=runner.max_sweep())
     if out is not choice:
         runner.echo(f"  lookahead: iteration {r['iteration']}'s step ({(r.get('change') or {}).get('transform')}, "
                     f"ratio {r['comparison']['ratio']:.3f}) is a frontier: the next step is screened on it too")

@@ -68,7 +68,7 @@ class LoopOptions:
     iteration_budget_s: float = 600.0
     rounds: int | None = None           # None: fitted to --budget from the measured run time (budget.fitted_rounds)
     keep_going: bool = False
-    max_sweep: int = 4
+    max_sweep: int | None = None        # None: fitted to --budget from the measured run time (budget.fitted_sweep)
     screen_rounds: int = 1
     capture: bool = True
     archs: list[str] = field(default_factory=lambda: ["sm_90"])
@@ -410,7 +410,8 @@ class Runner(Evaluation):
     def choose(self, diag: LoopDiagnosis, a: Version) -> tuple[Choice | None, list[dict], list[str]]:
         """The next automatic step (``loop.choose``), against the ledger's tried candidates."""
         return choose(diag, a, kernel_file=self.s.kernel_file, kernel=self.s.kernel, transforms=self.transforms,
-                      attempted=self.led.attempted(), only=self.opt.only, skip=self.opt.skip, max_sweep=self.opt.max_sweep)
+                      attempted=self.led.attempted(), only=self.opt.only, skip=self.opt.skip,
+                      max_sweep=self.max_sweep())
 
     # ----------------------------------------------------------------------------------
     # the loop
@@ -465,8 +466,11 @@ class Runner(Evaluation):
             if timed > first:
                 more = self._measure([a], deadline, timed - first)[a.label]
                 runs = {c: rs + more.get(c, []) for c, rs in runs.items()}
-            if rounds_why:
-                self.echo(f"  rounds: {rounds_why}")
+            sweep, sweep_why = (self.opt.max_sweep, "") if self.opt.max_sweep else budget_mod.fitted_sweep(
+                budget_mod.Costs(run_s=run_s), self.opt.iteration_budget_s, shared=self._costly)
+            for why in (rounds_why, sweep_why):
+                if why:
+                    self.echo(f"  fitted to the budget: {why}")
             # what the budget planner plans every later iteration with (the user's commands, timed)
             costs = budget_mod.Costs(verify_s=verify_s, run_s=(time.monotonic() - t3) / timed,
                                      capture_s=(t2 - t1) if cap is not None else 0.0)
@@ -496,6 +500,7 @@ class Runner(Evaluation):
                "costs": costs.to_json(), "step_costs": self.clock.to_json(), "ceiling": ceiling,
                "rounds": {"n": rounds, "baseline": timed, "given": bool(self.opt.rounds),
                           **({"why": rounds_why} if rounds_why else {})},
+               "sweep": {"n": sweep, "given": bool(self.opt.max_sweep), **({"why": sweep_why} if sweep_why else {})},
                "decision": decide_mod.Decision("keep", "baseline", "iteration 0: the unchanged kernel").to_json(),
                "commits": {"base": a.commit, "candidate": None, "kept": a.commit},
                "seconds": round(deadline.elapsed(), 3)}
