@@ -73,5 +73,9 @@ case "${1:-}" in
   s5c) b=${S5C_BUDGET:-400}
        run campaign_suite $((b + 60)) --budget-s "$b" --grace-s 40 \
          --state-in .gpu/campaign_state.tgz --state-out "$OUT/campaign_state.tgz" ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c" >&2; exit 2 ;;
+  # session 6 (#21, the last item): command mode on TileGym's rms_norm perf test (_rms_norm_kernel_gather)
+  # with default options and only --time-limit: baseline + >= 3 iterations within 600 s? The wall time of
+  # the baseline and each iteration, and each one's step_costs (< 9.5 min in all)
+  s6b) run command_mode 560 --budget-s 530 ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6b" >&2; exit 2 ;;
 esac
