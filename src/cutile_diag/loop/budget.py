@@ -3,7 +3,11 @@
 The baseline times the user's own commands (or the workload's worker): one correctness check,
 one measurement run of one version (all configurations), and the AOT capture.  A sweep
 iteration then costs, per screened point, a capture + a check + ``screen_rounds`` x 2 runs
-(the point and the kept version, interleaved), and the confirmation ``rounds`` x 2 runs.
+(the point and the kept version, interleaved), and the confirmation ``rounds`` x 2 runs; in
+command mode (``screen_shared``) a capture and ``screen_rounds`` runs per point, one run of the
+kept version per screening round, and one check (the point confirmed).  Without --rounds and
+--max-sweep both are fitted to --budget from the measured run time (``fitted_rounds``,
+``fitted_sweep``).
 When that does not fit the iteration budget the plan screens fewer points (the transform's
 first ones: its preferred order) and, if need be, confirms with fewer rounds (never under
 ``MIN_CONFIRM_ROUNDS`` while there is a choice); the points left out are named and recorded as
