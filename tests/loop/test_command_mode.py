@@ -168,6 +168,26 @@ def test_a_manual_edit_runs_the_test_command_once_too(lse_cmd):
     assert any("captured from the launch its check records" in ln for ln in lines)
 
 
+def test_a_failed_compile_from_the_checks_launch_falls_back_to_the_run_based_capture(lse_cmd, monkeypatch):
+    """The unchanged kernel passed its check, so its kernel compiles: an AOT compile from the
+    recorded launch that fails says nothing against it; the capture falls back to its run-based
+    sources (on a GPU a run of the test command in run mode; here none works) and says why."""
+    from cutile_diag.loop import compile_pool
+
+    def failing(jobs, deadline=None, workers=None):
+        return [(j, {"ok": False, "kind": "compile", "error": "tileiras: planted failure"}, 0.0, 0.1) for j in jobs]
+
+    monkeypatch.setattr(compile_pool, "compile_versions", failing)
+    repo, count = lse_cmd
+    r = make(repo, {}, [], max_iterations=1, rounds=1)
+    r.baseline()
+    cap = r.led.iterations[0]["capture"]
+    assert cap["ok"] is False and cap.get("source") != "check-run"
+    assert "the compile from the check run's launch failed: tileiras: planted failure" in cap["tried"][0]
+    assert "no argument specs for row_lse" in cap["error"]         # the run-based sources, tried: none works here
+    assert runs(count) == ["check observed", "bench"]
+
+
 SWEEP = [{"t": 9}, {"t": 5}, {"t": 8}]
 
 

@@ -270,10 +270,14 @@ class Runner(Evaluation):
         self._compile([(v, self._job(v, specs, block))], deadline, source="check-run")
         if v.digest in self._compile_cut:
             return self._compile_cut.pop(v.digest), ""
-        if v.digest in self.captures:
-            return self.captures[v.digest], ""
-        # the compile gave no verdict (it crashed): the run-based capture is tried
-        return None, "the compile from the check run's launch: " + self._needs_run.get(v.digest, "no verdict")
+        res = self.captures.get(v.digest)
+        if res is not None and res.ok:
+            return res, ""
+        # the version ran its check, so its kernel compiles: a failed AOT compile from the recorded launch
+        # (or none: it crashed) says nothing against it, and the run-based capture is tried
+        self.captures.pop(v.digest, None)
+        return None, ("the compile from the check run's launch failed: "
+                      + (res.error if res is not None else self._needs_run.get(v.digest, "no verdict")))
 
     def _check_first(self, v: Version, deadline: proc.Deadline) -> Verification | None:
         """Command mode: when ``v``'s capture needs a run of the test command (its compile cannot
