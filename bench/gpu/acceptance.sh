@@ -82,11 +82,18 @@ case "${1:-}" in
        rc=$?; echo "== gpu tests rc=$rc in $((SECONDS - t0)) s"; tail -n 15 "$OUT/gpu_tests.txt"
        [ $rc -eq 0 ] || exit 1
        run step_time 350 --budget-s 330 --per-run-s 80 --kernels row_lse,softmax,vector_add ;;
-  # session 6 (#22): the campaign reworked (bench/gpu/campaign_suite.py): five ops of TileGym's perf tests
-  # (layer_norm_legacy, rms_norm, silu_and_mul, dropout, geglu), one kernel each, every baseline first, then
-  # steps best expected gain first; resumable: copy $OUT/campaign_state_s6c.tgz (< 400 KB) to
-  # .gpu/campaign_state_s6c.tgz and run s6c again. S6C_BUDGET: the suite's wall budget (the call: ~15 s more).
-  s6c) b=${S6C_BUDGET:-520}
+  # session 6 (#21, the last item): command mode on TileGym's layer-norm perf test with default options and
+  # only --time-limit: baseline + >= 3 iterations within 600 s? The loop is stopped (SIGTERM, resumable) once
+  # it has them; S6B_BUDGET: the suite's wall budget (the call: ~20 s more)
+  s6b) b=${S6B_BUDGET:-540}
+       run command_mode $((b + 15)) --budget-s "$b" ;;
+  # session 6 (#21 and #22): the composite steps again on the two kernels whose composites session 5's budget
+  # skipped (steps are now ~7 s); then the campaign reworked (bench/gpu/campaign_suite.py): five ops of
+  # TileGym's perf tests (layer_norm_legacy, rms_norm, silu_and_mul, dropout, geglu), one kernel each, every
+  # baseline first, then steps best expected gain first; resumable: copy $OUT/campaign_state_s6c.tgz
+  # (< 400 KB) to .gpu/campaign_state_s6c.tgz and run s6c again. S6C_BUDGET: the campaign's wall budget.
+  s6c) run composite_suite 290 --budget-s 270 --grace-s 10 --only persistent_rows,tilegym_softmax_tma
+       b=${S6C_BUDGET:-260}
        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 \
          --state-in .gpu/campaign_state_s6c.tgz --state-out "$OUT/campaign_state_s6c.tgz" ;;
   *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a|s6b|s6c" >&2; exit 2 ;;

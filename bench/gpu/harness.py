@@ -48,6 +48,14 @@ def child_env(*checkouts: str | Path | None) -> dict:
     return env
 
 
+def plugin_flag() -> str:
+    """``-p cutile_diag.pytest_plugin `` (``--print-record``) unless an installed cutile-diag
+    registers it already (its pytest11 entry point)."""
+    from importlib.metadata import entry_points
+    eps = entry_points(group="pytest11")
+    return "" if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else "-p cutile_diag.pytest_plugin "
+
+
 def run_captured(cmd: list[str], timeout: float, env: dict, cwd: Path | None = None) -> tuple[object, str, str, float]:
     """(exit code or "timeout", stdout, stderr, wall seconds) of ``cmd`` run to completion."""
     t = time.monotonic()

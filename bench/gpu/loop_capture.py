@@ -38,14 +38,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optimize_suite as suite  # noqa: E402  (clone, run, summarise: one implementation)
-from harness import child_env, parse_suite_args  # noqa: E402
-
-def _plugin_flag() -> str:
-    """``-p cutile_diag.pytest_plugin`` unless an installed cutile-diag registers it already."""
-    from importlib.metadata import entry_points
-    eps = entry_points(group="pytest11")
-    return "" if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else "-p cutile_diag.pytest_plugin "
-
+from harness import child_env, parse_suite_args, plugin_flag  # noqa: E402
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
 TARGETS = {
@@ -58,7 +51,7 @@ TARGETS = {
         "args": ["--test-cmd", f"{PYTEST} tests/ops/test_rms_norm.py -x "
                                "-k 'test_op and cutile and multi_wave_reload and 31072'",
                  "--bench-cmd", f"WARMUP=20 REP=30 {PYTEST} tests/ops/test_rms_norm.py -s --print-record "
-                                + _plugin_flag() +
+                                + plugin_flag() +
                                 "-k 'test_perf and cutile and multi_wave_reload and 262144 and 1024'"]},
 }
 DRY = {

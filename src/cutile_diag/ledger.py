@@ -203,6 +203,11 @@ class IterationRecord:
     ratio: float | None                   # the comparison's t_after / t_before
     predicted: dict[str, float] = field(default_factory=dict)   # the entry's predicted_effect: low, high, expected
     bottleneck: str | None = None         # the diagnosis's evidence class (what "similar kernels" means)
+    # the verification's own fields (``record["verification"]``, ``Verification.to_json``), not the
+    # table's text: passed True/False when a check ran, None when nothing was checked
+    verified: bool = False                # a verification is on the record
+    passed: bool | None = None
+    simulated_check: bool = False         # the simulated backend's pass: nothing ran, nothing failed
     raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -210,11 +215,21 @@ class IterationRecord:
         entry = (rec.get("entry") or {}).get("id")
         pred = next((x.get("predicted_effect") or {} for x in (rec.get("diagnosis") or {}).get("recommendations", [])
                      if x.get("id") == entry), {}) if entry else {}
+        ver = rec.get("verification") if isinstance(rec.get("verification"), dict) else {}
+        passed = ver.get("passed")
         return cls(iteration=int(rec.get("iteration", 0)), status=rec.get("status"),
                    entry=str(entry) if entry else None, latency_ms=_number(rec.get("latency_ms")),
                    baseline_latency_ms=_number(rec.get("baseline_latency_ms")),
                    ratio=_number((rec.get("comparison") or {}).get("ratio")), predicted=dict(pred),
-                   bottleneck=(rec.get("diagnosis") or {}).get("bottleneck"), raw=rec)
+                   bottleneck=(rec.get("diagnosis") or {}).get("bottleneck"), verified=bool(ver),
+                   passed=passed if isinstance(passed, bool) else None,
+                   simulated_check=bool(ver.get("simulated")), raw=rec)
+
+    @property
+    def check_passed(self) -> bool:
+        """The candidate's verification passed: its check ran and passed, or the simulated backend
+        passed it (nothing checked, nothing failed) — never a record without a verification."""
+        return self.verified and (self.passed is True or (self.passed is None and self.simulated_check))
 
     @property
     def gain(self) -> float | None:

@@ -128,6 +128,38 @@ def test_lookahead_follow_up_that_does_not_beat_the_kept_version_does_not_land(r
     assert frontier_record(its[:3], 0.05, r.transforms) is None
 
 
+def test_a_frontier_is_correct_by_its_verification_not_by_the_tables_text():
+    """What makes a reverted structural step a frontier is its record's verification (a check
+    that passed, or the simulated backend's pass), never the ``correctness`` text: a PASS label
+    without a passing verification is not correct, a typed pass with another label is."""
+    from cutile_diag.ledger import IterationRecord
+    from cutile_diag.loop.frontier import frontier_record
+    struct = FakeTransform("struct", "B")
+    struct.structural = True
+    ts = {"struct": struct}
+
+    def rec_with(correctness, verification):
+        r = {"type": "iteration", "iteration": 1, "status": "revert", "correctness": correctness,
+             "comparison": {"ratio": 1.02}, "decision": {"rule": "insignificant"},
+             "change": {"transform": "struct"}, "commits": {"candidate": "c0ffee"}}
+        if verification is not None:
+            r["verification"] = verification
+        return [{"iteration": 0}, r]
+
+    passed = {"passed": True, "summary": "PASS (1 passed)"}
+    simulated = {"passed": None, "summary": "not checked (simulated)", "simulated": True}
+    assert frontier_record(rec_with("PASS", passed), 0.05, ts) is not None
+    assert frontier_record(rec_with("not checked (simulated)", simulated), 0.05, ts) is not None
+    # the text says PASS; the verification failed, never ran, or is not the simulated backend's
+    assert frontier_record(rec_with("PASS", {"passed": False, "summary": "FAIL"}), 0.05, ts) is None
+    assert frontier_record(rec_with("PASS", None), 0.05, ts) is None
+    assert frontier_record(rec_with("PASS", {"passed": None, "summary": "?"}), 0.05, ts) is None
+    # a passing check whose row text is something else still counts
+    assert frontier_record(rec_with("-", passed), 0.05, ts) is not None
+    it = IterationRecord.from_json(rec_with("FAIL", simulated)[1])
+    assert (it.verified, it.passed, it.simulated_check, it.check_passed) == (True, None, True, True)
+
+
 def test_lookahead_is_off_without_continue_or_when_zero(repo):
     for branch, opts in (("la-off", {"lookahead": 0.0}), ("la-greedy", {"keep_going": False})):
         r, _ = _lookahead(repo, 0.90, branch, **opts)

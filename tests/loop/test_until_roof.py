@@ -107,7 +107,7 @@ def test_a_capture_cut_short_by_the_clock_is_no_compile_verdict(repo, monkeypatc
     from cutile_diag.loop.runner import Runner
     calls = []
 
-    def fake(self, v, deadline):
+    def fake(self, v, deadline, **_kw):
         calls.append(v.digest)
         if v.commit:                        # the kept version captures
             return CaptureResult(True, None)

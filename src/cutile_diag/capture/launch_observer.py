@@ -67,6 +67,7 @@ _SPIN_CYCLES_PER_US = 2000   # torch.cuda._sleep counts SM clocks: ~2 GHz on Hop
 MAX_PENDING = 1024           # unresolved timed launches before the oldest is waited for
 FLUSH_EVERY = 256            # resolved records buffered before an append to the file
 STDOUT_TAIL_LINES = 400
+OBSERVER_NOTE = "cutile-diag: launch observer"      # how the child's own warnings start (stderr)
 
 
 class CommandFailedError(CutileDiagError):
@@ -105,6 +106,15 @@ def observer_env(out_dir: Path, *, execute: bool = True, pad_us: float | None = 
     env[ENV_SRC] = str(Path(__file__).resolve().parents[2])      # the folder holding cutile_diag
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def read_records(rec_dir: Path) -> tuple[list[LaunchRecord], int]:
+    """What the observed processes wrote to ``rec_dir``: their launches (in launch order per
+    process) and how many processes imported ``cuda.tile``."""
+    records: list[LaunchRecord] = []
+    for f in sorted(Path(rec_dir).glob("launches-*.jsonl")):
+        records.extend(read_jsonl(f))
+    return records, len(list(Path(rec_dir).glob("imported-*")))
 
 
 def _tail_lines(path: Path, n: int = 8) -> list[str]:
@@ -179,12 +189,9 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         if proc.returncode != 0:
             raise CommandFailedError(f"command exited with {proc.returncode}; {kept}; stderr tail: "
                                      + (" | ".join(tail)[-900:] if tail else "(empty)"))
-        records: list[LaunchRecord] = []
-        for f in sorted(rec_dir.glob("launches-*.jsonl")):
-            records.extend(read_jsonl(f))
-        importers = len(list(rec_dir.glob("imported-*")))
+        records, importers = read_records(rec_dir)
         warnings = []
-        notes = [ln for ln in _tail_lines(err_log, 10_000) if ln.startswith("cutile-diag: launch observer")]
+        notes = [ln for ln in _tail_lines(err_log, 10_000) if ln.startswith(OBSERVER_NOTE)]
         if notes:
             warnings.append(notes[-1])
     run = ObservedRun(list(command), proc.returncode, secs, records, execute, "\n".join(tail), warnings,
@@ -218,7 +225,20 @@ class _Recorder:
         self.streams: dict[int, object] = {}
         self.timing_error: str | None = None
         self.test: str | None = None          # the pytest test running at the last launch
+        self.sm_count: int | None = 0         # 0: not asked yet; None: unknown
         self.lock = threading.Lock()
+
+    def _sms(self) -> int | None:
+        """The SM count of the device the process launches on (asked once; a capture taken from
+        the recorded launch judges its grid against it)."""
+        if self.sm_count == 0:
+            try:
+                import torch
+                self.sm_count = int(torch.cuda.get_device_properties(torch.cuda.current_device())
+                                    .multi_processor_count)
+            except Exception:
+                self.sm_count = None
+        return self.sm_count
 
     # -- events --------------------------------------------------------------------------
     def _capturing(self) -> bool:
@@ -291,6 +311,8 @@ class _Recorder:
             first = key not in self.seen
             self.seen.add(key)
             rec = replace(rec, extra={**rec.extra, "pid": os.getpid(), "seq": self.seq, "first": first})
+            if self._sms() is not None:
+                rec.extra["sm_count"] = self.sm_count
             test = _current_test()
             if test:
                 rec.extra["test"] = test

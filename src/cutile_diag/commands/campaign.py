@@ -52,8 +52,12 @@ def register(sub) -> None:
     lp.add_argument("--max-iterations", type=int, help="per kernel (1..25)")
     lp.add_argument("--until-roof", type=float, metavar="F", help="go on while below F of the measured ceiling")
     lp.add_argument("--no-capture", action="store_true", help="no AOT capture for the diagnoses")
-    lp.add_argument("--rounds", type=int, help="interleaved measurement rounds per comparison (default 3)")
-    lp.add_argument("--max-sweep", type=int, help="parameter settings screened per sweep step (default 4)")
+    lp.add_argument("--rounds", type=int,
+                    help="interleaved measurement rounds per comparison (default 3; 2 when the 2 x 3 runs of "
+                         "one comparison would take more than 1/8 of --budget, e.g. a pytest --bench-cmd)")
+    lp.add_argument("--max-sweep", type=int,
+                    help="parameter settings screened per sweep step (default 4; down to 2 when screening 4 "
+                         "would take more than 1/8 of --budget, e.g. a pytest --bench-cmd)")
     add_budget(lp, help="time budget per iteration in seconds (default 600)")
     dp = p.add_argument_group("derived commands")
     dp.add_argument("--max-tests", type=int, metavar="N",

@@ -60,7 +60,9 @@ def register(sub) -> None:
     lp.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="wall time for this run in seconds: no step starts that would not fit, and the loop "
                          "stops with a resumable record (rule time-limit); not inherited by --resume")
-    lp.add_argument("--rounds", type=int, default=None, help="interleaved measurement rounds per comparison (default 3)")
+    lp.add_argument("--rounds", type=int, default=None,
+                    help="interleaved measurement rounds per comparison (default 3; 2 when the 2 x 3 runs of "
+                         "one comparison would take more than 1/8 of --budget, e.g. a pytest --bench-cmd)")
     lp.add_argument("--continue", dest="keep_going", action="store_true",
                     help="go on after a step that gained < 2 %% (the recipe stops there)")
     lp.add_argument("--until-roof", type=float, default=None, metavar="F",
@@ -69,7 +71,9 @@ def register(sub) -> None:
     lp.add_argument("--lookahead", type=float, default=None, metavar="F",
                     help="with --until-roof/--continue: a structural step at most F slower (default 0.05; 0: off) "
                          "stays a frontier for one more step, whose candidates are screened on it too")
-    lp.add_argument("--max-sweep", type=int, default=None, help="parameter settings screened per sweep step (default 4)")
+    lp.add_argument("--max-sweep", type=int, default=None,
+                    help="parameter settings screened per sweep step (default 4; down to 2 when screening 4 "
+                         "would take more than 1/8 of --budget, e.g. a pytest --bench-cmd)")
     lp.add_argument("--only", help="comma-separated playbook ids the loop may try (e.g. A,B,E)")
     lp.add_argument("--skip", help="comma-separated playbook ids the loop must not try")
     lp.add_argument("--wrapper", action="append", default=[], metavar="FILE.py[::FN]",

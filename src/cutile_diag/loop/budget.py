@@ -3,7 +3,11 @@
 The baseline times the user's own commands (or the workload's worker): one correctness check,
 one measurement run of one version (all configurations), and the AOT capture.  A sweep
 iteration then costs, per screened point, a capture + a check + ``screen_rounds`` x 2 runs
-(the point and the kept version, interleaved), and the confirmation ``rounds`` x 2 runs.
+(the point and the kept version, interleaved), and the confirmation ``rounds`` x 2 runs; in
+command mode (``screen_shared``) a capture and ``screen_rounds`` runs per point, one run of the
+kept version per screening round, and one check (the point confirmed).  Without --rounds and
+--max-sweep both are fitted to --budget from the measured run time (``fitted_rounds``,
+``fitted_sweep``).
 When that does not fit the iteration budget the plan screens fewer points (the transform's
 first ones: its preferred order) and, if need be, confirms with fewer rounds (never under
 ``MIN_CONFIRM_ROUNDS`` while there is a choice); the points left out are named and recorded as
@@ -20,6 +24,11 @@ from typing import Any, Mapping
 
 MARGIN = 0.85                 # plan to use at most this share of the budget (cost estimates are rough)
 MIN_CONFIRM_ROUNDS = 2        # a between-round spread needs two rounds
+DEFAULT_ROUNDS = 3            # rounds per comparison when --rounds is not given and runs are cheap
+DEFAULT_SWEEP = 4             # settings screened per sweep step when --max-sweep is not given and ...
+MIN_SWEEP = 2                 # ... fitted to the budget, a sweep still compares two settings
+RUNS_SHARE = 1 / 8            # cheap: a comparison's 2 x 3 runs (a sweep's screening runs) take at most
+                              # this share of --budget
 SKIPPED = "skipped (budget)"
 
 
@@ -46,14 +55,19 @@ class Costs:
         return 2 * rounds * self.run_s
 
     def iteration_s(self, points: int, rounds: int, screen_rounds: int = 1, *, compile_workers: int = 1,
-                    check_workers: int = 1) -> float:
+                    check_workers: int = 1, screen_shared: bool = False) -> float:
         """Check ``points`` candidates, screen them against the kept version when there is more
         than one, then confirm the best.  Captures run ``compile_workers`` at a time
         (``loop.compile_pool``), checks ``check_workers`` at a time (a backend that loads a sweep's
-        workers at once)."""
-        screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
+        workers at once).  ``screen_shared`` (command mode): the points are screened unchecked,
+        against one run of the kept version per round, and only the confirmed one is checked."""
+        if screen_shared:
+            screen = (points + 1) * screen_rounds * self.run_s if points > 1 else 0.0
+            checks = self.verify_s
+        else:
+            screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
+            checks = math.ceil(points / max(1, check_workers)) * self.verify_s
         compiles = math.ceil(points / max(1, compile_workers)) * self.candidate_capture_s
-        checks = math.ceil(points / max(1, check_workers)) * self.verify_s
         return compiles + checks + screen + self.confirm_s(rounds)
 
     def to_json(self) -> dict:
@@ -90,11 +104,11 @@ class Plan:
 
 
 def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, screen_rounds: int = 1,
-         margin: float = MARGIN, compile_workers: int = 1, check_workers: int = 1) -> Plan:
+         margin: float = MARGIN, compile_workers: int = 1, check_workers: int = 1, screen_shared: bool = False) -> Plan:
     """How many of ``n_points`` candidates to screen and how many rounds to confirm with.
     Fewer confirmation rounds first (down to ``MIN_CONFIRM_ROUNDS``), then fewer points."""
     est = lambda k, r: costs.iteration_s(k, r, screen_rounds, compile_workers=compile_workers,
-                                         check_workers=check_workers)
+                                         check_workers=check_workers, screen_shared=screen_shared)
     if budget_s is None or not costs.known:
         return Plan(list(range(n_points)), [], screen_rounds, rounds, est(n_points, rounds), budget_s)
     avail = budget_s * margin
@@ -114,6 +128,46 @@ def plan(n_points: int, costs: Costs, budget_s: float | None, *, rounds: int, sc
         notes.append(f"confirming with {r} round(s) instead of {rounds} (one run takes {costs.run_s:.1f} s)")
     return Plan(list(range(k)), list(range(k, n_points)), screen_rounds, r, est(k, r), budget_s,
                 est(1, 1) <= budget_s, notes)
+
+
+def fitted_rounds(costs: Costs, budget_s: float) -> tuple[int, str]:
+    """The rounds of a comparison when --rounds is not given, fitted to --budget from the
+    measured run time, and why: ``DEFAULT_ROUNDS`` (3) while a comparison's timed runs (2 x 3, the
+    kept version and the candidate) take at most ``RUNS_SHARE`` of --budget, else
+    ``MIN_CONFIRM_ROUNDS`` (2: the fewest with a between-round spread).  A worker's run (a
+    workload, well under a second) always gets 3; a run of a TileGym pytest --bench-cmd (17-22 s:
+    process start, imports, JIT) gets 2 at the default --budget 600.  Each such run's record is a
+    median of its own repetitions with their spread (``stats``' within-run term), and the noise
+    floor bounds every comparison: the third round narrows the interval from about +-0.98 % to
+    +-0.80 % at the default floor, for another 2 runs (~40 s) per decision."""
+    if costs.run_s <= 0 or costs.confirm_s(DEFAULT_ROUNDS) <= RUNS_SHARE * budget_s:
+        return DEFAULT_ROUNDS, ""
+    need = math.ceil(costs.confirm_s(DEFAULT_ROUNDS) / RUNS_SHARE)
+    return MIN_CONFIRM_ROUNDS, (f"{MIN_CONFIRM_ROUNDS} rounds per comparison: one run takes {costs.run_s:.1f} s, so "
+                                f"{DEFAULT_ROUNDS} rounds ({2 * DEFAULT_ROUNDS} runs, {costs.confirm_s(DEFAULT_ROUNDS):.0f} s) "
+                                f"would take more than 1/{round(1 / RUNS_SHARE)} of --budget {budget_s:g} s "
+                                f"(--rounds {DEFAULT_ROUNDS}, or --budget {need}, for {DEFAULT_ROUNDS})")
+
+
+def fitted_sweep(costs: Costs, budget_s: float, *, shared: bool = False) -> tuple[int, str]:
+    """The settings a sweep step screens when --max-sweep is not given, fitted to --budget from the
+    measured run time the same way, and why: ``DEFAULT_SWEEP`` (4) while the screening's runs take
+    at most ``RUNS_SHARE`` of --budget, else fewer, down to ``MIN_SWEEP`` (2).  ``shared``: the
+    points are screened against one run of the kept version (command mode: k + 1 runs), else each
+    beside its own (2k).  A TileGym pytest --bench-cmd (17-22 s a run) screens 2 or 3 settings at the
+    default --budget 600, a workload 4; the settings left out are the transform's later ones, for a
+    later step to try."""
+    runs = (lambda k: k + 1) if shared else (lambda k: 2 * k)
+    k = DEFAULT_SWEEP
+    while k > MIN_SWEEP and costs.run_s > 0 and runs(k) * costs.run_s > RUNS_SHARE * budget_s:
+        k -= 1
+    if k == DEFAULT_SWEEP:
+        return k, ""
+    need = math.ceil(runs(DEFAULT_SWEEP) * costs.run_s / RUNS_SHARE)
+    return k, (f"{k} settings per sweep: one run takes {costs.run_s:.1f} s, so screening {DEFAULT_SWEEP} "
+               f"({runs(DEFAULT_SWEEP)} runs, {runs(DEFAULT_SWEEP) * costs.run_s:.0f} s) would take more than "
+               f"1/{round(1 / RUNS_SHARE)} of --budget {budget_s:g} s (--max-sweep {DEFAULT_SWEEP}, or --budget "
+               f"{need}, for {DEFAULT_SWEEP})")
 
 
 def min_budget_s(costs: Costs, margin: float = MARGIN) -> int | None:

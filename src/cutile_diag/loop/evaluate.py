@@ -47,21 +47,37 @@ class Evaluation:
         left = self.time_left()
         return self.opt.iteration_budget_s if left is None else max(0.0, min(self.opt.iteration_budget_s, left))
 
+    def rounds(self) -> int:
+        """The rounds of a comparison: --rounds, else fitted to --budget from the measured run time
+        (``budget.fitted_rounds``; the baseline records which and why)."""
+        if self.opt.rounds:
+            return int(self.opt.rounds)
+        return budget_mod.fitted_rounds(self.costs(), self.opt.iteration_budget_s)[0]
+
+    def max_sweep(self) -> int:
+        """The settings a sweep screens: --max-sweep, else fitted to --budget from the measured run
+        time (``budget.fitted_sweep``; the baseline records which and why)."""
+        if self.opt.max_sweep:
+            return int(self.opt.max_sweep)
+        return budget_mod.fitted_sweep(self.costs(), self.opt.iteration_budget_s, shared=self._costly)[0]
+
     def plan(self, n_points: int) -> budget_mod.Plan:
         # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
-        return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.opt.rounds,
+        return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.rounds(),
                                screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,
-                               check_workers=n_points if hasattr(self.backend, "prepare") else 1)
+                               check_workers=n_points if hasattr(self.backend, "prepare") else 1,
+                               screen_shared=self._costly)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
-                 plan: budget_mod.Plan | None = None) -> dict:
+                 plan: budget_mod.Plan | None = None, clock: StepClock | None = None) -> dict:
         """Verify, measure, decide, commit or revert, record — for automatic and manual steps.
         A sweep's screened winner that loses its confirmation is dropped and the next-best
         screened point is confirmed, while the budget lasts (a screening round can mislead)."""
         idir = self.s.iteration_dir(n)
         plan = plan or self.plan(len(cands))
-        # this step's cost split; candidates compile (concurrently) against A's recorded launch
-        self.clock, self._compile_ref = StepClock(), a
+        # this step's cost split (from its diagnosis on, when the loop gives its clock); candidates
+        # compile (concurrently) against A's recorded launch
+        self.clock, self._compile_ref = clock or StepClock(), a
         # saved before anything can fail, so that what recover() promises exists
         saved = save_candidates(idir, a.files, [c.version.files for c in cands])
         # the candidates go into the begin record: after a hard kill, recover() marks them tried so
@@ -88,20 +104,25 @@ class Evaluation:
                 return self._finish(record, deadline, a, keep=None)
             tried: list[tuple[Candidate, decide_mod.Decision, dict]] = []
             for i, b in enumerate(ranked):
-                if i and not self._confirm_fits(deadline, plan):
+                if i and not self._confirm_fits(deadline, plan, check=b.version.digest not in self._verified):
                     self.echo(f"  no time left to confirm the next screened setting ({b.result.description})")
                     break
                 if i:
-                    self.echo(f"  {_short(ranked[i - 1].result.description, 60)} did not gain enough in its "
-                              f"confirmation ({tried[-1][1].rule}); confirming the next screened setting: "
-                              f"{_short(b.result.description, 60)}")
+                    prev = tried[-1][1]
+                    why = f"did not gain enough in its confirmation ({prev.rule})" if prev is not None else \
+                        f"failed its check ({tried[-1][2]['decision']['rule']})"
+                    self.echo(f"  {_short(ranked[i - 1].result.description, 60)} {why}; confirming the next "
+                              f"screened setting: {_short(b.result.description, 60)}")
                     self._restore_tree(a)
                     record = self._next_record(record)
                     hctx["record"] = record
                 d = self._confirm(n, a, b, deadline, record, hctx, plan, label, sweep_info, idir,
                                   more=i + 1 < len(ranked))
                 tried.append((b, d, record))
-                if d is None or d.improved or not sweep_info:
+                # a point screened before its check (command mode) that fails it gives way to the next
+                failed_check = d is None and self._costly and \
+                    (record.get("decision") or {}).get("rule") in ("correctness", "compile")
+                if (d is None and not failed_check) or (d is not None and d.improved) or not sweep_info:
                     break
             b, d, record = _best_confirmation(tried)
             if len(tried) > 1:
@@ -179,9 +200,48 @@ class Evaluation:
             return _CONFIRM_CUT
         return None
 
-    def _confirm_fits(self, deadline: proc.Deadline, plan: budget_mod.Plan) -> bool:
+    def _confirm_fits(self, deadline: proc.Deadline, plan: budget_mod.Plan, check: bool = False) -> bool:
+        """Time left for one more confirmation (``check``: and the point's check, not run yet)."""
         left = deadline.remaining()
-        return left is None or self.costs().confirm_s(plan.confirm_rounds) <= left * budget_mod.MARGIN
+        c = self.costs()
+        return left is None or c.confirm_s(plan.confirm_rounds) + (c.verify_s if check else 0.0) \
+            <= left * budget_mod.MARGIN
+
+    @property
+    def _costly(self) -> bool:
+        """Each check and each timed run is a process of the user's command (command mode: seconds
+        apiece, mostly start-up, imports and JIT).  Then a sweep screens its points before any
+        check, against one run of the kept version per screening round, and checks only the points
+        it confirms (``loop.budget``: ``Costs.iteration_s(screen_shared=)``); a comparison that is
+        already a clear regression after its first round is not measured further
+        (``_clear_regression``); and without --rounds the baseline is timed once (``Runner.baseline``)."""
+        return bool(getattr(self.backend, "costly_runs", False))
+
+    def _clear_regression(self, cmp: stats.Comparison) -> decide_mod.Decision | None:
+        """The recipe's ``regression`` revert (a configuration significantly slower by more than
+        2 %), when a comparison's first round already shows it: more rounds only decide keeps, so a
+        costly confirmation stops there (and a sweep whose best screened point shows it confirms
+        nothing).  Not for a step the lookahead could keep as a frontier (within --lookahead)."""
+        d = decide_mod.decide(cmp)
+        if d.rule != "regression":
+            return None
+        lookahead = (self.opt.until_roof is not None or self.opt.keep_going) and self.opt.lookahead > 0
+        if lookahead and cmp.ratio <= 1.0 + float(self.opt.lookahead):
+            return None
+        return d
+
+    def _confirm_runs(self, a: Version, b: Version, deadline: proc.Deadline, rounds: int):
+        """The confirmation's interleaved rounds, and how many ran: with costly runs one round
+        first, and the rest (B A, A B, ...: the alternation goes on) unless it is a clear regression."""
+        if not self._costly or rounds < 2:
+            return self._measure([a, b], deadline, rounds), rounds
+        runs = self._measure([a, b], deadline, 1)
+        first = stats.compare({c: (runs[a.label][c], runs[b.label][c]) for c in runs[a.label]},
+                              noise_floor=self.opt.noise_floor)
+        if self._clear_regression(first) is not None:
+            return runs, 1
+        more = self._measure([b, a], deadline, rounds - 1)
+        return {v: {c: rs + more[v][c] for c, rs in runs[v].items()} for v in runs}, rounds
 
     @staticmethod
     def _next_record(prev: dict) -> dict:
@@ -207,30 +267,43 @@ class Evaluation:
         self._guard()
         self._hook("after_apply", hctx)
         cap_a = self._capture(a, deadline)
-        cap_b = self._capture(b.version, deadline)
+        # command mode: a candidate whose capture needs a run is checked first, and captured from the
+        # launch that check recorded (a failing check needs no capture: it reverts)
+        checked = self._check_first(b.version, deadline)
+        cap_b = None if checked is not None and not checked.passed else \
+            self._capture(b.version, deadline, observed=checked)
         if cap_b is not None:
             record["capture"] = cap_b.to_json()
             if cap_b.timed_out:            # the clock, not the kernel: no compile verdict
                 record["decision"] = decide_mod.reject("budget", f"the candidate's capture ran past the time "
                                                        f"budget ({cap_b.error}); not a compile failure").to_json()
-                record["correctness"] = "-"
+                record["correctness"] = "-" if checked is None else checked.correctness
                 return None
-            if not cap_b.ok:
+            if not cap_b.ok and checked is None:
                 record["decision"] = decide_mod.reject("compile", f"the candidate does not compile: {cap_b.error}"
                                                        ).to_json()
                 return None
-            record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path)
+            # after a passing check a failed capture is missing evidence, not a compile failure
+            record["ir_diff"] = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b.ok else None)
+        elif checked is not None and self.capture_off_reason is None:
+            record["ir_diff"] = {"skipped": "the candidate failed its check (taken before its capture)"}
         else:
             record["ir_diff"] = {"skipped": f"capture {self.capture_off_reason}"}
         if b.transform and "+" in b.transform:        # a composite: each step's own diff and IR diff
             record["change"]["frontier"] = b.result.frontier
+            # its parts' captures (command mode: from compiles only, an intermediate version never runs)
             record["change"]["parts"] = part_records(a, b, self.s.kernel_file, None if cap_b is None else (
                 lambda x, y: ir_diff(*(c.path if c and c.ok else None
-                                       for c in (self._capture(x, deadline), self._capture(y, deadline))))))
-        # a sweep point was checked in the sweep: the same files need no second check
+                                       for c in (self._capture(x, deadline, run=False),
+                                                 self._capture(y, deadline, run=False))))))
+        # a sweep point was checked in the sweep (or first, for its capture): no second check
         ver = self._verified.get(b.version.digest) or self._verify(b.version, deadline)
+        self._verified[b.version.digest] = ver
         record["verification"] = ver.to_json()
         record["correctness"] = ver.correctness
+        for r in record.get("sweep") or []:         # a point screened unchecked: its check, now
+            if r["label"] == b.version.label:
+                r["verification"] = ver.summary
         # what recover() reports as the correctness of an iteration killed after this point
         self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.checked})
         self._hook("after_verify", hctx)
@@ -239,9 +312,12 @@ class Evaluation:
             self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
             return None
         t0 = time.monotonic()
-        runs = self._measure([a, b.version], deadline, plan.confirm_rounds)
+        runs, done = self._confirm_runs(a, b.version, deadline, plan.confirm_rounds)
         # later iterations plan with the slower of the baseline's and this run time
-        record["costs"] = budget_mod.Costs(run_s=(time.monotonic() - t0) / (2 * plan.confirm_rounds)).to_json()
+        record["costs"] = budget_mod.Costs(run_s=(time.monotonic() - t0) / (2 * done)).to_json()
+        if done < plan.confirm_rounds:
+            record["rounds_measured"] = done
+            self.echo(f"  a clear regression after {done} of {plan.confirm_rounds} rounds: not measured further")
         self._hook("after_measure", hctx)
         cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
                             noise_floor=self.opt.noise_floor)
@@ -289,11 +365,14 @@ class Evaluation:
 
     def _point_s(self, plan: budget_mod.Plan, *, check: bool) -> float | None:
         """One point's estimated seconds: its capture and check, or its screening (None: no
-        baseline costs)."""
+        baseline costs).  Screened unchecked: the capture alone, and one run per screening round."""
         c = self.costs()
         if not c.known:
             return None
-        return c.candidate_capture_s + c.verify_s if check else 2 * plan.screen_rounds * c.run_s
+        late = self._costly
+        if check:
+            return c.candidate_capture_s + (0.0 if late else c.verify_s)
+        return (1 if late else 2) * plan.screen_rounds * c.run_s
 
     def _after_s(self, plan: budget_mod.Plan, checks: int, screens: int) -> float | None:
         """Estimated seconds for ``checks`` more point checks, ``screens`` more screenings and
@@ -301,8 +380,10 @@ class Evaluation:
         c = self.costs()
         if not c.known:
             return None
-        return (checks * (c.candidate_capture_s + c.verify_s) + screens * 2 * plan.screen_rounds * c.run_s
-                + c.confirm_s(plan.confirm_rounds))
+        late = self._costly
+        return (checks * (c.candidate_capture_s + (0.0 if late else c.verify_s))
+                + screens * (1 if late else 2) * plan.screen_rounds * c.run_s
+                + c.confirm_s(plan.confirm_rounds) + (c.verify_s if late else 0.0))
 
     def _screened_latency(self, record: dict) -> None:
         """A row whose full comparison never finished shows the chosen point's screening latency."""
@@ -329,6 +410,7 @@ class Evaluation:
         if prepare is not None:
             with self.clock.phase("check"):
                 prepare([c.version for c in todo], self.ws, deadline)
+        late = self._costly
         for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
             info.append(row)
@@ -338,15 +420,23 @@ class Evaluation:
             share = self._share(deadline, len(todo) - i + 1,
                                 self._after_s(plan, len(todo) - i - 1, len(todo) if len(todo) > 1 else 0),
                                 self._point_s(plan, check=True))
-            cap = self._capture(c.version, share)
-            if cap is not None and cap.timed_out:
-                row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {cap.error}", "budget"
-                continue
-            if cap is not None and not cap.ok:
-                row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
-                continue
             try:
-                ver = self._verify(c.version, share)
+                # screened unchecked: its compile verdict only (a capture that needs a run waits for
+                # its check, when it is confirmed); else checked now (first, where its capture needs it)
+                checked = None if late else self._check_first(c.version, share)
+                cap = None if checked is not None and not checked.passed else \
+                    self._capture(c.version, share, observed=checked, run=not late)
+                if cap is not None and cap.timed_out:
+                    row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {cap.error}", "budget"
+                    continue
+                if cap is not None and not cap.ok and checked is None:
+                    row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
+                    continue
+                if late:
+                    row["verification"] = "checked if confirmed"
+                    passing.append(c)
+                    continue
+                ver = checked or self._verify(c.version, share)
             except MeasurementTimeout as e:
                 # killed at its share of the iteration's time: no verdict on the point, not a crash
                 row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {e.one_line()}", "budget"
@@ -370,12 +460,17 @@ class Evaluation:
         ranked = list(passing)
         if len(passing) > 1:
             screened = []
+            runs_a = None
+            if late:        # one run of A per screening round, then each point's own
+                share = self._share(deadline, len(passing) + 2, self._after_s(plan, 0, len(passing)),
+                                    self._point_s(plan, check=False))
+                runs_a = self._measure([a], share, plan.screen_rounds)[a.label]
             for i, c in enumerate(passing):
                 row = next(r for r in info if r["label"] == c.version.label)
                 share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1),
                                     self._point_s(plan, check=False))
                 try:
-                    runs = self._measure([a, c.version], share, plan.screen_rounds)
+                    runs = self._measure([c.version] if late else [a, c.version], share, plan.screen_rounds)
                 except MeasurementTimeout as e:
                     row["result"], row["failure"] = f"{budget_mod.SKIPPED} in screening: {e.one_line()}", "budget"
                     continue
@@ -390,13 +485,28 @@ class Evaluation:
                 if invalid:
                     row["result"], row["failure"] = "above the roof: " + "; ".join(invalid), "above-roof"
                     continue
-                cmp = stats.compare({k: (runs[a.label][k], runs[c.version.label][k]) for k in runs[a.label]},
+                base = runs_a if runs_a is not None else runs[a.label]
+                cmp = stats.compare({k: (base[k], runs[c.version.label][k]) for k in base},
                                     noise_floor=self.opt.noise_floor)
                 row["screen_ratio"], row["screen_ms"] = cmp.ratio, cmp.candidate_ms
-                screened.append((cmp.ratio, c))
+                screened.append((cmp.ratio, c, cmp))
             screened.sort(key=lambda x: x[0])
             # the winner, then only points that screened faster than A: a slower one is no fallback
-            ranked = [c for i, (ratio, c) in enumerate(screened) if i == 0 or ratio < 1.0]
+            ranked = [c for i, (ratio, c, _) in enumerate(screened) if i == 0 or ratio < 1.0]
+            clear = self._clear_regression(screened[0][2]) if screened and late else None
+            if clear is not None:
+                # costly runs: even the best setting is a clear regression against A; its check and
+                # confirmation could only revert it too
+                best = screened[0][1]
+                for r in info:
+                    r["chosen"] = r["label"] == best.version.label
+                record.update(sweep=info, comparison=screened[0][2].to_json(), correctness="-", status="revert",
+                              decision=decide_mod.reject("regression", f"every screened setting is slower than the "
+                                                         f"kept version; the best, {best.result.description}: "
+                                                         f"{clear.reason} (one screening round; not checked, not "
+                                                         "confirmed: a confirmation decides keeps)").to_json())
+                self._screened_latency(record)
+                return [], info
         record["sweep"] = info
         if not ranked:
             kinds = {r.get("failure") for r in info}

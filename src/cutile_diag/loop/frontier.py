@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from ..ledger import SIMULATED
+from ..ledger import IterationRecord
 from .backends import Version
 from .choose import Choice
 from .composite import on_top
@@ -38,14 +38,15 @@ def is_structural(transform: str, transforms: Mapping[str, Any]) -> bool:
 def frontier_record(iterations: list[dict], bound: float, transforms: Mapping[str, Any]) -> dict | None:
     """The previous iteration's record when it is a frontier: a structural, correct step that
     was reverted within ``bound`` (a ratio <= 1 + bound) and was not built on a frontier itself.
-    A simulated pass ("not checked (simulated)") counts as correct, as it does for a keep."""
+    Correct is the record's verification (``IterationRecord.check_passed``), not the table's text:
+    a check that ran and passed, or a simulated pass, as it is for a keep."""
     if bound <= 0 or not iterations:
         return None
     r = iterations[-1]
     change = r.get("change") or {}
     ratio = (r.get("comparison") or {}).get("ratio")
     rule = (r.get("decision") or {}).get("rule")
-    if (r.get("iteration", 0) == 0 or r.get("status") != "revert" or r.get("correctness") not in ("PASS", SIMULATED)
+    if (r.get("iteration", 0) == 0 or r.get("status") != "revert" or not IterationRecord.from_json(r).check_passed
             or rule not in ("insignificant", "regression", "cumulative-regression")
             or not isinstance(ratio, (int, float)) or ratio > 1.0 + bound
             or change.get("frontier") is not None or not (r.get("commits") or {}).get("candidate")
@@ -99,7 +100,7 @@ def lookahead_choice(runner, a: Version, choice: Choice | None,
     fv, parts = frontier_version(r, runner.git.show, list(runner.s.allowed))
     on_f = choose_on(fv)
     out = extend(choice, on_f, a, kernel_file=runner.s.kernel_file, frontier=(fv, parts),
-                 iteration=int(r["iteration"]), attempted=runner.led.attempted(), max_sweep=opt.max_sweep)
+                 iteration=int(r["iteration"]), attempted=runner.led.attempted(), max_sweep=runner.max_sweep())
     if out is not choice:
         runner.echo(f"  lookahead: iteration {r['iteration']}'s step ({(r.get('change') or {}).get('transform')}, "
                     f"ratio {r['comparison']['ratio']:.3f}) is a frontier: the next step is screened on it too")

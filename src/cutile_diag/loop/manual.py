@@ -229,7 +229,16 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
         echo(f"edit not compiled ahead of time: capture {runner.capture_off_reason}")
         return {"skipped": runner.capture_off_reason}
     deadline = proc.Deadline(runner.opt.iteration_budget_s)
-    cap_b = runner._capture(v, deadline)
+    if runner.observing:
+        # command mode: compiled from the kept version's recorded launch; an edit outside the kernel
+        # is captured from its own check's launch when it is recorded (never a run of its own)
+        runner._compile_ref = a
+        runner._capture(a, deadline)
+    cap_b = runner._capture(v, deadline, run=False)
+    if cap_b is None and runner.observing:
+        echo("edit not compiled ahead of time: its launch may have changed, so it is captured from the launch "
+             "its check records")
+        return {"skipped": "captured from the check's launch"}
     if cap_b is not None and not cap_b.ok:
         raise LoopError(f"the edited kernel fails its compile check: {cap_b.error}",
                         hint="nothing was measured or recorded and your edit is still in the loop's worktree: fix it and run "

@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping
 from . import budget as budget_mod
 from . import decide as decide_mod
 from . import proc, stats
-from .backends import Backend, Version, Workspace
+from .backends import Backend, Verification, Version, Workspace
 # Candidate, Choice, transform_key: re-exported for callers of runner.*
 from .choose import Candidate, Choice, choose, row_label, transform_key  # noqa: F401
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, committed_ledgers, loop_calibration
@@ -67,9 +67,9 @@ BASELINE_CAP_S = 1800.0     # the baseline's hang guard (its time is checked aga
 class LoopOptions:
     max_iterations: int = MAX_ITERATIONS
     iteration_budget_s: float = 600.0
-    rounds: int = 3
+    rounds: int | None = None           # None: fitted to --budget from the measured run time (budget.fitted_rounds)
     keep_going: bool = False
-    max_sweep: int = 4
+    max_sweep: int | None = None        # None: fitted to --budget from the measured run time (budget.fitted_sweep)
     screen_rounds: int = 1
     capture: bool = True
     archs: list[str] = field(default_factory=lambda: ["sm_90"])
@@ -90,7 +90,7 @@ class LoopOptions:
         if not 1 <= int(self.max_iterations) <= MAX_ITERATIONS:
             raise LoopError(f"--max-iterations must be in 1..{MAX_ITERATIONS} (the recipe's hard stop), "
                             f"not {self.max_iterations}")
-        if self.rounds < 1:
+        if self.rounds is not None and self.rounds < 1:
             raise LoopError("--rounds must be at least 1")
         if not float(self.iteration_budget_s) > 0:          # nan too
             raise LoopError("--budget must be a positive number of seconds")
@@ -154,6 +154,11 @@ class _Stop(Exception):
         self.rule, self.reason, self.manual = rule, reason, manual or []
 
 
+def _baseline_fails(ver: Verification) -> LoopError:
+    return LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",
+                     hint="the loop needs a correct baseline; fix the kernel or the reference first")
+
+
 class Runner(Evaluation):
     def __init__(self, session: Session, backend: Backend, ledger: Ledger, *, diagnoser: Diagnoser | None = None,
                  transforms: Mapping[str, Any] | None = None, options: LoopOptions | None = None,
@@ -177,6 +182,8 @@ class Runner(Evaluation):
         self.clock = StepClock()                # the current step's cost split (loop.costs)
         self._compile_cut: dict[str, CaptureResult] = {}   # compiles the clock killed (loop.compile_pool)
         self._compile_spares: spares_mod.Spares | None = None   # compile children started ahead (start)
+        self._needs_run: dict[str, str] = {}               # digest -> why its compile could not capture it
+        self._verified: dict[str, Verification] = {}       # this step's checks, by digest (evaluate)
         self.capture_off_reason: str | None = None if self.opt.capture else "disabled (--no-capture)"
         base = next((r for r in ledger.iterations if r["iteration"] == 0), None)
         cap0 = (base or {}).get("capture") or {}
@@ -208,33 +215,102 @@ class Runner(Evaluation):
         files = {p: self.git.show(commit, p) for p in self.s.allowed}
         return Version(f"iter-{rec['iteration']}" if rec and rec["iteration"] else "baseline", files, commit, applied)
 
-    def _capture(self, v: Version, deadline: proc.Deadline | None) -> CaptureResult | None:
+    @property
+    def observing(self) -> bool:
+        """The backend can record the launches of its check run (command mode): a version whose
+        capture needs a run of the test command gets it from its check, never from a second run.
+        Not with --capture-workload (the user named where the arguments come from)."""
+        return (bool(getattr(self.backend, "observes", False)) and self.capture_off_reason is None
+                and not self.opt.capture_workload)
+
+    def _capture(self, v: Version, deadline: proc.Deadline | None, *,
+                 observed: Verification | None = None, run: bool = True) -> CaptureResult | None:
+        """``v``'s capture: from its compile (a candidate of the step, against the kept version's
+        recorded launch: ``precompile``), from the launch its observed check recorded (``observed``),
+        else from a run of its own (``capture_version``: specs, a workload, or the test command in
+        run mode; ``run=False``: None instead, in command mode)."""
         if self.capture_off_reason:
             return None
         ref = getattr(self, "_compile_ref", None)
         if v.digest not in self.captures and ref is not None and v.digest != ref.digest \
-                and v.digest not in self._compile_cut:
+                and v.digest not in self._compile_cut and v.digest not in self._needs_run:
             self.precompile(ref, [v], deadline)
         if v.digest in self._compile_cut:       # cut short by the clock: no verdict, tried again later
             return self._compile_cut.pop(v.digest)
         if v.digest in self.captures:
             return self.captures[v.digest]
+        if not run and self.observing and observed is None:
+            return None
+        tried = []
+        if observed is not None:
+            res, why = self._capture_from_check(v, observed, deadline)
+            if res is not None:
+                return res
+            tried.append(why)
+        sources = capture_sources(self.s.backend, self.opt.capture_workload, kernel_file=self.s.kernel_path)
+        if observed is not None and observed.observed.get("importers") and "command" in sources:
+            # the observed check imported cuTile and never launched the kernel: a run-mode capture of
+            # the same command would not compile it either
+            sources.pop("command")
         with self.ws.materialize(v), self.clock.phase("capture"):
             res = capture_version(self.s.kernel_path, self.s.kernel, v.digest, self.s.state_dir / "captures",
                                   archs=self.opt.archs, args=self.opt.capture_args, deadline=deadline,
-                                  cwd=self.ws.root, env=self.ws.env(v),
-                                  sources=self.ws.remap(capture_sources(self.s.backend, self.opt.capture_workload,
-                                                                        kernel_file=self.s.kernel_path)))
+                                  cwd=self.ws.root, env=self.ws.env(v), sources=self.ws.remap(sources))
+        res.tried = tried + list(res.tried)
         if not res.timed_out:             # a capture cut short by the clock is tried again
             self.captures[v.digest] = res
         return res
+
+    def _capture_from_check(self, v: Version, ver: Verification,
+                            deadline: proc.Deadline | None) -> tuple[CaptureResult | None, str]:
+        """Compile ``v`` ahead of time with the arguments of the launch its observed check recorded
+        (``CaptureResult.source`` ``check-run``); (None, why) when the check recorded none."""
+        block, why = self.backend.launch_block(ver, self.s.function)
+        if block is None:
+            return None, why
+        specs = {a["name"]: a["spec"] for a in block["args"] if a.get("spec")}
+        self._compile([(v, self._job(v, specs, block))], deadline, source="check-run")
+        if v.digest in self._compile_cut:
+            return self._compile_cut.pop(v.digest), ""
+        res = self.captures.get(v.digest)
+        if res is not None and res.ok:
+            return res, ""
+        # the version ran its check, so its kernel compiles: a failed AOT compile from the recorded launch
+        # (or none: it crashed) says nothing against it, and the run-based capture is tried
+        self.captures.pop(v.digest, None)
+        return None, ("the compile from the check run's launch failed: "
+                      + (res.error if res is not None else self._needs_run.get(v.digest, "no verdict")))
+
+    def _check_first(self, v: Version, deadline: proc.Deadline) -> Verification | None:
+        """Command mode: when ``v``'s capture needs a run of the test command (its compile cannot
+        reuse the kept version's launch: none recorded, or a change outside the kernel), its check
+        runs first, observed, and the capture takes its launch (``_capture(observed=)``); None
+        when the capture needs no run (or the check already ran)."""
+        if not self.observing or v.digest in self._verified:
+            return None
+        ref = getattr(self, "_compile_ref", None)
+        if ref is not None and v.digest != ref.digest and v.digest not in self._needs_run:
+            self.precompile(ref, [v], deadline)
+        if v.digest in self.captures or v.digest in self._compile_cut:
+            return None
+        ver = self._verify(v, deadline, observe=True)
+        self._verified[v.digest] = ver
+        return ver
+
+    def _job(self, v: Version, specs: dict | None, launch: dict | None) -> dict:
+        return compile_pool.job_json(
+            root=self.ws.root, kernel_file=self.s.kernel_file, kernel=self.s.kernel, files=v.files,
+            name=v.digest[:16], out_dir=self.s.state_dir / "captures", archs=self.opt.archs,
+            args=self.opt.capture_args, specs=specs, launch=launch,
+            env=self.ws.env(None), cwd=self.ws.root)     # the version's files come as overrides
 
     def precompile(self, a: Version, versions, deadline: proc.Deadline | None) -> None:
         """Compile the versions not captured yet, concurrently, in child processes
         (``loop.compile_pool``): their captures (and so their IR diffs) come from that compile,
         with the launch ``a``'s run recorded where the change stays inside the kernel function.
-        What the compile cannot capture (no recorded launch, no specs) is left to ``_capture``'s run."""
-        todo = [v for v in versions if v.digest not in self.captures]
+        What the compile cannot capture (no recorded launch, no specs) is left to a run: in
+        command mode the version's observed check (``_check_first``), else ``_capture``'s own."""
+        todo = [v for v in versions if v.digest not in self.captures and v.digest not in self._needs_run]
         if self.capture_off_reason or not todo:
             return
         cap_a = self.captures.get(a.digest)
@@ -245,37 +321,46 @@ class Runner(Evaluation):
         for v in todo:
             same = specs is not None and not changed_outside_kernel(a.files, v.files, self.s.kernel_file,
                                                                     self.s.function)
-            jobs.append(compile_pool.job_json(
-                root=self.ws.root, kernel_file=self.s.kernel_file, kernel=self.s.kernel, files=v.files,
-                name=v.digest[:16], out_dir=self.s.state_dir / "captures", archs=self.opt.archs,
-                args=self.opt.capture_args, specs=specs if same else None, launch=launch if same else None,
-                env=self.ws.env(None), cwd=self.ws.root))     # the version's files come as overrides
-        by_name = {v.digest[:16]: v for v in todo}
-        for job, reply, t0, t1 in compile_pool.compile_versions(jobs, deadline=deadline,
+            jobs.append((v, self._job(v, specs if same else None, launch if same else None)))
+        self._compile(jobs, deadline)
+
+    def _compile(self, jobs: list[tuple[Version, dict]], deadline: proc.Deadline | None,
+                 source: str | None = None) -> None:
+        """Run the compile jobs at once.  A verdict (either way) lands in ``captures``; a compile
+        the clock cut in ``_compile_cut`` (no verdict, tried again later); one without specs to
+        compile with in ``_needs_run`` (a run captures it).  ``source``: what a success records."""
+        by_name = {job["name"]: v for v, job in jobs}
+        for job, reply, t0, t1 in compile_pool.compile_versions([job for _, job in jobs], deadline=deadline,
                                                                  pool=self._compile_spares):
             v = by_name[job["name"]]
             self.clock.add("compile", t0, t1)
-            res = CaptureResult(bool(reply.get("ok")), Path(reply["path"]) if reply.get("path") else None,
-                                error=reply.get("error") or "", seconds=t1 - t0, source=reply.get("source") or "",
+            ok = bool(reply.get("ok"))
+            res = CaptureResult(ok, Path(reply["path"]) if reply.get("path") else None,
+                                error=reply.get("error") or "", seconds=t1 - t0,
+                                source=(source if ok and source else reply.get("source")) or "",
                                 timed_out=reply.get("kind") == "timeout")
-            fallback = "" if reply.get("ok") or reply.get("kind") in ("compile", "timeout") else (reply.get("error") or "")
+            fallback = "" if ok or reply.get("kind") in ("compile", "timeout") else (reply.get("error") or "")
             c = compile_pool.Compiled(v.label, v.digest, res, t0, t1, fallback=fallback, warm=reply.get("warm") or {},
                                       spare=bool(reply.get("spare")))
             self.clock.compiles.append(c.to_json())
             if res.timed_out:
                 self._compile_cut[v.digest] = res
-            elif not fallback:             # a compile verdict (either way); the rest is captured by a run
+            elif fallback:
+                self._needs_run[v.digest] = fallback
+            else:
                 self.captures[v.digest] = res
 
-    def _verify(self, v: Version, deadline: proc.Deadline):
+    def _verify(self, v: Version, deadline: proc.Deadline, *, observe: bool = False):
         with self.clock.phase("check"):
+            if observe:
+                return self.backend.verify(v, self.ws, deadline, observe=True)
             return self.backend.verify(v, self.ws, deadline)
 
     def _measure(self, versions, deadline: proc.Deadline, rounds: int):
         reqs = getattr(self.backend, "requests", None)
         n0 = len(reqs) if reqs is not None else 0
         try:
-            with self.clock.phase("time"):
+            with self.clock.phase("time", runs=len(versions) * rounds):
                 return self.backend.measure(versions, self.ws, deadline, rounds)
         finally:
             if reqs is not None:       # where the timing's wall time goes: the requests, the worker's share
@@ -340,7 +425,8 @@ class Runner(Evaluation):
     def choose(self, diag: LoopDiagnosis, a: Version) -> tuple[Choice | None, list[dict], list[str]]:
         """The next automatic step (``loop.choose``), against the ledger's tried candidates."""
         return choose(diag, a, kernel_file=self.s.kernel_file, kernel=self.s.kernel, transforms=self.transforms,
-                      attempted=self.led.attempted(), only=self.opt.only, skip=self.opt.skip, max_sweep=self.opt.max_sweep)
+                      attempted=self.led.attempted(), only=self.opt.only, skip=self.opt.skip,
+                      max_sweep=self.max_sweep())
 
     # ----------------------------------------------------------------------------------
     # the loop
@@ -374,23 +460,47 @@ class Runner(Evaluation):
         self.echo("iteration 0: baseline (no code change)")
         try:
             ceiling = ensure_ceiling(self.backend, self.echo)     # the target, before the baseline
+            # command mode: one run of the test command checks the kernel and records its launch,
+            # which the capture compiles from (no second run); else the capture, then the check
+            observe = self.observing
             t0 = time.monotonic()
-            cap = self._capture(a, deadline)
+            ver = self._verify(a, deadline, observe=True) if observe else None
+            t1 = time.monotonic()
+            if ver is not None and not ver.passed:
+                raise _baseline_fails(ver)
+            cap = self._capture(a, deadline, observed=ver)
+            t2 = time.monotonic()
             if cap is not None and not cap.ok:
                 self.capture_off_reason = f"the unchanged kernel does not capture: {cap.error}"
                 self.echo(f"  capture off: {cap.error} — diagnosing from the source only, no IR diffs")
             elif cap is not None:
                 self.echo(f"  capture: {cap.source or 'ok'}" + (f" ({'; '.join(cap.tried)})" if cap.tried else ""))
-            t1 = time.monotonic()
-            ver = self._verify(a, deadline)
-            if not ver.passed:
-                raise LoopError(f"the unchanged kernel fails its correctness check: {ver.summary}",
-                                hint="the loop needs a correct baseline; fix the kernel or the reference first")
-            t2 = time.monotonic()
-            runs = self._measure([a], deadline, self.opt.rounds)[a.label]
+            if ver is None:
+                ver = self._verify(a, deadline)
+                if not ver.passed:
+                    raise _baseline_fails(ver)
+            verify_s = (t1 - t0) if observe else time.monotonic() - t2
+            t3 = time.monotonic()
+            # without --rounds: one round first, whose run time fits the comparisons' rounds
+            # (budget.fitted_rounds); the baseline itself then takes as many, or (costly runs: command
+            # mode) stays at one: no decision uses its runs, every comparison times the kept version again
+            first = self.opt.rounds or 1
+            runs = self._measure([a], deadline, first)[a.label]
+            run_s = (time.monotonic() - t3) / first
+            rounds, rounds_why = (self.opt.rounds, "") if self.opt.rounds else \
+                budget_mod.fitted_rounds(budget_mod.Costs(run_s=run_s), self.opt.iteration_budget_s)
+            timed = first if self.opt.rounds or self._costly else rounds
+            if timed > first:
+                more = self._measure([a], deadline, timed - first)[a.label]
+                runs = {c: rs + more.get(c, []) for c, rs in runs.items()}
+            sweep, sweep_why = (self.opt.max_sweep, "") if self.opt.max_sweep else budget_mod.fitted_sweep(
+                budget_mod.Costs(run_s=run_s), self.opt.iteration_budget_s, shared=self._costly)
+            for why in (rounds_why, sweep_why):
+                if why:
+                    self.echo(f"  fitted to the budget: {why}")
             # what the budget planner plans every later iteration with (the user's commands, timed)
-            costs = budget_mod.Costs(verify_s=t2 - t1, run_s=(time.monotonic() - t2) / self.opt.rounds,
-                                     capture_s=(t1 - t0) if cap is not None else 0.0)
+            costs = budget_mod.Costs(verify_s=verify_s, run_s=(time.monotonic() - t3) / timed,
+                                     capture_s=(t2 - t1) if cap is not None else 0.0)
         except Exception as e:
             # a failure is recorded; an interrupt (Ctrl-C, SIGTERM) leaves the begin pending: --resume redoes it
             self.led.append({"type": "stop", "rule": "baseline-failed",
@@ -415,6 +525,9 @@ class Runner(Evaluation):
                "workload_info": self.backend.workload_info(),
                "capture": cap.to_json() if cap else {"skipped": self.capture_off_reason},
                "costs": costs.to_json(), "step_costs": self.clock.to_json(), "ceiling": ceiling,
+               "rounds": {"n": rounds, "baseline": timed, "given": bool(self.opt.rounds),
+                          **({"why": rounds_why} if rounds_why else {})},
+               "sweep": {"n": sweep, "given": bool(self.opt.max_sweep), **({"why": sweep_why} if sweep_why else {})},
                "decision": decide_mod.Decision("keep", "baseline", "iteration 0: the unchanged kernel").to_json(),
                "commits": {"base": a.commit, "candidate": None, "kept": a.commit},
                "seconds": round(deadline.elapsed(), 3)}
@@ -468,14 +581,17 @@ class Runner(Evaluation):
                     raise LoopError(f"the loop's worktree {self.s.worktree} changed outside the loop: "
                                     + ", ".join(self.git.dirty_files()[:5]),
                                     hint=f"record a manual edit with `{prog()} loop record`, or undo it there")
-                diag = self._diagnose(a, n)
+                self.clock = StepClock()        # the step's cost split starts with its diagnosis
+                with self.clock.phase("diagnose", runs=0):
+                    diag = self._diagnose(a, n)
                 if diag.escalate:
                     raise _Stop("escalate", f"the diagnosis says '{diag.bottleneck}': "
                                 + ("; ".join(diag.reasons[:2]) or "a person should look")
                                 + f" — handing over ({prog()} loop next shows the evidence)",
                                 [r.to_json() for r in diag.recommendations if not r.automatic])
-                choice, manual, skipped = self.choose(diag, a)
-                choice = lookahead_choice(self, a, choice, lambda fv: self.choose(diag, fv)[0])
+                with self.clock.phase("diagnose", runs=0):
+                    choice, manual, skipped = self.choose(diag, a)
+                    choice = lookahead_choice(self, a, choice, lambda fv: self.choose(diag, fv)[0])
                 for sk in skipped:
                     self.echo(f"  skip {sk}")
                 if choice is None:
@@ -531,7 +647,7 @@ class Runner(Evaluation):
             meta["entry"]["composite"] = composite
         label = row_label(rec.id, rec.transform, choice.transform.name, choice.candidates)
         left, costs = self.time_left(), self.costs()
-        need = costs.iteration_s(1, self.opt.rounds)
+        need = costs.iteration_s(1, self.rounds())
         if left is not None and costs.known and need > left * budget_mod.MARGIN:
             # the last steps of a time-limited run are not measured with fewer rounds: stop instead
             pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"))
@@ -544,5 +660,5 @@ class Runner(Evaluation):
                         f"{self.costs().iteration_s(1, 1):.0f} s, more than the iteration budget "
                         f"({self.opt.iteration_budget_s:g} s): raise it with --budget")
         self.echo(f"iteration {n}: {_short(label)}")
-        return self.evaluate(n, a, choice.candidates, meta, label, plan=plan)
+        return self.evaluate(n, a, choice.candidates, meta, label, plan=plan, clock=self.clock)
 

@@ -32,10 +32,14 @@ if os.environ.get("CUTILE_DIAG_IMPORT_AUDIT"):
 _here = os.path.dirname(os.path.abspath(__file__))
 _saved = list(sys.path)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
+_me = sys.modules.pop("sitecustomize", None)
 try:
     import sitecustomize  # noqa: F401  (the next one on the path, if any)
 except ImportError:
     pass
 finally:
     sys.path[:] = _saved
+    # the import that loads this module looks its name up when it is done: without a next one, this
+    # module stays under it (else every child printed "Error in sitecustomize ... KeyError")
+    if "sitecustomize" not in sys.modules and _me is not None:
+        sys.modules["sitecustomize"] = _me

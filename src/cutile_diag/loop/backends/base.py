@@ -121,6 +121,8 @@ class Verification:
     seconds: float = 0.0
     imports: dict = field(default_factory=dict)     # where the checked code was imported from
     simulated: bool = False      # nothing ran: a pass is "not checked", never PASS
+    launches: list = field(default_factory=list)    # LaunchRecords of an observed check (command backend)
+    observed: dict = field(default_factory=dict)    # their summary (the ledger's): count, kernels, importers
 
     @property
     def correctness(self) -> str:
@@ -136,7 +138,7 @@ class Verification:
     def to_json(self) -> dict:
         return {"passed": self.checked, "summary": self.summary, "per_config": self.per_config,
                 "output": self.output[-2000:], "seconds": round(self.seconds, 3), "imports": self.imports,
-                **({"simulated": True} if self.simulated else {})}
+                **({"simulated": True} if self.simulated else {}), **({"observed": self.observed} if self.observed else {})}
 
 
 Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one RunStat per round

@@ -19,6 +19,8 @@ from .base import Runs, Verification, Version, Workspace, check_deadline, round_
 class CommandBackend:
     name = "command"
     alternates = True
+    observes = True          # verify(observe=True) records the check run's launches (loop.runner's captures)
+    costly_runs = True       # a check or a timed run is a process of its own (loop.evaluate: Evaluation._costly)
 
     def __init__(self, test_cmd: str, bench_cmd: str, *, framework: str = "cutile", direction: str = "forward",
                  env: Mapping[str, str] | None = None, log_dir: Path | None = None, cwd: Path | None = None,
@@ -90,7 +92,8 @@ class CommandBackend:
                              "give --roof-device PRESET (h100, h200, ...)")
         return self._dev
 
-    def _run(self, cmd: str, v: Version, ws: Workspace, deadline: proc.Deadline, what: str) -> proc.ProcResult:
+    def _run(self, cmd: str, v: Version, ws: Workspace, deadline: proc.Deadline, what: str,
+             observe: Path | None = None) -> proc.ProcResult:
         import tempfile
         check_deadline(deadline, what)
         fd, audit_name = tempfile.mkstemp(prefix="cutile-diag-imports-", suffix=".jsonl")
@@ -98,6 +101,8 @@ class CommandBackend:
         audit = Path(audit_name)
         try:
             env = {**self.env, **ws.env(v, audit=audit)}
+            if observe is not None:
+                env.update(_observer_env(observe, env))
             log = (self.log_dir / f"{v.label.replace('/', '_')}.log") if self.log_dir else None
             with ws.materialize(v):
                 res = proc.run(cmd, cwd=self.cwd or ws.root, env=env, timeout=deadline.timeout(), shell=True, log=log)
@@ -109,17 +114,41 @@ class CommandBackend:
             audit.unlink(missing_ok=True)
         return res
 
-    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
-        res = self._run(self.test_cmd, v, ws, deadline, "the correctness tests")
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
+        """Run the test command; ``observe``: with every ``ct.launch`` of its processes recorded
+        (``capture.launch_observer``, no timing pad: the check is not timed), so the one run that
+        checks the version also gives its capture the launch arguments (``Verification.launches``)."""
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="cutile-diag-check-launches-") as tmp:
+            rec_dir = Path(tmp) if observe else None
+            res = self._run(self.test_cmd, v, ws, deadline, "the correctness tests", observe=rec_dir)
+            launches, observed = _observed(rec_dir, res) if rec_dir is not None else ([], {})
         summary = _pytest_summary(res.stdout + "\n" + res.stderr)
         if res.returncode == 5:
             raise BackendError(f"the test command selected no tests: {self.test_cmd}",
                                hint="check the -k expression (e.g. -k 'test_ and cutile and not test_perf')")
-        if res.returncode == 0:
-            return Verification(True, f"PASS ({summary or 'exit 0'})", output=res.tail(), seconds=res.wall_s,
-                                imports=self.imports)
-        return Verification(False, f"FAIL ({summary or f'exit {res.returncode}'})", output=res.tail(),
-                            seconds=res.wall_s, imports=self.imports)
+        passed = res.returncode == 0
+        return Verification(passed, f"PASS ({summary or 'exit 0'})" if passed else
+                            f"FAIL ({summary or f'exit {res.returncode}'})", output=res.tail(), seconds=res.wall_s,
+                            imports=self.imports, launches=launches, observed=observed)
+
+    @staticmethod
+    def launch_block(ver: Verification, function: str) -> tuple[dict | None, str]:
+        """The launch of ``function`` an observed check recorded, as a capture manifest's ``launch``
+        block (its largest grid: the tests' costliest launch of the kernel), or (None, why not)."""
+        from ...capture.auto import launch_json
+        mine = [r for r in ver.launches if r.kernel == function]
+        if not mine:
+            seen = ver.observed.get("kernels") or []
+            why = f"the check run launched no {function}" + (f" (it launched {', '.join(seen[:3])})" if seen else "")
+            return None, why + (f"; {ver.observed['warning']}" if ver.observed.get("warning") else "")
+        rec = max(mine, key=lambda r: r.grid_blocks)
+        try:
+            rec.specs()
+        except ValueError as e:
+            return None, f"the check run's launch of {function}: {e}"
+        return launch_json(rec, sm_count=rec.extra.get("sm_count"), sm_source="the device of the check run",
+                           source="check-run"), ""
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
         out: Runs = {v.label: {} for v in versions}
@@ -173,6 +202,27 @@ class CommandBackend:
 
     def close(self) -> None:
         pass
+
+
+def _observer_env(rec_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The launch observer's additions, its site first on the child's PYTHONPATH (ahead of the
+    import audit's: both hand over to the next ``sitecustomize``)."""
+    from ...capture.launch_observer import observer_env
+    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    return observer_env(rec_dir, execute=True, pad_us=0.0, base={"PYTHONPATH": path})
+
+
+def _observed(rec_dir: Path, res: proc.ProcResult) -> tuple[list, dict]:
+    """The launches the observed check recorded, and a summary for the ledger (how many, of which
+    kernels, how many processes imported cuda.tile, the observer's own warning if it printed one)."""
+    from ...capture.launch_observer import OBSERVER_NOTE, read_records
+    launches, importers = read_records(rec_dir)
+    info: dict[str, Any] = {"launches": len(launches), "importers": importers,
+                            "kernels": sorted({r.kernel for r in launches})[:20]}
+    note = [ln for ln in res.stderr.splitlines() if ln.startswith(OBSERVER_NOTE)]
+    if note:
+        info["warning"] = note[-1][:300]
+    return launches, info
 
 
 def _pytest_summary(text: str) -> str:
