@@ -174,7 +174,7 @@ def test_a_failed_compile_from_the_checks_launch_falls_back_to_the_run_based_cap
     sources (on a GPU a run of the test command in run mode; here none works) and says why."""
     from cutile_diag.loop import compile_pool
 
-    def failing(jobs, deadline=None, workers=None):
+    def failing(jobs, deadline=None, workers=None, pool=None):
         return [(j, {"ok": False, "kind": "compile", "error": "tileiras: planted failure"}, 0.0, 0.1) for j in jobs]
 
     monkeypatch.setattr(compile_pool, "compile_versions", failing)

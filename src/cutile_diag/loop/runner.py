@@ -434,12 +434,13 @@ class Runner(Evaluation):
     def start(self) -> LoopResult:
         """Iteration 0 (the baseline, no code change), then the loop."""
         # compile children started now have done their imports by the first step (loop.spares)
-        n = spares_mod.wanted(self.opt.max_sweep + 1) if self.capture_off_reason is None else 0
+        width = (self.opt.max_sweep or budget_mod.DEFAULT_SWEEP) + 1     # a sweep and its kept version
+        n = spares_mod.wanted(width) if self.capture_off_reason is None else 0
         if n:
             self._compile_spares = compile_pool.spares(self.ws.env(None), self.ws.root, n)
         keep = getattr(self.backend, "keep_spares", None)
         if keep is not None:
-            keep(self.ws, spares_mod.wanted(self.opt.max_sweep + 1))
+            keep(self.ws, spares_mod.wanted(width))
         try:
             if not self.led.iterations:
                 self.baseline()
