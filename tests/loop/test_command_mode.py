@@ -112,6 +112,10 @@ def test_the_baseline_runs_the_test_command_once_and_captures_from_that_run(lse_
         sc = it["step_costs"]
         assert sc["check"]["runs"] == 1 and sc["time"]["runs"] == 4 and "capture" not in sc
         assert {"diagnose", "compile", "check", "time"} <= set(sc) and sc["other_s"] >= 0
+    # the kernel-only candidate compiled while its check ran; the other one compiled once, after its check
+    sc, sw = fast["step_costs"], wrap["step_costs"]
+    assert sc["compile"]["start"] < sc["check"]["end"] and sc["check"]["start"] < sc["compile"]["end"]
+    assert len(sw["compiles"]) == 1 and sw["compile"]["start"] >= sw["check"]["end"]
     assert untouched(repo, r)
 
 

@@ -30,6 +30,8 @@ saved before it is written) that ``--resume`` turns into a crash row (``loop.rec
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
+import re
 import statistics
 import time
 from pathlib import Path
@@ -152,6 +154,10 @@ class _Stop(Exception):
     def __init__(self, rule: str, reason: str, manual: list[dict] | None = None):
         super().__init__(reason)
         self.rule, self.reason, self.manual = rule, reason, manual or []
+
+
+# a module that defines (or imports) CAPTURE_SPECS: its compile may need no recorded launch
+_SPECS = re.compile(r"^\s*CAPTURE_SPECS\s*[:=]|^\s*(from|import)\b.*\bCAPTURE_SPECS\b", re.M)
 
 
 def _baseline_fails(ver: Verification) -> LoopError:
@@ -284,18 +290,50 @@ class Runner(Evaluation):
     def _check_first(self, v: Version, deadline: proc.Deadline) -> Verification | None:
         """Command mode: when ``v``'s capture needs a run of the test command (its compile cannot
         reuse the kept version's launch: none recorded, or a change outside the kernel), its check
-        runs first, observed, and the capture takes its launch (``_capture(observed=)``); None
-        when the capture needs no run (or the check already ran)."""
+        runs first, observed, and the capture takes its launch (``_capture(observed=)``); returns
+        that check.  When the compile needs no run, the check runs while it compiles (the check on
+        the GPU, the compile in a CPU child; ``_verified`` holds the check) and None is returned,
+        as when the check already ran."""
         if not self.observing or v.digest in self._verified:
             return None
         ref = getattr(self, "_compile_ref", None)
-        if ref is not None and v.digest != ref.digest and v.digest not in self._needs_run:
+        todo = ref is not None and v.digest != ref.digest and v.digest not in self._needs_run \
+            and v.digest not in self.captures and v.digest not in self._compile_cut
+        if todo and (self.opt.capture_args or self._recorded_launch(ref, v)[0] is not None):
+            self._verified[v.digest] = self._verify_while(lambda: self.precompile(ref, [v], deadline), v, deadline)
+            return None
+        if todo:
             self.precompile(ref, [v], deadline)
         if v.digest in self.captures or v.digest in self._compile_cut:
             return None
         ver = self._verify(v, deadline, observe=True)
         self._verified[v.digest] = ver
         return ver
+
+    def _verify_while(self, work: Callable[[], None], v: Version, deadline: proc.Deadline) -> Verification:
+        """``v``'s check, with ``work`` (its compile) running beside it in a thread."""
+        ex = cf.ThreadPoolExecutor(1)
+        fut = ex.submit(work)
+        try:
+            ver = self._verify(v, deadline)
+        except Exception:
+            cf.wait([fut])          # the step records this failure next: the compile's verdict lands first
+            raise
+        finally:
+            ex.shutdown(wait=False)  # an interrupt does not wait for it
+        fut.result()
+        return ver
+
+    def _recorded_launch(self, a: Version, v: Version) -> tuple[dict | None, dict | None]:
+        """(specs, launch) ``v``'s compile takes from the launch ``a``'s capture recorded; (None,
+        None) when none was recorded, --capture-arg gives the specs, or ``v`` changed code outside
+        the kernel function (its launch may differ)."""
+        cap_a = self.captures.get(a.digest)
+        base = cap_a.path if cap_a is not None and cap_a.ok else None
+        specs = None if self.opt.capture_args else compile_pool.recorded_specs(base)
+        if specs is None or changed_outside_kernel(a.files, v.files, self.s.kernel_file, self.s.function):
+            return None, None
+        return specs, compile_pool.launch_block(base)
 
     def _job(self, v: Version, specs: dict | None, launch: dict | None) -> dict:
         return compile_pool.job_json(
@@ -313,15 +351,14 @@ class Runner(Evaluation):
         todo = [v for v in versions if v.digest not in self.captures and v.digest not in self._needs_run]
         if self.capture_off_reason or not todo:
             return
-        cap_a = self.captures.get(a.digest)
-        base = cap_a.path if cap_a is not None and cap_a.ok else None
-        launch = compile_pool.launch_block(base)
-        specs = None if self.opt.capture_args else compile_pool.recorded_specs(base)
         jobs = []
         for v in todo:
-            same = specs is not None and not changed_outside_kernel(a.files, v.files, self.s.kernel_file,
-                                                                    self.s.function)
-            jobs.append((v, self._job(v, specs if same else None, launch if same else None)))
+            specs, launch = self._recorded_launch(a, v)
+            if specs is None and not self.opt.capture_args and not _SPECS.search(v.files.get(self.s.kernel_file, "")):
+                # nothing to compile it with: no child is started to find that out
+                self._needs_run[v.digest] = "no recorded launch of the kept version applies, and no CAPTURE_SPECS"
+                continue
+            jobs.append((v, self._job(v, specs, launch)))
         self._compile(jobs, deadline)
 
     def _compile(self, jobs: list[tuple[Version, dict]], deadline: proc.Deadline | None,
