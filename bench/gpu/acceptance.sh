@@ -92,7 +92,7 @@ case "${1:-}" in
   # TileGym's perf tests (layer_norm_legacy, rms_norm, silu_and_mul, dropout, geglu), one kernel each, every
   # baseline first, then steps best expected gain first; resumable: copy $OUT/campaign_state_s6c.tgz
   # (< 400 KB) to .gpu/campaign_state_s6c.tgz and run s6c again. S6C_BUDGET: the campaign's wall budget.
-  s6c) run composite_suite 290 --budget-s 270 --grace-s 10 --only persistent_rows,tilegym_softmax_tma
+  s6c) [ -n "${S6C_CAMPAIGN_ONLY:-}" ] || run composite_suite 290 --budget-s 270 --grace-s 10 --only persistent_rows,tilegym_softmax_tma
        b=${S6C_BUDGET:-260}
        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 \
          --state-in .gpu/campaign_state_s6c.tgz --state-out "$OUT/campaign_state_s6c.tgz" ;;
