@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -250,10 +251,12 @@ def test_baselines_first_measures_every_kernel_before_any_step(tmp_path):
     lines: list[str] = []
     run_campaign(c, LocalExecutor(), echo=lines.append)
     own = [ln for ln in lines if ln.startswith("[")]          # the executor's lines, not the loops'
-    assert own == [
-        "[1/2] row_norm: its baseline", "[1/2] row_norm: baseline 0.020024 ms; its steps come after every baseline",
-        "[2/2] vector_add: its baseline", "[2/2] vector_add: baseline 0.034696 ms; its steps come after every baseline",
-        "[1/2] row_norm: resuming its loop", own[5], "[2/2] vector_add: resuming its loop", own[7]], own
+    # the simulated latencies carry the simulator's noise: the lines' shape and order are what is pinned
+    shape = [re.sub(r"baseline \d+\.\d+ ms", "baseline X ms", ln) for ln in own]
+    assert shape == [
+        "[1/2] row_norm: its baseline", "[1/2] row_norm: baseline X ms; its steps come after every baseline",
+        "[2/2] vector_add: its baseline", "[2/2] vector_add: baseline X ms; its steps come after every baseline",
+        "[1/2] row_norm: resuming its loop", shape[5], "[2/2] vector_add: resuming its loop", shape[7]], own
     assert own[5].startswith("[1/2] row_norm: max-iterations, ") and own[7].startswith("[2/2] vector_add: max-iter")
     for k in ks:
         led = [json.loads(x) for x in (out / "loops" / k.name / "ledger.jsonl").read_text().splitlines()]
