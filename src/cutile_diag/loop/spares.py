@@ -119,9 +119,3 @@ def _reap(p: subprocess.Popen) -> None:
         p.wait(timeout=2)
     except subprocess.TimeoutExpired:
         proc.kill_group(p)
-
-
-def send(p: subprocess.Popen, line: str) -> None:
-    assert p.stdin is not None
-    p.stdin.write((line.rstrip("\n") + "\n").encode())
-    p.stdin.flush()

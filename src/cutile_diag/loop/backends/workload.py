@@ -234,17 +234,23 @@ class WorkloadBackend:
                 return w
         with ws.materialize(v):
             w = _Worker(v, ws, self._log(v), self.device)
-            self.workers[v.digest] = w
-            try:
-                reply = w.request(self._load_request(ws), deadline.timeout(), f"loading and checking {v.label}")
-                self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {v.label}")
-            except LoopError:
-                self.workers.pop(v.digest, None)
-                w.kill()
-                raise
+            reply = self._load(w, ws, self._load_request(ws), deadline)
         w.loaded, w.checked = reply, True
         self._loaded(reply)
         return w
+
+    def _load(self, w: _Worker, ws: Workspace, req: dict, deadline: proc.Deadline) -> dict:
+        """Register ``w`` as its version's worker, load it and check its imports; a worker that
+        fails either is dropped."""
+        self.workers[w.version.digest] = w
+        try:
+            reply = w.request(req, deadline.timeout(), f"loading and checking {w.version.label}")
+            self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {w.version.label}")
+            return reply
+        except LoopError:
+            self.workers.pop(w.version.digest, None)
+            w.kill()
+            raise
 
     def _load_spare(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> _Worker | None:
         """``v``'s worker from a spare, its files as overrides; None when none is left or the
@@ -253,18 +259,11 @@ class WorkloadBackend:
         if spare is None:
             return None
         w = _Worker(v, ws, self._log(v), self.device, spare=spare)
-        self.workers[v.digest] = w
-        try:
-            reply = w.request(self._load_request(ws, v), deadline.timeout(), f"loading and checking {v.label}")
-        except LoopError:
-            self.workers.pop(v.digest, None)
-            w.kill()
-            raise
+        reply = self._load(w, ws, self._load_request(ws, v), deadline)
         if os.path.realpath(ws.root / ws.kernel_file) not in (reply.get("overrides_read") or []) and reply.get("ok"):
             self.workers.pop(v.digest, None)
             w.close()
             return None
-        self.imports = ws.check_imports([reply.get("imports") or {}], f"the workload worker of {v.label}")
         w.loaded, w.checked = reply, True
         self._loaded(reply)
         return w
