@@ -96,5 +96,14 @@ case "${1:-}" in
        b=${S6C_BUDGET:-260}
        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 \
          --state-in .gpu/campaign_state_s6c.tgz --state-out "$OUT/campaign_state_s6c.tgz" ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a|s6b|s6c" >&2; exit 2 ;;
+  # session 7 (#21, the last item): command mode with default options on TileGym kernels whose first steps
+  # may pay (session 6's layer_norm was stopped by the recipe after two reverts); the next target is tried
+  # when a loop stops before three iterations. S7A_TARGETS, S7A_BUDGET: what and how long.
+  s7a) b=${S7A_BUDGET:-545}
+       run command_mode $((b + 20)) --budget-s "$b" --target "${S7A_TARGETS:-geglu,dropout}" ;;
+  # session 7: TileGym's _softmax_kernel_tma under --until-roof 0.9 with (nearly) the issue's 600 s, one loop in
+  # one call (session 6 gave it a 125 s share: P+X kept at 77 %, then it ran out of time with steps left)
+  s7b) b=${S7B_BUDGET:-555}
+       run composite_suite $((b + 25)) --budget-s "$b" --grace-s 15 --only tilegym_softmax_tma ;;
+  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a|s6b|s6c|s7a|s7b" >&2; exit 2 ;;
 esac

@@ -5,29 +5,35 @@ completes the baseline and at least three iterations within 10 minutes".
 In a throw-away copy of TileGym, ``cutile-diag optimize FILE.py::KERNEL --test-cmd '...'
 --bench-cmd '...' --time-limit T`` and nothing else (every loop option at its default: rounds,
 sweep size, budget, capture), with TileGym's own pytest correctness tests as the test command and
-one of its perf tests (``--print-record``) as the benchmark, on a small memory-bound kernel without
-CAPTURE_SPECS: ``_layer_norm_fwd_kernel`` (default; 4096 x 16384 f16, 71 % of the ceiling in
-session 5) or ``_rms_norm_kernel_gather`` (``--target rms_norm``: session 3's ``rms_norm-command``
-selections, ~90 %).  The ledger is watched while the loop runs: when the baseline and each
-iteration were recorded (seconds since ``optimize`` started), and each one's ``step_costs``
-(where its time went, how many runs of each command).  The loop's own stop rules (a step under
-2 %, two without gain) may end it before three iterations: the verdict then says so.
+its perf tests (``--print-record``) as the benchmark, on small memory-bound kernels without
+CAPTURE_SPECS (``--target``, see TARGETS). The ledger is watched while the loop runs: when the
+baseline and each iteration were recorded (seconds since ``optimize`` started), and each one's
+``step_costs`` (where its time went, how many runs of each command).
+
+The recipe's own stop rules (a kept step under 2 %, two steps in a row without gain) end a loop
+before three iterations on a kernel whose first steps do not pay (session 6: layer_norm, two
+reverts, stopped at 207 s). ``--target a,b,c`` therefore tries the kernels in order: the next one
+only when a loop ended before three iterations and at least MIN_NEXT_S of the budget is left. Every
+attempt is reported; the item is met when one loop recorded its third iteration within 600 s.
 
     source .device/setup.sh
-    python bench/gpu/command_mode.py --out $OUT/command_mode --tilegym /tmp/TileGym --budget-s 530
-    python bench/gpu/command_mode.py --out /tmp/cm-dry --dry-run       # CPU: simulated GPU, same plumbing
+    python bench/gpu/command_mode.py --out $OUT/command_mode --tilegym /tmp/TileGym --budget-s 530 \
+        --target geglu,dropout
+    python bench/gpu/command_mode.py --out /tmp/cm-dry --dry-run --target dry_stalls,dry   # CPU: same plumbing
 
 ``--dry-run``: the spec-less ``row_norm`` example (2-D gathers, like the rms_norm kernel) in a
 fixture repository with TileGym-style pytest tests on CPU tensors: the correctness test runs the
 launch wrapper (the loop's launch observer records the launch without executing it: a simulated
 GPU), the perf test records a latency computed from the kernel's source (``DRY_MS``); everything
 else — the loop, its captures from the check run, compiles, ledger, this report — as on the GPU.
-Writes results.json and results.md under --out; prints whether "baseline + >= 3 iterations within
-600 s" was met.
+``dry_stalls`` makes every change 5 % slower (the recipe stops it after two steps: the fallback).
+Writes results.json and results.md under --out (one folder per target when there are several);
+prints whether "baseline + >= 3 iterations within 600 s" was met.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -50,6 +56,9 @@ GOAL_ITERATIONS = 3
 GRACE_S = 25.0               # kept back from --budget-s: a step the loop kills, the report
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
 LN_PERF = "tests/ops/test_layer_norm_legacy.py::Test_LayerNorm::test_perf[cutile-n=4096-n=16384-torch.float16]"
+GEGLU_PERF = "tests/ops/activation/test_geglu.py::Test_GEGLU::test_perf[cutile-(256, 64, 16, 128)-3-torch.float16-{}]"
+DROPOUT_PERF = "tests/ops/test_dropout.py::Test_Dropout::test_perf[cutile-{}-0.5-False-torch.float16]"
+MIN_NEXT_S = 300.0           # the next target is tried only with this much left: a baseline and 3 steps
 TARGETS = {
     # three passes over the row through gathers, 71 % of the measured ceiling at this shape (session 5's
     # campaign): room for steps that gain, so the recipe's own stop rules are less likely to end the loop
@@ -64,6 +73,20 @@ TARGETS = {
         "test": f"{PYTEST} tests/ops/test_rms_norm.py -x -k 'test_op and cutile and multi_wave_reload and 31072'",
         "bench": f"WARMUP=20 REP=30 {PYTEST} tests/ops/test_rms_norm.py -s --print-record {plugin_flag()}"
                  "-k 'test_perf and cutile and multi_wave_reload and 262144 and 1024'"},
+    # session 6's campaign: 48 % of the ceiling, 256-element tiles and no hints (C and G apply)
+    "geglu": {
+        "file": "src/tilegym/ops/cutile/activation/geglu.py", "kernel": "_geglu_fwd_kernel",
+        "test": f"{PYTEST} tests/ops/activation/test_geglu.py -x -k 'not test_perf and cutile and not cutile_rs "
+                "and 3-torch.float16'",
+        "bench": f"WARMUP=20 REP=30 {PYTEST} -s --print-record {plugin_flag()}"
+                 f"'{GEGLU_PERF.format('none')}' '{GEGLU_PERF.format('tanh')}'"},
+    # session 6's campaign: 63 % (a 64 M-element copy at 88 %, a 1 M one at 38 %); A, B, C, G apply
+    "dropout": {
+        "file": "src/tilegym/ops/cutile/dropout.py", "kernel": "_dropout_kernel",
+        "test": f"{PYTEST} tests/ops/test_dropout.py -x -k 'not test_perf and cutile and not cutile_rs "
+                "and float16 and False'",
+        "bench": f"WARMUP=20 REP=30 {PYTEST} -s --print-record {plugin_flag()}"
+                 f"'{DROPOUT_PERF.format(1048576)}' '{DROPOUT_PERF.format(67108864)}'"},
 }
 
 # --- the dry run's fixture: a TileGym-like repository on CPU tensors --------------------------
@@ -95,6 +118,7 @@ import time
 import torch
 
 KERNEL = pathlib.Path(__file__).resolve().parents[1] / "ops" / "row_norm.py"
+ORIGINAL = "@ORIGINAL@"
 OCCUPANCY = {1: 1.04, 2: 0.97, 4: 0.95, 8: 0.99}
 TILE_N = {512: 1.02, 2048: 0.96, 4096: 0.97}
 
@@ -114,6 +138,8 @@ def simulated_ms() -> float:
     m = re.search(r"tile_n=(\\d+)", src)
     t *= TILE_N.get(int(m.group(1)), 1.0) if m else 1.0
     t *= 0.98 if "num_blocks" in src else 1.0
+    if os.environ.get("DRY_NO_GAIN") and hashlib.sha256(src.encode()).hexdigest() != ORIGINAL:
+        t = float(os.environ.get("DRY_MS", "0.09")) * 1.05       # every change 5 % slower: the loop stops early
     return t * (1 + (int(hashlib.sha256(src.encode()).hexdigest()[:6], 16) % 200 - 100) * 1e-5)
 
 
@@ -144,16 +170,23 @@ def dry_repo(work: Path) -> Path:
     shutil.copy(EXAMPLES_DIR / "row_norm.py", repo / "ops" / "row_norm.py")
     (repo / "ops" / "__init__.py").write_text("")
     (repo / "tests" / "conftest.py").write_text(DRY_CONFTEST)
-    (repo / "tests" / "test_row_norm.py").write_text(DRY_TEST)
+    original = hashlib.sha256((repo / "ops" / "row_norm.py").read_bytes()).hexdigest()
+    (repo / "tests" / "test_row_norm.py").write_text(DRY_TEST.replace("@ORIGINAL@", original))
     (repo / ".gitignore").write_text("__pycache__/\ncutile-diag-out/\n")
     for c in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "row_norm and its tests"]):
         suite.sh(suite.GIT + c, repo)
     return repo
 
 
-DRY = {"file": "ops/row_norm.py", "kernel": "row_norm",
-       "test": f"{PYTEST} tests/test_row_norm.py -k test_op",
-       "bench": f"{PYTEST} tests/test_row_norm.py -k test_perf -s --print-record {plugin_flag()}".strip()}
+_DRY = {"file": "ops/row_norm.py", "kernel": "row_norm",
+        "test": f"{PYTEST} tests/test_row_norm.py -k test_op",
+        "bench": f"{PYTEST} tests/test_row_norm.py -k test_perf -s --print-record {plugin_flag()}".strip()}
+DRY_TARGETS = {
+    # every change measures 5 % slower: the recipe stops the loop after two steps, and the next target
+    # is tried (the GPU run's fallback, on the CPU)
+    "dry_stalls": {**_DRY, "env": {"DRY_NO_GAIN": "1"}},
+    "dry": _DRY,
+}
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -291,12 +324,8 @@ def summarize(run: dict) -> dict:
             "verdict": verdict}
 
 
-def render(args, target: dict, run: dict, s: dict, gpu: str) -> str:
-    lines = [f"# Command mode, default options: baseline + {GOAL_ITERATIONS} iterations within "
-             f"{GOAL_S:.0f} s (issue 21){' — DRY RUN (simulated GPU, CPU)' if args.dry_run else ''}", "",
-             f"- GPU: {gpu}" + (f"; {args.dry_cost_s[0]:g} s / {args.dry_cost_s[1]:g} s added to each test / bench "
-                                f"run" if args.dry_run and any(args.dry_cost_s) else ""),
-             f"- kernel: `{target['file']}::{target['kernel']}`",
+def render_attempt(name: str, target: dict, run: dict, s: dict) -> list[str]:
+    lines = [f"## {name}: `{target['file']}::{target['kernel']}`", "",
              f"- command: `{' '.join(a if ' ' not in a else repr(a) for a in run['argv'])}` (exit {run['rc']}, "
              f"{run['wall_s']:.0f} s)",
              f"- start-up (process start to the baseline's begin record): {s['startup_s']} s",
@@ -311,7 +340,19 @@ def render(args, target: dict, run: dict, s: dict, gpu: str) -> str:
                      f"{r['recorded_at_s']} | {r['wall_s']} | {r['rounds'] or '-'} | "
                      f"{rn.get('check', 0)} / {rn.get('time', 0)} / {rn.get('compile', 0)} | {r['capture'] or '-'} | "
                      f"{r['split']} |")
-    lines += ["", s["verdict"], ""]
+    return lines + ["", s["verdict"], ""]
+
+
+def render(args, attempts: list[dict], gpu: str, verdict: str) -> str:
+    lines = [f"# Command mode, default options: baseline + {GOAL_ITERATIONS} iterations within "
+             f"{GOAL_S:.0f} s (issue 21){' — DRY RUN (simulated GPU, CPU)' if args.dry_run else ''}", "",
+             f"- GPU: {gpu}" + (f"; {args.dry_cost_s[0]:g} s / {args.dry_cost_s[1]:g} s added to each test / bench "
+                                f"run" if args.dry_run and any(args.dry_cost_s) else ""),
+             f"- targets, in order: {', '.join(a['name'] for a in attempts)} (the next one is tried when a loop ends "
+             f"by its own rule before {GOAL_ITERATIONS} iterations and at least {MIN_NEXT_S:.0f} s are left)",
+             f"- verdict: {verdict}", ""]
+    for a in attempts:
+        lines += render_attempt(a["name"], a["target"], a["run"], a["summary"])
     return "\n".join(lines)
 
 
@@ -320,10 +361,12 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--tilegym", help="a TileGym checkout (never modified); required unless --dry-run")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="this suite's wall time (default 530; 420 with --dry-run): the loop's --time-limit is what "
-                         "is left of it after the set-up, less a grace for the report")
-    ap.add_argument("--target", default="layer_norm", choices=sorted(TARGETS),
-                    help="the TileGym kernel and its tests (default layer_norm: _layer_norm_fwd_kernel)")
+                    help="this suite's wall time (default 530; 420 with --dry-run): each loop's --time-limit is what "
+                         "is left of it, less a grace for the report")
+    ap.add_argument("--target", default=None,
+                    help="comma-separated TileGym kernels tried in order until one loop records "
+                         f"{GOAL_ITERATIONS} iterations ({', '.join(TARGETS)}; default layer_norm); "
+                         f"--dry-run: {', '.join(DRY_TARGETS)} (default dry)")
     ap.add_argument("--dry-run", action="store_true", help="CPU: fixture repository, simulated GPU (see above)")
     ap.add_argument("--dry-cost-s", type=float, nargs=2, default=(0.0, 0.0), metavar=("CHECK", "RUN"),
                     help="--dry-run: seconds added to each run of the test / bench command, to play the GPU's "
@@ -331,36 +374,64 @@ def main() -> int:
     ap.add_argument("--run-on", action="store_true",
                     help=f"let the loop go on after its {GOAL_ITERATIONS}th iteration (default: stop it there)")
     args, out = parse_suite_args(ap)
+    known = DRY_TARGETS if args.dry_run else TARGETS
+    names = [n.strip() for n in (args.target or ("dry" if args.dry_run else "layer_norm")).split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        print(f"command_mode: unknown target(s) {', '.join(unknown) or '(none)'}; known: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
     budget = args.budget_s if args.budget_s is not None else (420.0 if args.dry_run else 530.0)
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="cutile-diag-command-mode-"))
-    try:
-        if args.dry_run:
-            repo, target = dry_repo(work), DRY
-            env = child_env()
-            env.update({"DRY_CHECK_S": str(args.dry_cost_s[0]), "DRY_RUN_S": str(args.dry_cost_s[1])})
-        else:
-            repo, target = suite.tilegym_repo(work, Path(args.tilegym).resolve()), TARGETS[args.target]
-            env = child_env(repo)            # TileGym's src on PYTHONPATH (the loop moves it to its worktree)
-            env["TILEGYM_DISABLE_AUTOTUNE"] = "1"
+    attempts: list[dict] = []
+    for i, name in enumerate(names):
         left = budget - (time.monotonic() - started)
-        time_limit = max(30.0, left - GRACE_S)
-        print(f"[command_mode] {target['kernel']}: optimize --time-limit {time_limit:.0f}", flush=True)
-        run = run_loop(repo, target, env, time_limit, timeout=time_limit + GRACE_S - 5, out=out,
-                       stop_after=None if args.run_on else GOAL_ITERATIONS)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    s = summarize(run)
+        if i and left < MIN_NEXT_S:
+            print(f"[command_mode] {name}: not tried, {left:.0f} s left (< {MIN_NEXT_S:.0f} s)", flush=True)
+            break
+        work = Path(tempfile.mkdtemp(prefix="cutile-diag-command-mode-"))
+        sub = out / name if len(names) > 1 else out
+        sub.mkdir(parents=True, exist_ok=True)
+        try:
+            target = known[name]
+            if args.dry_run:
+                repo = dry_repo(work)
+                env = child_env()
+                env.update({"DRY_CHECK_S": str(args.dry_cost_s[0]), "DRY_RUN_S": str(args.dry_cost_s[1])})
+            else:
+                repo = suite.tilegym_repo(work, Path(args.tilegym).resolve())
+                env = child_env(repo)        # TileGym's src on PYTHONPATH (the loop moves it to its worktree)
+                env["TILEGYM_DISABLE_AUTOTUNE"] = "1"
+            env.update(target.get("env", {}))
+            left = budget - (time.monotonic() - started)
+            time_limit = max(30.0, left - GRACE_S)
+            print(f"[command_mode] {target['kernel']}: optimize --time-limit {time_limit:.0f}", flush=True)
+            run = run_loop(repo, target, env, time_limit, timeout=time_limit + GRACE_S - 5, out=sub,
+                           stop_after=None if args.run_on else GOAL_ITERATIONS)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        s = summarize(run)
+        attempts.append({"name": name, "target": target, "time_limit_s": round(time_limit), "run": run, "summary": s})
+        print(f"[command_mode] {name}: {s['verdict']}", flush=True)
+        if s["goal"]["met"]:
+            break
+    met = [a for a in attempts if a["summary"]["goal"]["met"]]
+    verdict = (f"met on {met[0]['name']}: {met[0]['summary']['verdict']}" if met else
+               f"NOT met on any of {', '.join(a['name'] for a in attempts)}")
     gpu = "none (dry run: simulated GPU, CPU tensors)" if args.dry_run else suite.gpu_name()
-    md = render(args, target, run, s, gpu)
+    md = render(args, attempts, gpu, verdict)
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps(
         {"dry_run": args.dry_run, "dry_cost_s": list(args.dry_cost_s) if args.dry_run else None, "gpu": gpu,
-         "target": target, "time_limit_s": round(time_limit),
-         "budget_s": budget, "optimize": {k: v for k, v in run.items() if k != "seen"}, **s}, indent=1, default=str))
+         "budget_s": budget, "met": bool(met), "verdict": verdict,
+         "attempts": [{"name": a["name"], "target": a["target"], "time_limit_s": a["time_limit_s"],
+                       "optimize": {k: v for k, v in a["run"].items() if k != "seen"}, **a["summary"]}
+                      for a in attempts]}, indent=1, default=str))
     print(md)
-    print(f"[command_mode] {s['verdict']}", flush=True)
-    return 0 if s["rows"] and (run["rc"] == 0 or str(run["rc"]).startswith("stopped after")) else 1
+    print(f"[command_mode] {verdict}", flush=True)
+    ok = all(a["summary"]["rows"] and (a["run"]["rc"] == 0 or str(a["run"]["rc"]).startswith("stopped after"))
+             for a in attempts)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
