@@ -526,3 +526,26 @@ def test_diff_modules_api_on_parsed_modules(all_dumps):
     res = diff_modules(a, b)
     assert_only(res, [("padding", "neg_inf", "zero")])
     assert res.to_json()["schema"] == "cutile-diag.ir-diff/1"
+
+
+def test_a_hint_the_compiler_ignores_is_the_same_machine_code(capture, example_captures):
+    """occupancy=1 on vector_add (28 registers): the TileIR gains the hint, the SASS (encodings and
+    control bits included) and the resources stay — ``same_code``, the loop's no-op test; a real
+    hint (occupancy=2 on matmul: 255 -> 128 registers) is not."""
+    from cutile_diag.diff import diff_paths
+    from cutile_diag.ir_parsers.sass import parse_sass
+    base = capture("vector_add")
+    res = diff_paths(base.path, capture("vector_add", hints={"occupancy": 1}).path)
+    sm90 = res.cubin["archs"]["sm_90"]
+    assert not res.equivalent and sm90["same_code"] is True
+    assert [c for c in res.changes if c.level == "cubin"] == []
+    hinted = diff_paths(example_captures["matmul"].path, capture("matmul", hints={"occupancy": 2}).path)
+    assert hinted.cubin["archs"]["sm_90"]["same_code"] is False
+    # the digest: addresses and the symbol's name do not count, one control bit does
+    text = (base.path / "sm_90" / "kernel.sass").read_text()
+    digest = next(iter(parse_sass(text).values())).digest
+    renamed = text.replace("Function : vector_add", "Function : other").replace("/*0010*/", "/*9990*/")
+    assert next(iter(parse_sass(renamed).values())).digest == digest
+    enc = re.search(r"/\* (0x[0-9a-f]{16}) \*/", text.split("Function")[1]).group(1)
+    flipped = text.replace(enc, enc[:-1] + ("0" if enc[-1] != "0" else "1"), 1)
+    assert next(iter(parse_sass(flipped).values())).digest != digest

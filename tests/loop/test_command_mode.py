@@ -6,6 +6,7 @@ and checks only what it confirms; the rounds are fitted to --budget from the mea
 every step's cost split says where its time went."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -82,6 +83,19 @@ def make(repo, transforms, recs, branch=None, **opts):
     return r
 
 
+class _Edit(FakeTransform):
+    """A real change (not a no-op): ``old`` -> ``new`` in the file, its marker line appended (the
+    fake benchmark reads it)."""
+
+    def __init__(self, name, playbook_id, old, new):
+        super().__init__(name, playbook_id)
+        self.old, self.new = old, new
+
+    def apply(self, source, kernel, **params):
+        res = super().apply(source, kernel, **params)
+        return dataclasses.replace(res, new_source=res.new_source.replace(self.old, self.new, 1))
+
+
 def test_the_baseline_runs_the_test_command_once_and_captures_from_that_run(lse_cmd):
     """One run of the test command checks the unchanged kernel AND records the launch its capture
     compiles from (before: a second run of the test command in run mode, GPU only).  A candidate
@@ -89,8 +103,10 @@ def test_the_baseline_runs_the_test_command_once_and_captures_from_that_run(lse_
     changes code outside the kernel (its launch may differ) is captured from its own check: still
     one run of the test command per version."""
     repo, count = lse_cmd
-    ts = {"fast": FakeTransform("fast", "A"), "wrap": FakeTransform("wrap", "B")}
-    ts["wrap"]._marker = lambda params: "WRAPPED = 1  # code outside the kernel"
+    # inside the kernel: exp -> exp2 with log2(e) folded in; outside: the wrapper's tile doubled
+    ts = {"fast": _Edit("fast", "A", "ct.exp(x - m.reshape((1, 1)))",
+                        "ct.exp2((x - m.reshape((1, 1))) * 1.4426950408889634)"),
+          "wrap": _Edit("wrap", "B", "tile_n = 1 << (n - 1)", "tile_n = 2 << (n - 1)")}
     r = make(repo, ts, [rec("A", "fast"), rec("B", "wrap")], max_iterations=2, rounds=2)
     r.baseline()
     assert runs(count) == ["check observed", "bench", "bench"]

@@ -81,24 +81,82 @@ class _CommentInKernel:
         return FakeResult(self.name, source[:j] + "    # a comment only\n" + source[j:], "comment only")
 
 
-def test_a_step_with_an_empty_ir_diff_is_a_no_op(repo):
-    """Captured for real (vector_add ships CAPTURE_SPECS); the simulated GPU says 6 % faster."""
+def _run(repo, transform, effect: float = 0.94, max_iterations: int = 1):
+    """A loop on vector_add (captured for real: it ships CAPTURE_SPECS) whose simulated GPU says
+    ``transform`` makes it 6 % faster."""
     from looptools import RankedDiagnoser, rec
     from cutile_diag.loop.backends import SimulatedBackend
     from cutile_diag.loop.runner import LoopOptions, Runner
     from cutile_diag.loop.setup import create_session
-    backend = SimulatedBackend({"configs": {"a": 0.1}, "effects": {"comment_only": 0.94}, "noise": 0.001})
-    opts = LoopOptions(rounds=2, max_iterations=1)
+    backend = SimulatedBackend({"configs": {"a": 0.1}, "effects": {transform.name: effect}, "noise": 0.001})
+    opts = LoopOptions(rounds=2, max_iterations=max_iterations)
     s, led = create_session(f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
                             options=opts.to_json())
-    r = Runner(s, backend, led, diagnoser=RankedDiagnoser([rec("X", "comment_only")]),
-               transforms={"comment_only": _CommentInKernel()}, options=opts)
+    r = Runner(s, backend, led, diagnoser=RankedDiagnoser([rec("X", transform.name)]),
+               transforms={transform.name: transform}, options=opts)
     r.start()
-    it = led.iterations[1]
-    assert it["comparison"]["improvement_pct"] > 4            # measured "gain"...
+    return led
+
+
+def test_a_step_with_an_empty_ir_diff_is_a_no_op(repo):
+    it = _run(repo, _CommentInKernel()).iterations[1]
     assert it["ir_diff"]["equivalent"] is True
-    assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op")   # ...not credited
-    assert "not credited" in it["decision"]["reason"]
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op")
+    assert "not measured" in it["decision"]["reason"] and "comparison" not in it   # the 6 % is never timed
+
+
+class _Hint:
+    """A hint on the decorator: ``occupancy`` settings, or (``sub``) a real change of the body."""
+    playbook_id, kind = "C", "source"
+
+    def __init__(self, name, settings):
+        self.name, self.settings = name, settings
+
+    def candidates(self, source, kernel):
+        return [] if "@ct.kernel(" in source or "ta - tb" in source else list(self.settings)
+
+    def candidates_for(self, source, kernel, facts):
+        return self.candidates(source, kernel)
+
+    def why_no_candidates(self, source, kernel):
+        return "done"
+
+    def apply(self, source, kernel, **params):
+        from looptools import FakeResult
+        if params.get("sub"):
+            return FakeResult(self.name, source.replace("tile=ta + tb", "tile=ta - tb", 1), "ta - tb", params=params)
+        new = source.replace("@ct.kernel\ndef vector_add(", f"@ct.kernel(occupancy={params['occupancy']})\n"
+                             "def vector_add(", 1)
+        return FakeResult(self.name, new, f"occupancy={params['occupancy']}", params=params)
+
+
+def test_a_hint_that_compiles_to_the_same_machine_code_is_a_no_op_and_not_measured(repo):
+    """occupancy=1 on a 28-register kernel: the TileIR gains the hint, the SASS and resources stay
+    (the H200's geglu and dropout steps: +0.06 % and -0.05 %, kept by the < 2 % rule, loop stopped)."""
+    led = _run(repo, _Hint("hint_only", [{"occupancy": 1}]), max_iterations=2)
+    it = led.iterations[1]
+    assert it["ir_diff"]["equivalent"] is False and it["ir_diff"]["summary"]["cubin_changes"] == 0
+    assert all(t["same_code"] is True for t in it["ir_diff"]["cubin"]["archs"].values())
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op") and "comparison" not in it
+    assert "machine code" in it["decision"]["reason"] and not it["decision"]["improved"]
+    assert not any(r.get("type") == "stop" and r.get("rule") == "below-threshold" for r in led.records)
+
+
+def test_a_sweep_screens_only_the_points_that_change_the_machine_code(repo):
+    """Two hint settings with vector_add's SASS and one real body change: only the change is timed."""
+    led = _run(repo, _Hint("hint_sweep", [{"occupancy": 1}, {"occupancy": 4}, {"sub": True}]))
+    it = led.iterations[1]
+    rows = {json.dumps(r["params"], sort_keys=True): r for r in it["sweep"]}
+    for p in ({"occupancy": 1}, {"occupancy": 4}):
+        r = rows[json.dumps(p)]
+        assert r["failure"] == "no-op" and "machine code" in r["result"] and "screen_ratio" not in r
+    assert rows['{"sub": true}'].get("chosen") and "comparison" in it
+
+
+def test_a_sweep_of_no_ops_measures_nothing(repo):
+    it = _run(repo, _Hint("hint_sweep", [{"occupancy": 1}, {"occupancy": 4}])).iterations[1]
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op") and it["correctness"] == "-"
+    assert all(r["failure"] == "no-op" for r in it["sweep"]) and "comparison" not in it
 
 
 def test_the_ir_diff_line_names_a_resident_block_collapse(tmp_path):

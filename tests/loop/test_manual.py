@@ -203,6 +203,24 @@ def test_record_checks_the_edit_before_measuring(started_with_capture, repo):
     assert rec_["ir_diff"]["equivalent"] is True and rec_["iteration"] == 1
 
 
+def test_a_hint_the_compiler_ignores_is_refused_as_a_no_op(started_with_capture, repo):
+    """occupancy=1 on vector_add changes its TileIR but not its SASS or resources: refused before
+    any timing; --allow-noop measures it (and the decision does not credit it)."""
+    from cutile_diag.loop.errors import LoopError
+    from cutile_diag.loop.manual import record_manual
+    r = started_with_capture
+    f = r.s.worktree / "vector_add.py"
+    f.write_text(f.read_text().replace("@ct.kernel\ndef vector_add(", "@ct.kernel(occupancy=1)\ndef vector_add(", 1))
+    calls = len(r.backend.calls)
+    with pytest.raises(LoopError, match=r"no-op edit: the candidate's machine code \(SASS and resources\)"):
+        record_manual(r.s, r.led, r.backend)
+    assert len(r.backend.calls) == calls and len(r.led.iterations) == 1
+    lines = []
+    rec_ = record_manual(r.s, r.led, r.backend, allow_noop=True, note="occupancy=1", echo=lines.append)
+    assert any("machine code is unchanged (--allow-noop: measuring)" in ln for ln in lines)
+    assert "comparison" in rec_ and rec_["decision"]["rule"] == "no-op" and rec_["status"] == "revert"
+
+
 def test_a_change_of_the_launch_alone_is_measured_not_refused_as_a_no_op(started_with_capture, repo):
     """The kernel file holds its launch wrapper too: a change there (here the tile the wrapper
     launches with) leaves the spec-captured TileIR equal but is a change; a comment is not."""

@@ -204,7 +204,8 @@ def _target_facts(folder: Path, arch: str, symbol: str | None) -> dict:
     if p.exists():
         f = pick(parse_sass(p.read_text()))
         if f:
-            facts["sass"] = {"instructions": f.instructions, "classes": dict(sorted(f.classes.items())),
+            facts["sass"] = {"instructions": f.instructions, "digest": f.digest,
+                             "classes": dict(sorted(f.classes.items())),
                              "mma_forms": dict(f.mma_forms), "mufu": dict(f.mufu)}
     p = d / TARGET_FILES["remarks"]
     if p.exists():

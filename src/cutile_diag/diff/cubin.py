@@ -101,7 +101,24 @@ def diff_facts(fa: dict, fb: dict, ta: dict | None = None, tb: dict | None = Non
             d = _delta_counts(sa.get(part) or {}, sb.get(part) or {})
             if d:
                 sass[part] = d
-    return {"metrics": metrics, "sass": sass}
+        # the same mix can be different code (another schedule, other registers): the digest says
+        if sa.get("digest") and sb.get("digest") and sa["digest"] != sb["digest"]:
+            sass["code"] = {"before": sa["digest"], "after": sb["digest"]}
+    return {"metrics": metrics, "sass": sass, "same_code": same_code(fa, fb)}
+
+
+# what decides how a kernel runs besides its instructions: residency and launch shape (a register
+# *ceiling*, an advisory or a remark differs with the same code and changes nothing at run time)
+_RUNTIME = ("registers", "shared", "stack", "local", "threads_per_cta", "cluster_shape", "reg_reconfig")
+
+
+def same_code(fa: dict, fb: dict) -> bool | None:
+    """Do two targets run the same machine code with the same resources?  None when a SASS digest
+    is missing (older captures, no disassembler): it cannot be told."""
+    da, db = (fa.get("sass") or {}).get("digest"), (fb.get("sass") or {}).get("digest")
+    if not da or not db:
+        return None
+    return da == db and all(fa.get(k) == fb.get(k) for k in _RUNTIME)
 
 
 def diff_captures(ca, cb, start_id: int = 0) -> tuple[dict, list[Change], list[str]]:
@@ -137,6 +154,8 @@ def diff_captures(ca, cb, start_id: int = 0) -> tuple[dict, list[Change], list[s
             parts = []
             if "instructions" in s:
                 parts.append(f"{s['instructions']['before']} → {s['instructions']['after']} instructions")
+            elif "code" in s and not any(s.get(p) for p in ("classes", "mma_forms", "mufu")):
+                parts.append("the same instruction mix, different code")
             for part in ("classes", "mma_forms", "mufu"):
                 for k, v in (s.get(part) or {}).items():
                     parts.append(f"{k} {v['before']}→{v['after']}")

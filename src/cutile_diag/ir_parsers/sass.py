@@ -1,6 +1,7 @@
 """SASS instruction mix from ``cuobjdump -sass`` or ``nvdisasm`` text."""
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ _CLASSES: list[tuple[str, re.Pattern]] = [
 
 _INSTR_RE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)\s*([^;]*);")
 _FUNC_RE = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_ENCODING_RE = re.compile(r"/\*\s*(0x[0-9a-f]{16})\s*\*/")
 _WIDTH_RE = re.compile(r"\.(8|16|32|64|128|U8|S8|U16|S16)\b")
 
 
@@ -41,9 +43,17 @@ class SassFunction:
     mma_forms: Counter = field(default_factory=Counter)        # HGMMA.64x128x16.F32 ...
     global_load_widths: Counter = field(default_factory=Counter)   # bits -> count
     global_store_widths: Counter = field(default_factory=Counter)
+    _code: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False, compare=False)
+
+    @property
+    def digest(self) -> str:
+        """The instruction stream's hash (predicates, opcodes, modifiers, operands and, where the
+        listing has them, the encodings with their scheduling control bits; not the addresses or
+        the function's name): equal digests run the same machine code."""
+        return self._code.hexdigest()[:16]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "instructions": self.instructions,
+        return {"name": self.name, "instructions": self.instructions, "digest": self.digest,
                 "classes": dict(sorted(self.classes.items())),
                 "mufu": dict(sorted(self.mufu.items())),
                 "mma_forms": dict(sorted(self.mma_forms.items())),
@@ -83,6 +93,9 @@ def parse_sass(text: str) -> dict[str, SassFunction]:
         if fm:
             cur = funcs.setdefault(fm.group(1), SassFunction(fm.group(1)))
             continue
+        if cur is not None:
+            for enc in _ENCODING_RE.findall(line):        # an instruction's words (the 2nd: its control bits)
+                cur._code.update(enc.encode())
         m = _INSTR_RE.search(line)
         if not m:
             continue
@@ -90,6 +103,7 @@ def parse_sass(text: str) -> dict[str, SassFunction]:
             cur = funcs.setdefault("<unknown>", SassFunction("<unknown>"))
         op, mods = m.group(3), m.group(4) or ""
         cur.instructions += 1
+        cur._code.update(f"{(m.group(2) or '').strip()} {op}{mods} {' '.join(m.group(5).split())}\n".encode())
         cur.opcodes[op] += 1
         cur.full_opcodes[op + mods] += 1
         cls = classify_opcode(op)

@@ -73,7 +73,8 @@ RULES = {
     "compile": "the candidate does not compile: revert",
     "crash": "the candidate crashed or ran past the time budget: revert",
     "interrupted": "the loop process died during the iteration: reverted on resume",
-    "no-op": "the candidate's IR and cubin equal the kept version's: its measured gain is not credited, revert",
+    "no-op": "the candidate's IR and cubin, or its machine code, equal the kept version's: not measured (a "
+             "measured gain would not be credited), revert",
 }
 
 

@@ -22,7 +22,7 @@ from .choose import Candidate, sweep_prefix
 from .composite import part_records, point_label
 from .costs import StepClock
 from .errors import BackendError, CandidateCrash, ForbiddenEditError, GitError, LoopError, MeasurementTimeout
-from .evidence import changed_outside_kernel, diff_line, uncredit
+from .evidence import changed_outside_kernel, diff_line, no_op, uncredit
 from .integrations import ir_diff
 from ..ledger import short_text as _short
 from .recover import save_candidates, save_files
@@ -33,6 +33,8 @@ OWN_SLACK = 2.0     # a sweep point may run to twice its estimated cost (estimat
 
 
 class Evaluation:
+    measure_no_ops = False          # `loop record --allow-noop`: a no-op edit is measured (never credited)
+
     def costs(self) -> budget_mod.Costs:
         return budget_mod.costs_from_ledger(self.led.iterations)
 
@@ -296,6 +298,14 @@ class Evaluation:
                 lambda x, y: ir_diff(*(c.path if c and c.ok else None
                                        for c in (self._capture(x, deadline, run=False),
                                                  self._capture(y, deadline, run=False))))))
+        why = None if self.measure_no_ops else no_op(record.get("ir_diff"), outside_changed=changed_outside_kernel(
+            a.files, b.version.files, self.s.kernel_file, self.s.function))
+        if why:
+            # the GPU would run what it runs now: a measured difference could only be noise
+            record["decision"] = decide_mod.reject("no-op", f"no-op: {why}; not measured").to_json()
+            record["correctness"] = "-" if checked is None else checked.correctness
+            self.echo(f"  no-op: {_short(why, 100)} -> revert (not measured)")
+            return None
         # a sweep point was checked in the sweep (or first, for its capture): no second check
         ver = self._verified.get(b.version.digest) or self._verify(b.version, deadline)
         self._verified[b.version.digest] = ver
@@ -432,6 +442,10 @@ class Evaluation:
                 if cap is not None and not cap.ok and checked is None:
                     row["result"], row["failure"] = f"does not compile: {cap.error}", "compile"
                     continue
+                why = self._no_op(a, c.version, cap, deadline)
+                if why:
+                    row["result"], row["failure"] = f"no-op: {why}", "no-op"
+                    continue
                 if late:
                     row["verification"] = "checked if confirmed"
                     passing.append(c)
@@ -510,17 +524,30 @@ class Evaluation:
         record["sweep"] = info
         if not ranked:
             kinds = {r.get("failure") for r in info}
-            rule = next(k for k in ("crash", "above-roof", "correctness", "compile", "budget") if k in kinds)
+            rule = next(k for k in ("crash", "above-roof", "correctness", "compile", "budget", "no-op") if k in kinds)
             d = decide_mod.reject(rule, "no sweep point passed its checks: " + "; ".join(
                 f"{r['params']}: {r.get('result')}" for r in info), status="crash" if rule == "crash" else "revert")
             record["decision"], record["status"] = d.to_json(), d.status
             # a check that failed says FAIL; otherwise nothing was established ('-' in the table)
             record["correctness"] = "FAIL" if kinds & {"correctness", "compile"} else "-"
+            if kinds == {"no-op"}:
+                self.echo("  every setting compiles to the kept version's machine code: nothing to measure")
             return [], info
         for r in info:
             r["chosen"] = r["label"] == ranked[0].version.label
         self.backend.retain([a, *(c.version for c in ranked)])
         return ranked, info
+
+    def _no_op(self, a: Version, v: Version, cap, deadline: proc.Deadline) -> str | None:
+        """Why sweep point ``v`` is a no-op (its capture's machine code and launch equal the kept
+        version's), or None: it is not screened (a screening run costs a run of the bench command)."""
+        if self.measure_no_ops or cap is None or not cap.ok:
+            return None
+        cap_a = self._capture(a, deadline)
+        if cap_a is None or not cap_a.ok:
+            return None
+        return no_op(ir_diff(cap_a.path, cap.path), outside_changed=changed_outside_kernel(
+            a.files, v.files, self.s.kernel_file, self.s.function))
 
     def _guard(self) -> None:
         changed = self.git.changed_since(self._base_commit())

@@ -5,8 +5,9 @@ and what its IR diff against the kept version says.
   workload (run mode on a GPU, intercepted launches on a CPU) or the user's ``--test-cmd``
   (run mode, GPU); ``--capture-workload`` adds a workload to a command or simulated loop.
 * ``diff_line`` — the IR diff in one line, shown beside the latency change.
-* ``no_op`` — a candidate whose IR (and cubin) equals the kept version's and whose launch did
-  not change changed nothing the GPU runs: its measured "gain" is noise, never credited.
+* ``no_op`` — a candidate whose IR and cubin (or whose machine code: SASS and resources) equal
+  the kept version's and whose launch did not change changed nothing the GPU runs: it is not
+  measured, and a measured "gain" is noise, never credited.
 """
 from __future__ import annotations
 
@@ -101,20 +102,34 @@ def changed_outside_kernel(a_files: Mapping[str, str] | None, b_files: Mapping[s
     return False
 
 
+def same_machine_code(ir_diff: Mapping[str, Any] | None) -> bool:
+    """Every compared target compiles to the kept version's SASS with its resources (a hint the
+    compiler had no use for: ``occupancy=1`` on a 24-register kernel, the H200 measured +0.06 %)."""
+    archs = ((dict(ir_diff or {}).get("cubin") or {}).get("archs") or {})
+    return bool(archs) and all(t.get("same_code") is True for t in archs.values())
+
+
 def no_op(ir_diff: Mapping[str, Any] | None, *, outside_changed: bool = True) -> str | None:
     """Why the candidate is a no-op (None when it changed something, or when we cannot tell).
     ``outside_changed``: the candidate changed code outside the kernel (e.g. its launch wrapper)."""
     d = dict(ir_diff or {})
-    if "skipped" in d or d.get("equivalent") is not True:
+    if "skipped" in d:
+        return None
+    if d.get("equivalent") is True:
+        what, with_launch = "TileIR and cubin equal", "TileIR, cubin and launch equal"
+    elif same_machine_code(d):
+        what = "machine code (SASS and resources) equals"
+        with_launch = "machine code (SASS and resources) and launch equal"
+    else:
         return None
     la, lb = _launch(d.get("a")), _launch(d.get("b"))
     if la is not None and lb is not None:
         if la != lb:
             return None           # same kernel, different launch (grid, tile constants): a real change
-        return "the candidate's TileIR, cubin and launch equal the kept version's"
+        return f"the candidate's {with_launch} the kept version's"
     if outside_changed:
         return None               # a wrapper change we cannot see without the launches: give it the benefit
-    return "the candidate's TileIR and cubin equal the kept version's, and nothing outside the kernel changed"
+    return f"the candidate's {what} the kept version's, and nothing outside the kernel changed"
 
 
 def uncredit(decision: decide_mod.Decision, ir_diff: Mapping[str, Any] | None, *,

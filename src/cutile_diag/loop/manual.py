@@ -246,15 +246,17 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
     cap_a = runner._capture(a, deadline)
     diff = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b else None,
                    entry=runner.s.kernel)
-    if diff.get("equivalent"):
-        # the same rule the decision applies (evidence.no_op): a changed launch or wrapper is a change
-        why = no_op(diff, outside_changed=changed_outside_kernel(a.files, v.files, runner.s.kernel_file,
-                                                                 runner.s.function))
-        if why and not allow_noop:
-            raise LoopError(f"no-op edit: {why}",
-                            hint="nothing was measured or recorded; `--allow-noop` measures it anyway")
-        echo("the kernel's IR is unchanged" + (" (--allow-noop: measuring)" if why else
-                                               " (its launch or launch wrapper changed: measuring)"))
+    # the same rule the decision applies (evidence.no_op): a changed launch or wrapper is a change
+    why = no_op(diff, outside_changed=changed_outside_kernel(a.files, v.files, runner.s.kernel_file,
+                                                             runner.s.function))
+    if why and not allow_noop:
+        raise LoopError(f"no-op edit: {why}",
+                        hint="nothing was measured or recorded; `--allow-noop` measures it anyway")
+    runner.measure_no_ops = allow_noop
+    if diff.get("equivalent") or why:
+        what = "IR" if diff.get("equivalent") else "machine code"
+        echo(f"the kernel's {what} is unchanged" + (" (--allow-noop: measuring)" if why else
+                                                    " (its launch or launch wrapper changed: measuring)"))
     elif "skipped" not in diff:
         echo(f"compiles; IR diff against the kept version: {_diff_line(diff)}")
         for c in diff.get("changes", [])[:5]:
