@@ -157,6 +157,7 @@ def test_a_sweep_of_no_ops_measures_nothing(repo):
     it = _run(repo, _Hint("hint_sweep", [{"occupancy": 1}, {"occupancy": 4}])).iterations[1]
     assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op") and it["correctness"] == "-"
     assert all(r["failure"] == "no-op" for r in it["sweep"]) and "comparison" not in it
+    assert it["decision"]["reason"].startswith("every sweep point compiles to the kept version's machine code")
 
 
 def test_the_ir_diff_line_names_a_resident_block_collapse(tmp_path):

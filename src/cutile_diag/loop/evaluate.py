@@ -525,13 +525,13 @@ class Evaluation:
         if not ranked:
             kinds = {r.get("failure") for r in info}
             rule = next(k for k in ("crash", "above-roof", "correctness", "compile", "budget", "no-op") if k in kinds)
-            d = decide_mod.reject(rule, "no sweep point passed its checks: " + "; ".join(
+            head = ("every sweep point compiles to the kept version's machine code (none timed): " if kinds == {"no-op"}
+                    else "no sweep point passed its checks: ")
+            d = decide_mod.reject(rule, head + "; ".join(
                 f"{r['params']}: {r.get('result')}" for r in info), status="crash" if rule == "crash" else "revert")
             record["decision"], record["status"] = d.to_json(), d.status
             # a check that failed says FAIL; otherwise nothing was established ('-' in the table)
             record["correctness"] = "FAIL" if kinds & {"correctness", "compile"} else "-"
-            if kinds == {"no-op"}:
-                self.echo("  every setting compiles to the kept version's machine code: nothing to measure")
             return [], info
         for r in info:
             r["chosen"] = r["label"] == ranked[0].version.label
