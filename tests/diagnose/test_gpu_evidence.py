@@ -273,3 +273,18 @@ def test_gpu_diagnosis_of_an_example_workload(capsys):
     facts = {f["key"]: f["value"] for f in doc["evidence"]}
     assert facts["gpu.roofline_class"] == "memory-bound"
     assert doc["recommendations"]
+
+
+def test_a_persistent_grid_far_below_the_resident_slots_gets_more_blocks(evidences):
+    """vector_add_persistent keeps 12 blocks per SM resident; launched on 2 per SM, entry Y
+    (grid_resize) ranks before the hint sweep; on 12 per SM it does not apply."""
+    ev = _ev(evidences, "vector_add_persistent")
+    assert ev.value("cubin.resident_ctas") == 12 and ev.value("ir.persistent_loop") is True
+    collect_gpu(ev, points=[_vadd(0.25, grid=(132 * 2,))], device=DEV, host_ms=0.01)
+    d = diagnose(ev)
+    y = next(r for r in d.recommendations if r.id == "Y")
+    assert y.transform == "grid_resize" and "264 programs for 132 SMs x 12 resident slots" in y.reason
+    assert d.ids().index("Y") < d.ids().index("C")
+    full = _ev(evidences, "vector_add_persistent")
+    collect_gpu(full, points=[_vadd(0.25, grid=(132 * 12,))], device=DEV, host_ms=0.01)
+    assert "Y" not in diagnose(full).ids()

@@ -38,7 +38,7 @@ RECIPE_FIELDS = frozenset({"kernel", "wrappers", "path", "constants", "tuned_kin
 KNOWN_TRANSFORMS = frozenset({
     "latency_hints", "store_allow_tma_false", "flush_to_zero", "approx_div", "exp_to_exp2",
     "tf32_guard", "kernel_hints", "tile_size_sweep", "group_m_swizzle", "persistent_grid",
-    "gather_to_load", "tma_zero_padding", "read_once", "rows_per_block", "joint_sweep",
+    "gather_to_load", "tma_zero_padding", "read_once", "rows_per_block", "joint_sweep", "grid_resize",
 })
 RISK_LEVELS = ("none", "low", "medium", "high")
 

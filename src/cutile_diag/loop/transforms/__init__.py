@@ -1,4 +1,4 @@
-"""Transforms the optimisation loop applies by itself (playbook items A–I).
+"""Transforms the optimisation loop applies by itself (playbook items A–I and the additions).
 
 Each transform is a frozen dataclass with ``name``, ``playbook_id`` and ``summary`` and
 
@@ -23,6 +23,7 @@ from .base import HintTransform, HintsResult, Transform, TransformResult
 from .exp_to_exp2 import ExpToExp2
 from .flush_to_zero import FlushToZero
 from .gather_to_load import GatherToLoad
+from .grid_resize import GridResize
 from .joint_sweep import JointSweep
 from .group_m_swizzle import GroupMSwizzle
 from .kernel_hints import KernelHints
@@ -40,6 +41,7 @@ from .tma_padding import TmaZeroPadding
 _ALL: tuple[Transform, ...] = (
     GatherToLoad(),
     PersistentGrid(),
+    GridResize(),
     KernelHints(),
     ReplaceHints(),
     Tf32Guard(),
