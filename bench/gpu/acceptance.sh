@@ -104,6 +104,6 @@ case "${1:-}" in
   # session 7: TileGym's _softmax_kernel_tma under --until-roof 0.9 with (nearly) the 600 s, one loop in
   # one call (session 6 gave it a 125 s share: P+X kept at 77 %, then it ran out of time with steps left)
   s7b) b=${S7B_BUDGET:-555}
-       run composite_suite $((b + 25)) --budget-s "$b" --grace-s 15 --only tilegym_softmax_tma ;;
+       run composite_suite $((b + 25)) --budget-s "$b" --grace-s 15 --only "${S7B_ONLY:-tilegym_softmax_tma}" ;;
   *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a|s6b|s6c|s7a|s7b" >&2; exit 2 ;;
 esac
