@@ -29,18 +29,31 @@ def _loop(repo, spec, **opts):
 
 
 def test_latency_hints_iteration_with_capture_and_ir_diff(repo):
+    """On vector_add, sm_90's code for the latency-hinted loads is the kept version's: the step
+    is a no-op, reverted without timing; the IR diff still names the hints."""
     r = _loop(repo, {"effects": {"latency_hints": 0.9}}, only=["E"], max_iterations=1)
-    res = r.start()
+    r.start()
     base, it = r.led.iterations
     assert base["capture"]["ok"] and it["capture"]["ok"]
     assert it["diagnosis"]["source"] == "engine" and it["entry"]["id"] == "E"
     d = it["ir_diff"]
     assert d["equivalent"] is False and d["n_changes"] >= 2
     assert {c.get("knob") for c in d["changes"] if c["kind"] == "op_hint"} == {"latency"}
+    assert (it["status"], it["decision"]["rule"]) == ("revert", "no-op") and "comparison" not in it
+    assert "latency=" not in (repo / "vector_add.py").read_text() and dirty(repo) == []
+
+
+def test_tile_size_iteration_kept_with_capture_and_ir_diff(repo):
+    """G on vector_add changes its machine code (another tile): measured, kept, committed on the
+    loop's branch; the user's checkout untouched."""
+    r = _loop(repo, {"effects": {"tile_size_sweep": 0.9}}, only=["G"], max_iterations=1)
+    res = r.start()
+    base, it = r.led.iterations
+    assert base["capture"]["ok"] and it["capture"]["ok"] and it["entry"]["id"] == "G"
+    assert it["ir_diff"]["equivalent"] is False and it["ir_diff"]["n_changes"] >= 1
     wt = r.s.worktree
     assert it["status"] == "keep" and head(wt) == res.kept_commit and dirty(wt) == []
-    assert "latency=" in git(wt, "show", "HEAD:vector_add.py")
-    assert "latency=" not in (repo / "vector_add.py").read_text() and dirty(repo) == []
+    assert git(wt, "show", "HEAD:vector_add.py") != (repo / "vector_add.py").read_text() and dirty(repo) == []
 
 
 def test_gather_to_load_on_gather_scale(tmp_path):
