@@ -34,23 +34,19 @@ def test_busy_time_counts_overlaps_once_and_overlap_is_detected():
     assert split_line(clock.to_json()).startswith("time 3.0 s (5 runs, 2.2 s of them timing)")
 
 
-class _Hints:
+def _hints():
     """kernel_hints restricted to four settings that each change vector_add's machine code (its
     occupancy settings compile to the kept SASS: no-ops, never screened)."""
-    SETTINGS = ({"num_ctas": 2}, {"num_ctas": 4}, {"num_worker_warps": 8}, {"num_ctas": 2, "num_worker_warps": 8})
+    from cutile_diag.loop.transforms.kernel_hints import KernelHints
 
-    def __init__(self):
-        from cutile_diag.loop.transforms import TRANSFORMS
-        self._t = TRANSFORMS["kernel_hints"]
+    class Hints(KernelHints):
+        SETTINGS = ({"num_ctas": 2}, {"num_ctas": 4}, {"num_worker_warps": 8},
+                    {"num_ctas": 2, "num_worker_warps": 8})
 
-    def __getattr__(self, name):
-        return getattr(self._t, name)
-
-    def candidates(self, source, kernel):
-        return [{**h, "overwrite": True} for h in self.SETTINGS] if "@ct.kernel(" not in source else []
-
-    def candidates_for(self, source, kernel, facts):
-        return self.candidates(source, kernel)
+        def candidates(self, source, kernel_name):
+            # once a setting is kept the decorator carries it: nothing more to sweep
+            return [] if "@ct.kernel(" in source else [{**h, "overwrite": True} for h in self.SETTINGS]
+    return Hints()
 
 
 @pytest.mark.slow
@@ -59,7 +55,7 @@ def test_a_four_candidate_sweep_compiles_concurrently(repo, capsys):
     at the same time in child processes, each capture (and IR diff) comes from its compile, and
     `loop status` shows where the step's time went."""
     r = make_loop(repo, {"effects": {"kernel_hints": 0.9}}, recs=[rec("C", "kernel_hints")],
-                  transforms={"kernel_hints": _Hints()}, capture=True, max_iterations=1)
+                  transforms={"kernel_hints": _hints()}, capture=True, max_iterations=1)
     r.start()
     base, it = r.led.iterations
     assert base["capture"]["ok"] and base["step_costs"]["capture"]["s"] > 0
@@ -94,7 +90,7 @@ def test_compile_children_started_ahead_compile_the_sweep_and_leave_nothing_runn
     monkeypatch.setattr(spares.Spares, "_start", lambda self: started.append(real(self)) or started[-1])
     monkeypatch.setenv("CUTILE_DIAG_SPARES", "2")
     r = make_loop(repo, {"effects": {"kernel_hints": 0.9}}, recs=[rec("C", "kernel_hints")],
-                  transforms={"kernel_hints": _Hints()}, capture=True, max_iterations=1)
+                  transforms={"kernel_hints": _hints()}, capture=True, max_iterations=1)
     r.start()
     comp = r.led.iterations[1]["step_costs"].get("compiles")
     assert comp, json.dumps(r.led.iterations[1], default=str)[:3000]
