@@ -16,14 +16,14 @@ _PACKAGES = {"cutile_diag." + ".".join(p.parent.relative_to(SRC).parts) for p in
 
 # lowest first; a module may import from its own layer and the layers below it.  A package
 # sits in one layer; the few modules that orchestrate stages above their package's own are named
-# (``capture.auto`` runs a workload, ``bench.runner`` loads one, ``roofline.analysis`` measures one).
+# (``capture.auto`` runs a workload, ``roofline.analysis`` measures one).
 LAYERS = [
     ("errors", "output", "procs", "toolchain", "nvml", "examples", "workload", "pytest_plugin"),
     ("ir_parsers", "source", "ledger"),
-    ("capture", "bench"),
+    ("capture", "bench", "replay"),
     ("diff", "roofline"),
     ("workloads",),
-    ("capture.auto", "bench.runner", "bench.worker", "bench.__init__"),
+    ("capture.auto", "measure", "replay.run"),
     ("roofline.analysis", "diagnose"),
     ("loop",),
     ("campaign",),
@@ -45,13 +45,14 @@ DEFERRED = {
                                         "process that measures"),
     "cutile_diag.loop.compile_pool": (("cutile_diag.capture",), "the capture stack loads in the compile child; the "
                                       "runner, costs and the measuring worker import this module and stay light"),
-    "cutile_diag.loop": (("cutile_diag.loop.transforms", "cutile_diag.roofline", "cutile_diag.diagnose",
+    "cutile_diag.loop": (("cutile_diag.loop.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
                           "cutile_diag.diff", "cutile_diag.source.model"),
                          "the loop's session and runner load without yaml, libcst or networkx: the rewriting, "
                          "diagnosis, diff and roofline stacks load when a step uses them"),
     "cutile_diag.workloads": (("cutile_diag.workloads",), "built-in workloads load when one is named"),
-    "cutile_diag.bench": (("cutile_diag.bench.runner", "cutile_diag.errors", "cutile_diag.nvml"),
-                          "NVML and the runner load in the measuring subprocess"),
+    "cutile_diag.bench": (("cutile_diag.errors", "cutile_diag.nvml"), "NVML loads in the measuring subprocess"),
+    "cutile_diag.measure": (("cutile_diag.measure", "cutile_diag.workloads"),
+                            "the child's runner and the workload load in the child that measures"),
 }
 
 def _module(path: Path) -> str:

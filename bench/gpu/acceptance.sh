@@ -105,5 +105,26 @@ case "${1:-}" in
   # one call (session 6 gave it a 125 s share: P+X kept at 77 %, then it ran out of time with steps left)
   s7b) b=${S7B_BUDGET:-555}
        run composite_suite $((b + 25)) --budget-s "$b" --grace-s 15 --only "${S7B_ONLY:-tilegym_softmax_tma}" ;;
-  *) echo "usage: $0 a|b|d|full1|full2|full3|s3a|s3b|s3c|s3d|s4a|s4b|s4c|s4d|s5a|s5b|s5c|s6a|s6b|s6c|s7a|s7b" >&2; exit 2 ;;
+  # session 8 (#34): what the GPU count buys a campaign — NEEDS kind nvidia-h200-x2 or larger (>= 2 GPUs; it
+  # exits 2 at once on one GPU). Three TileGym ops with one GPU and with every GPU (the local executor, one
+  # worker process per GPU), A/A calibrate on GPU 0 alone and beside a loop on GPU 1, a worker killed mid-step.
+  # ~9 min; S8M_LIMIT: each campaign's --time-limit (default 120 s; the budget is 2 x it + 290 s).
+  s8m) l=${S8M_LIMIT:-120}
+       run multi_gpu $((2 * l + 310)) --budget-s $((2 * l + 290)) --time-limit "$l" ;;
+  # session 8 (#31): the roof at every size — `peaks` measures the size curve (< 30 s) and the launch floor,
+  # compared with the issue's figures; $OUT/roof_curve.tgz holds nvidia-h200.json, the preset file to commit as
+  # src/cutile_diag/roofline/curves/nvidia-h200.json (about 3 minutes, 5.5 at most)
+  s8c) run roof_curve 330 ;;
+  # session 8 (#29, replay): (r1) command mode with replay vs --no-replay side by side on geglu and dropout (median
+  # step wall time; ~5 min); (r2) a campaign over three TileGym op files (geglu, silu_and_mul, rms_norm) with replay
+  # on (the default), resumable across two back-to-back calls: copy $OUT/campaign_state_s8r.tgz to
+  # .gpu/campaign_state_s8r.tgz and run s8r2 again; S8R2_BUDGET: this call's campaign wall budget.
+  s8r1) run replay_suite 330 --budget-s "${S8R1_BUDGET:-300}" ;;
+  s8r2) b=${S8R2_BUDGET:-540}
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --ops geglu,silu_and_mul,rms_norm \
+          --state-in .gpu/campaign_state_s8r.tgz --state-out "$OUT/campaign_state_s8r.tgz" ;;
+  # session 8 (#32): every GPU-marked test of the project, under a ~6 min wall cap (S8G_CAP_S); the log and
+  # its record ($OUT/gpu_tests.{txt,md,json}) go to bench/results/acceptance-h200-s8/
+  s8g) bash bench/gpu/gpu_tests.sh "${S8G_CAP_S:-360}" ;;
+  *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac

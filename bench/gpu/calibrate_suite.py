@@ -107,7 +107,7 @@ def environment(env: dict) -> dict:
 # rel_std before/after (a child process per kernel: one CUDA context, killable)
 
 def rel_std_child(workload: str, config: str, runs: int) -> int:
-    from cutile_diag.bench.runner import measure_config
+    from cutile_diag.measure.isolated import measure_config
     from cutile_diag.bench.timing import BenchOptions
     from cutile_diag.workloads import load_workload
     wl = load_workload(workload)

@@ -28,7 +28,7 @@ CPU perf tests), the survey with --dry-run and the loops with --simulate; call 1
 every baseline is in and a step has begun, call 2 restores the tarball into a fresh folder and
 resumes: every step of a GPU call and of the one after it.
 Output under --out: report.md, summary.json, plan.json, campaign/{campaign.md,campaign.html,
-campaign-roofline.svg,campaign.json,diffs/,loops/<kernel>/{perf_results.md,ledger.jsonl}}, logs.
+campaign-ceiling.svg,campaign.json,diffs/,loops/<kernel>/{perf_results.md,ledger.jsonl}}, logs.
 """
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def _keeper(started: bool) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None
     """The campaign's folder without what the next call makes again: the report (rewritten by every
     run), the loops' logs, captures and candidates, and once the campaign has started (its
     campaign.json holds the plan) the survey's launch records."""
-    again = {"campaign.html", "campaign-roofline.svg", "campaign.md", "diffs"} | ({"records"} if started else set())
+    again = {"campaign.html", "campaign-ceiling.svg", "campaign.md", "diffs"} | ({"records"} if started else set())
 
     def keep(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
         parts = Path(ti.name).parts
@@ -270,7 +270,23 @@ def collect(repo: Path, out: Path) -> list[dict]:
             rows.append({k: r[k] for k in ("kernel", "ref", "status", "configs", "start_ms", "final_ms", "start_pct",
                                            "final_pct", "pct_of", "speedup", "simulated_speedup", "kept_steps",
                                            "stop_rule", "stopped", "branch", "attempts")})
+            rows[-1].update(suite_numbers(src / "loops" / r["kernel"] / "ledger.jsonl"))
     return rows
+
+
+def suite_numbers(ledger: Path) -> dict:
+    """A loop's start and final in the suite's own bench numbers (replay: ledger ``suite`` records) and
+    whether every kept step passed the suite's test command before it was kept."""
+    if not ledger.is_file():
+        return {}
+    recs = [json.loads(ln) for ln in ledger.read_text().splitlines() if ln.strip()]
+    suite = {r["when"]: r for r in recs if r.get("type") == "suite" and r.get("median_ms")}
+    kept = [r for r in recs if r.get("type") == "iteration" and r.get("iteration", 0) > 0 and r.get("status") == "keep"]
+    start, end = suite.get("start"), suite.get("end")
+    return {"suite_start_ms": start and start["median_ms"], "suite_final_ms": end and end["median_ms"],
+            "suite_speedup": start["median_ms"] / end["median_ms"] if start and end else None,
+            "suite_disagrees": end and end.get("disagrees"),
+            "kept_tested": all((r.get("test_cmd") or {}).get("passed") for r in kept) if kept else None}
 
 
 def call(args, out: Path, state_in: Path | None, state_out: Path | None, budget_s: float,
@@ -320,20 +336,31 @@ def call(args, out: Path, state_in: Path | None, state_out: Path | None, budget_
     return res
 
 
+def _suite_cell(r: dict) -> str:
+    if not r.get("suite_start_ms"):
+        return "-"
+    text = f"{r['suite_start_ms']:.6f}"
+    if r.get("suite_final_ms"):
+        text += f" -> {r['suite_final_ms']:.6f} ({r['suite_speedup']:.3f}x; {'yes' if r['kept_tested'] else 'no'})"
+    return text + (f" — disagrees: {r['suite_disagrees']}" if r.get("suite_disagrees") else "")
+
+
 def report(out: Path, calls: list[dict], gpu: str, command: list[str]) -> None:
     rows = calls[-1]["kernels"]
     summary = {"gpu": gpu, "command": command, "calls": calls, "kernels": rows}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     f = lambda v, s: "-" if v is None else format(v, s)   # noqa: E731
     md = [f"# campaign_suite ({gpu})", "", f"survey command: `{' '.join(command)}`", "",
-          "| kernel | status | configs | start ms | final ms | start % | final % | of | speedup | kept | stopped |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| kernel | status | configs | start ms | final ms | start % | final % | of | speedup | kept | suite start -> "
+          "final ms (speedup; kept steps tested) | stopped |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sp = f(r["speedup"], ".3f") if r["speedup"] else (f"{r['simulated_speedup']:.3f} (simulated)"
                                                           if r["simulated_speedup"] else "-")
         md.append(f"| `{r['ref']}` | {r['status']} | {r['configs']} | {f(r['start_ms'], '.6f')} "
                   f"| {f(r['final_ms'], '.6f')} | {f(r['start_pct'], '.1f')} | {f(r['final_pct'], '.1f')} "
-                  f"| {r['pct_of'] or '-'} | {sp} | {f(r['kept_steps'], 'd')} | {(r['stopped'] or '-')[:90]} |")
+                  f"| {r['pct_of'] or '-'} | {sp} | {f(r['kept_steps'], 'd')} | {_suite_cell(r)} "
+                  f"| {(r['stopped'] or '-')[:90]} |")
     md += ["", "| call | step | rc | started s | s |", "|---|---|---|---|---|"]
     for c in calls:
         md += [f"| {c['call']} | `{' '.join(s['argv'])[:200]}` | {s['rc']}{' (' + s['killed'] + ')' if s.get('killed') else ''} "

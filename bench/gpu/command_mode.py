@@ -234,13 +234,14 @@ def iterations_seen(seen: list[tuple[float, dict]]) -> int:
 
 
 def run_loop(repo: Path, target: dict, env: dict, time_limit: float, timeout: float, out: Path,
-             stop_after: int | None = None) -> dict:
+             stop_after: int | None = None, extra: tuple[str, ...] = ()) -> dict:
     """``optimize`` with the defaults and --time-limit; what it wrote, and when.  ``stop_after``:
     SIGTERM the loop (resumable, as a user's Ctrl-C) once that many iterations are recorded —
-    what the acceptance item asks is then answered, and device time is not spent past it."""
+    what the acceptance item asks is then answered, and device time is not spent past it.  ``extra``:
+    more optimize flags (replay_suite: --no-replay, --rounds)."""
     ref = f"{repo / target['file']}::{target['kernel']}"
     argv = [sys.executable, "-m", "cutile_diag", "optimize", ref, "--test-cmd", target["test"],
-            "--bench-cmd", target["bench"], "--time-limit", f"{time_limit:.0f}"]
+            "--bench-cmd", target["bench"], "--time-limit", f"{time_limit:.0f}", *extra]
     state = repo / "cutile-diag-out" / "optimize" / target["kernel"]
     t0 = time.monotonic()
     with open(out / "optimize.stderr.txt", "w") as err, LedgerWatch(state / "ledger.jsonl", t0) as watch:

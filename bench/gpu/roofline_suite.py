@@ -64,7 +64,8 @@ def parse_json(res: dict):
 # -- noise study: called in a killable subprocess through run_isolated ----------------------
 
 def noise_study(workload: str, config: str, runs: int = 10, rep_ms: float = 100.0) -> dict:
-    from cutile_diag.bench import BenchOptions, measure_config, noise_study as summarize_noise
+    from cutile_diag.bench import BenchOptions, noise_study as summarize_noise
+    from cutile_diag.measure import measure_config
     from cutile_diag.workloads import load_workload
     wl = load_workload(workload)
     cfg = wl.config(config)
@@ -176,7 +177,7 @@ def main() -> int:
     # 4. noise study
     for wl, cfg in (("examples:vector_add", "64M-f32"), ("examples:matmul", "4096-f16")):
         r = run([sys.executable, "-c",
-                 "import json; from cutile_diag.bench import run_isolated; "
+                 "import json; from cutile_diag.measure import run_isolated; "
                  f"print(json.dumps(run_isolated('bench/gpu/roofline_suite.py::noise_study', "
                  f"{{'workload': {wl!r}, 'config': {cfg!r}, 'runs': 10}}, timeout_s=150)))"], 200)
         record(f"noise {wl} {cfg}", r, parse_json(r))

@@ -175,7 +175,7 @@ def main() -> int:
 
 
 def measure_variants(kernel, config, variants, args):
-    from cutile_diag.bench.runner import measure_config
+    from cutile_diag.measure.isolated import measure_config
     from cutile_diag.bench.timing import BenchOptions
     opts = BenchOptions(warmup_ms=20, rep_ms=args.rep_ms)
     live = []

@@ -62,3 +62,57 @@ def wait_or_kill(proc: subprocess.Popen, timeout: float | None, *, grace_s: floa
         kill_group(proc)
         raise
     return False
+
+
+# The watcher: a process of its own (not this one's child in the kill's sense: a session of its own)
+# that notes this process's descendants while it lives and, once it is gone (a kill -9 included),
+# kills those still running.  Self-contained: it imports nothing of cutile_diag.
+_WATCHER = r"""
+import os, signal, sys, time
+parent, me = int(sys.argv[1]), os.getpid()
+
+def stat(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return rest[0], int(rest[1]), rest[19]            # state, ppid, start time
+    except (OSError, IndexError, ValueError):
+        return None
+
+first = stat(parent)
+seen = {}
+while True:
+    now = stat(parent)
+    if now is None or now[0] in "ZX" or now[2] != first[2]:
+        break
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = stat(int(d))
+            if st is not None:
+                kids.setdefault(st[1], []).append((int(d), st[2]))
+    stack = [parent]
+    while stack:
+        for pid, start in kids.get(stack.pop(), []):
+            if pid != me:
+                seen[pid] = start
+                stack.append(pid)
+    time.sleep(0.5)
+for pid, start in seen.items():
+    st = stat(pid)
+    if st is not None and st[2] == start:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+def reap_descendants_on_exit() -> subprocess.Popen | None:
+    """Start the watcher of this process (Linux): whatever this process started and leaves running
+    when it dies, by any death, is killed — e.g. the agents of a local Ray instance, which outlive a
+    ``kill -9`` of the driver that started them."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return subprocess.Popen([sys.executable, "-c", _WATCHER, str(os.getpid())], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

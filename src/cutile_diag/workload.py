@@ -244,6 +244,10 @@ class Workload:
         """None when the workload can run here, else why not (e.g. a missing package)."""
         return None
 
+    def reset(self, inputs: dict[str, Any]) -> None:
+        """Just before the timed runs (with the outputs' poisoning): put back inputs the kernel writes
+        in place (a replay restores its recorded bytes).  Nothing by default: inputs are fresh."""
+
     # -- helpers ------------------------------------------------------------------------
     def config(self, name: str) -> WorkloadConfig:
         for c in self.configs:

@@ -112,13 +112,19 @@ def simulated(planned, tmp_path_factory):
     child.send_signal(signal.SIGTERM)
     err = child.communicate(timeout=60)[1]
     killed = (child.returncode, json.loads((out / "campaign.json").read_text()), err)
+    rc, d = resume_in(repo)
+    return repo, before, out, killed, rc, d
+
+
+def resume_in(repo: Path) -> tuple[int, dict]:
+    """`campaign --resume --json` run in ``repo`` (this process): its exit code and output."""
     cwd = os.getcwd()
     os.chdir(repo)
     try:
         rc, text = run_main(["campaign", "--resume", "--json"])
     finally:
         os.chdir(cwd)
-    return repo, before, out, killed, rc, json.loads(text)
+    return rc, json.loads(text)
 
 
 def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
@@ -138,8 +144,8 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
     # a simulation's ratio is never a speedup: carried as simulated_speedup, labelled where shown
     assert rows["row_norm"]["speedup"] is None and rows["row_norm"]["simulated"]
     assert rows["row_norm"]["simulated_speedup"] > 1.3 and rows["row_norm"]["kept_steps"] >= 1
-    # % of the H200's measured ceiling (the simulation's device): the faster kernel sits higher
-    assert rows["row_norm"]["pct_of"] == "measured ceiling"
+    # % of the datasheet roof (the specs give no ceiling): the loop's own figure, the faster kernel higher
+    assert rows["row_norm"]["pct_of"] == "datasheet roof"
     assert rows["row_norm"]["final_pct"] > 1.3 * rows["row_norm"]["start_pct"] > 0
     md = (out / "campaign.md").read_text()
     for name in rows:
@@ -154,6 +160,21 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
     assert checkout_state(repo) == before
 
 
+def test_report_shows_percent_of_attainable_beside_the_ceiling(simulated):
+    """The report places every kernel against the time attainable at its size as well as against the
+    ceiling (the H200 preset's size curve): small kernels sit higher against the former."""
+    _repo, _before, out, _killed, _rc, d = simulated
+    rows = {r["kernel"]: r for r in d["report"]["kernels"]}
+    for r in rows.values():
+        assert r["final_pct_attainable"] is not None and r["final_pct_attainable"] > r["final_pct"] > 0
+    assert rows["row_norm"]["final_pct_attainable"] > 1.3 * rows["row_norm"]["start_pct_attainable"]
+    md = (out / "campaign.md").read_text()
+    head = next(ln for ln in md.splitlines() if ln.startswith("| kernel"))
+    assert head.index("final % ceiling") < head.index("start % attainable") < head.index("final % attainable")
+    assert "| pytorch ms |" in head and "% attainable: of the time attainable" in md
+    assert "% attainable: of the time attainable" in (out / "campaign.html").read_text()
+
+
 @pytest.mark.browser
 def test_report_page_in_headless_chromium(simulated, browser):  # noqa: F811  (the imported fixture)
     """The page is self-contained: its chart is an inline image that renders, and each kernel's
@@ -162,8 +183,8 @@ def test_report_page_in_headless_chromium(simulated, browser):  # noqa: F811  (t
     page = browser.new_page()
     try:
         page.goto((out / "campaign.html").as_uri())
-        assert page.evaluate("document.getElementById('roofline').naturalWidth") > 100
-        assert page.evaluate("document.getElementById('roofline').src.startsWith('data:image/svg+xml')")
+        assert page.evaluate("document.getElementById('chart').naturalWidth") > 100
+        assert page.evaluate("document.getElementById('chart').src.startsWith('data:image/svg+xml')")
         rows = page.locator("#kernels tbody tr")
         assert rows.count() == 3
         assert sorted(rows.nth(i).get_attribute("data-kernel") for i in range(3)) == ["row_norm", "softmax", "vector_add"]
@@ -199,6 +220,45 @@ def test_measured_survey_ranks_by_headroom_times_share(planned):
     assert ks["softmax"].headroom > 0.99 and ks["softmax"].share == pytest.approx(4.0 / 4.11)
 
 
+def test_a_1_ms_kernel_outranks_many_2_4_us_launches(planned):
+    """A simulated measured survey: softmax runs 2.4 µs a launch, 500 times per test (as split-K
+    reduces do), row_norm 1 ms once.  Against the flat ceiling softmax had the most GPU time to give
+    back; against what is attainable at its size (a 1.08 µs launch floor) it has 1.3 µs a launch at
+    most, so the 1 ms kernel ranks first; softmax's 1 MB configuration is reported launch-bound."""
+    from dataclasses import replace
+
+    from cutile_diag.campaign.plan import build_plan
+    from cutile_diag.campaign.survey import Survey, _load
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.peaks import recorded_ceilings
+    repo = planned[0]
+    records = _load(repo / "cutile-diag-out" / "campaign" / "survey" / "records")
+    small = [replace(r, device_ms=0.0024, extra={**r.extra, "first": False}) for r in records if r.kernel == "softmax"]
+    big = [replace(r, device_ms=1.0, extra={**r.extra, "first": False}) for r in records if r.kernel == "row_norm"]
+    dev = preset("h200")
+    plan = build_plan(Survey(PYTEST, str(repo), True, True, small * 500 + big), repo, device=dev,
+                      ceilings=recorded_ceilings(dev))
+    ks = {k.name: k for k in plan.kernels}
+    assert [k.name for k in plan.kernels] == ["row_norm", "softmax"]
+    assert ks["softmax"].gpu_ms > ks["row_norm"].gpu_ms                  # more GPU time, less of it to gain
+    flat_gain = sum(c["calls"] * (c["median_ms"] - c["roof_ms"]) for c in ks["softmax"].configs)
+    assert flat_gain > ks["row_norm"].gpu_ms - sum(c["calls"] * c["roof_ms"] for c in ks["row_norm"].configs)
+    for k in ks.values():
+        assert all(c["attainable_ms"] >= c["floor_ms"] > 0 for c in k.configs)
+    one_mb = min(ks["softmax"].configs, key=lambda c: c["bytes"])
+    assert one_mb["bound"] == "memory" and 1.08e-3 < one_mb["attainable_ms"] < 1.4e-3   # 1 MB: 0.78 TB/s
+    assert ks["softmax"].expected_gain < ks["row_norm"].expected_gain
+    assert ks["softmax"].headroom < 0.6 and "attainable" in plan.ranked_by
+    # on a GPU whose launch floor is 2 µs the 1 MB configuration is at its floor: launch-bound, its gain 0.4 µs
+    ceil = recorded_ceilings(dev)
+    ceil.curve.floor_ms = 2e-3
+    plan = build_plan(Survey(PYTEST, str(repo), True, True, small * 500 + big), repo, device=dev, ceilings=ceil)
+    one_mb = min(plan.kernel("softmax").configs, key=lambda c: c["bytes"])
+    assert one_mb["bound"] == "launch" and one_mb["attainable_ms"] == pytest.approx(2e-3)
+    d = {k["name"]: k for k in json.loads(json.dumps(plan.to_json()))["kernels"]}      # what --plan --json prints
+    assert sorted(c["bound"] for c in d["softmax"]["configs"]) == ["launch", "memory"]
+
+
 def test_time_limit_is_split_by_expected_gain_and_paused_loops_resume(tmp_path):
     import time as _time
 
@@ -228,15 +288,11 @@ def test_derived_commands_from_a_relative_repository_root(tmp_path, monkeypatch)
     assert ids == ["tests/test_x.py::test_a"] and check and bench and "tests/test_x.py" in bench
 
 
-def test_baselines_first_measures_every_kernel_before_any_step(tmp_path):
-    """--baselines-first on the local executor: each kernel's baseline (a loop stopped after
-    iteration 0, paused), then the loops go on from their ledgers, best expected gain first."""
-    from cutile_diag.campaign.executors.local import LocalExecutor
+def simulated_campaign(repo: Path, tmp_path: Path, options: dict, specs: dict | None = None, **kw):
+    """A campaign of row_norm (expected gain 0.7) and vector_add (0.3) of ``repo`` on simulated GPUs
+    (``specs``: each kernel's spec, default SPECS), its plan made here (no survey)."""
     from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
-    from cutile_diag.campaign.report import write_report
-    from cutile_diag.campaign.run import Campaign, run_campaign
-    repo = make_repo(tmp_path, ("vector_add", "row_norm"))
-    before = checkout_state(repo)
+    from cutile_diag.campaign.run import Campaign
     out = repo / "cutile-diag-out" / "campaign"
     out.mkdir(parents=True)
     ks = [KernelPlan(n, f"{repo}/ops/{n}.py::{n}", f"ops/{n}.py", expected_gain=g)
@@ -244,10 +300,22 @@ def test_baselines_first_measures_every_kernel_before_any_step(tmp_path):
     sims = {}
     for k in ks:
         sims[k.name] = str(tmp_path / f"{k.name}.json")
-        Path(sims[k.name]).write_text(json.dumps(SPECS[k.name]))
+        Path(sims[k.name]).write_text(json.dumps((specs or SPECS)[k.name]))
     c = Campaign.create(out, CampaignPlan(["pytest"], str(repo), False, ks, "test"), ks, time_limit=None,
-                        simulate=sims, options={"max_iterations": 1, "capture": False},
-                        executor={"executor": "local"}, baselines_first=True)
+                        simulate=sims, options=options, executor={"executor": "local"}, **kw)
+    return c, ks
+
+
+def test_baselines_first_measures_every_kernel_before_any_step(tmp_path):
+    """--baselines-first on the local executor: each kernel's baseline (a loop stopped after
+    iteration 0, paused), then the loops go on from their ledgers, best expected gain first."""
+    from cutile_diag.campaign.executors.local import LocalExecutor
+    from cutile_diag.campaign.report import write_report
+    from cutile_diag.campaign.run import run_campaign
+    repo = make_repo(tmp_path, ("vector_add", "row_norm"))
+    before = checkout_state(repo)
+    out = repo / "cutile-diag-out" / "campaign"
+    c, ks = simulated_campaign(repo, tmp_path, {"max_iterations": 1, "capture": False}, baselines_first=True)
     lines: list[str] = []
     run_campaign(c, LocalExecutor(), echo=lines.append)
     own = [ln for ln in lines if ln.startswith("[")]          # the executor's lines, not the loops'

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from audit_writes import audit_source  # noqa: E402
 from test_campaign import checkout_state  # noqa: E402
 
 ray = pytest.importorskip("ray")
@@ -29,23 +30,10 @@ from cutile_diag.campaign.run import Campaign, run_campaign  # noqa: E402
 def _audit(watch: str, log: str):
     """A Ray worker setup hook: every file a worker process opens for writing or renames onto, under
     ``watch`` or in an actor's loop scratch folder, is logged with the writer's pid."""
+    code = audit_source(watch, log)
+
     def install():
-        def hook(event, args):
-            if event == "open":
-                path, mode, flags = args
-                writes = (isinstance(mode, str) and any(ch in mode for ch in "wax+")) or \
-                    (isinstance(flags, int) and bool(flags & (os.O_WRONLY | os.O_RDWR)))
-            elif event in ("os.replace", "os.rename"):
-                path, writes = args[1], True
-            else:
-                return
-            if not writes or isinstance(path, int):
-                return
-            p = os.path.abspath(os.fsdecode(path))
-            if p.startswith(watch + os.sep) or "cutile-diag-ray-loops-" in p:
-                with open(log, "a") as f:
-                    f.write(f"{os.getpid()} {event} {p}\n")
-        sys.addaudithook(hook)
+        exec(code, {})
     return install
 
 
@@ -138,7 +126,7 @@ def test_ray_actor_killed_mid_loop_its_kernel_is_retried_from_the_driver_ledger(
 
     # the driver wrote the campaign's folder; the actors wrote only their scratch folders
     writes = [ln.split(" ", 2) for ln in log.read_text().splitlines()]
-    assert writes and all("cutile-diag-ray-loops-" in p for _pid, _ev, p in writes)     # the hook saw the actors
+    assert writes and all("cutile-diag-worker-loops-" in p for _pid, _ev, p in writes)     # the hook saw the actors
     assert not [w for w in writes if w[2].startswith(os.path.realpath(out) + os.sep)], writes
     assert str(os.getpid()) not in {pid for pid, _ev, _p in writes}
 
@@ -153,7 +141,7 @@ def test_an_actor_may_not_write_the_campaign_folder(tmp_path):
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     out.mkdir()
     scratch.mkdir()
-    code = (f"from cutile_diag.campaign.executors.ray import forbid_writes; import os, pathlib\n"
+    code = (f"from cutile_diag.campaign.executors.handover import forbid_writes; import os, pathlib\n"
             f"forbid_writes({str(out)!r})\n"
             f"pathlib.Path({str(scratch / 'ok')!r}).write_text('x')\n"
             f"for f in (lambda: open({str(out / 'a')!r}, 'w'), lambda: os.replace({str(scratch / 'ok')!r}, {str(out / 'b')!r}),\n"
@@ -165,3 +153,69 @@ def test_an_actor_may_not_write_the_campaign_folder(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("refused") == 4 and "the driver writes it" in res.stdout
     assert res.stdout.rstrip().endswith("x") and sorted(os.listdir(out)) == []
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """pid -> start time of every process below ``pid`` (Linux /proc)."""
+    kids: dict[int, list] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                rest = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            kids.setdefault(int(rest[1]), []).append((int(d), rest[19]))
+    out, stack = {}, [pid]
+    while stack:
+        for c, start in kids.get(stack.pop(), []):
+            out[c] = start
+            stack.append(c)
+    return out
+
+
+def _alive(procs: dict[int, str]) -> list[str]:
+    left = []
+    for pid, start in procs.items():
+        try:
+            rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if rest[19] == start and rest[0] not in "ZX":
+            left.append(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:80])
+    return left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_simulated_ray_campaign_needs_no_gpu_and_a_kill_leaves_no_ray_process(tmp_path):
+    """`campaign --executor ray --simulate` on a machine without GPUs runs (actors of no GPU); after a
+    kill -9 of it, nothing it started (ray::DashboardAgent, ray::RuntimeEnvAgent, ...) runs on."""
+    import subprocess
+    from test_campaign import PYTEST
+    repo = make_repo(tmp_path, ("vector_add", "row_norm"))
+    spec = tmp_path / "specs.json"
+    spec.write_text(json.dumps({k: SPECS[k] for k in ("vector_add", "row_norm")}))
+    out = repo / "cutile-diag-out" / "campaign"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")]),
+           "CUDA_VISIBLE_DEVICES": ""}
+    log = tmp_path / "campaign.log"
+    with open(log, "w") as f:
+        child = subprocess.Popen([sys.executable, "-m", "cutile_diag", "campaign", "--executor", "ray", "--simulate",
+                                  str(spec), "--max-iterations", "2", "--no-capture", "--", *PYTEST],
+                                 cwd=repo, env=env, stdout=f, stderr=subprocess.STDOUT)
+    end = time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < end:
+        if any(_records(out / "loops" / k / "ledger.jsonl") for k in ("vector_add", "row_norm")):
+            break
+        time.sleep(0.5)
+    time.sleep(2.0)
+    assert child.poll() is None, log.read_text()[-3000:]
+    below = _descendants(child.pid)
+    assert any("ray::" in x or "raylet" in x for x in _alive(below)), _alive(below)
+    child.kill()
+    child.wait()
+    end = time.monotonic() + 60
+    while _alive(below) and time.monotonic() < end:
+        time.sleep(1.0)
+    assert not _alive(below), _alive(below)
+    assert "ray: 2 actor(s), simulated GPUs" in log.read_text()

@@ -78,3 +78,34 @@ def test_finished_tests_are_those_a_process_moved_on_from():
         return LaunchRecord("k", None, None, (), (), extra={"pid": pid, "seq": seq, "test": test})
     recs = [rec(1, 1, "a"), rec(1, 2, "a"), rec(1, 3, "b"), rec(2, 1, "c"), rec(2, 2, "d")]
     assert finished_tests(recs) == {"a", "c"}
+
+
+def test_max_tests_bounds_the_survey_to_n_parametrisations_per_test_function(tmp_path, monkeypatch):
+    """TileGym's perf tests are parametrised many times over: `--max-tests 1` surveys the first of each
+    test function (pytest --collect-only, the rest deselected), and the survey says how long it took."""
+    from cutile_diag.campaign.demo import make_repo, survey_command
+    repo = make_repo(tmp_path)
+    monkeypatch.chdir(repo)
+    sv = survey(survey_command(), tmp_path / "state", execute=False, max_tests=1, replay=False)
+    tests = sorted({r.extra["test"] for r in sv.records})
+    assert tests == ["tests/test_ops.py::test_perf_row_norm", "tests/test_ops.py::test_perf_softmax[256]",
+                     "tests/test_ops.py::test_perf_vector_add[1048576]"]
+    assert sv.runs[0]["deselected"] == 2 and sv.seconds > 0 and sv.replay_dir is None
+def test_a_failing_survey_says_its_exit_code_and_last_lines_and_is_not_kept(tmp_path, monkeypatch):
+    """A command that fails before any launch (a missing test path, sys.exit(3)): the error names the
+    exit code and the command's last lines; nothing is cached, so the next run surveys again."""
+    import pytest as _pytest
+
+    from cutile_diag.capture.launch_observer import CommandFailedError
+    monkeypatch.chdir(tmp_path)
+    state = tmp_path / "state"
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nprint('setting up')\nprint('no GPU configured here', file=sys.stderr)\nsys.exit(3)\n")
+    for _ in range(2):                       # the second run runs the command again (not "no kernel")
+        with _pytest.raises(CommandFailedError) as e:
+            survey([sys.executable, str(script)], state, execute=False)
+        assert "exited with 3" in e.value.one_line() and "no GPU configured here" in e.value.one_line()
+        assert not (state / "survey" / "status.json").exists()
+    with _pytest.raises(CommandFailedError) as e:
+        survey([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/nope.py"], state, execute=False)
+    assert "exited with 4" in e.value.one_line() and "tests/nope.py" in e.value.one_line()

@@ -366,6 +366,11 @@ def test_headroom_uses_the_measured_ceiling(multipass):
     w = next(r for r in diagnose(ev).recommendations if r.id == "W")
     assert w.predicted_effect["high"] == pytest.approx(0.25)
     assert any("measured ceiling" in n for n in w.predicted_effect["notes"])
+    # with a size curve the time attainable at the kernel's size bounds it: 90 % there leaves +11 % at most
+    ev.add("gpu.pct_attainable", 90.0, "test")
+    w = next(r for r in diagnose(ev).recommendations if r.id == "W")
+    assert w.predicted_effect["high"] == pytest.approx(1 / 0.9 - 1, abs=1e-3)
+    assert any("attainable time at its size" in n for n in w.predicted_effect["notes"])
 
 
 def test_steps_of_reads_the_loops_own_ledger(tmp_path):

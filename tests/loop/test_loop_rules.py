@@ -224,8 +224,10 @@ def test_setup_refuses_a_dirty_tree_and_an_existing_branch(repo):
         make_loop(repo)
     import shutil
     shutil.rmtree(r.s.state_dir)
+    again = make_loop(repo)                  # the default name is taken (same day): the next loop's gets -2
+    assert again.s.branch == r.s.branch + "-2" and again.s.worktree != r.s.worktree
     with pytest.raises(GitError, match="branch .* already exists"):
-        make_loop(repo)
+        make_loop(repo, branch=r.s.branch)   # a name given with --branch is never changed
     assert untouched(repo, r)
 
 

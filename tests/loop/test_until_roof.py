@@ -121,3 +121,40 @@ def test_a_capture_cut_short_by_the_clock_is_no_compile_verdict(repo, monkeypatc
     it = r.led.iterations[1]
     assert it["decision"]["rule"] == "budget" and "not a compile failure" in it["decision"]["reason"]
     assert it["status"] == "revert" and it["correctness"] != "FAIL"
+
+
+def test_roof_pct_is_of_the_attainable_time_when_the_device_has_a_curve():
+    """With a size curve (``floor_ms`` set) the loop's % of roof is of the time attainable at the
+    kernel's size; a configuration without one falls back to the measured ceiling for all."""
+    pts = {"a": {"pct_measured": 66.0, "pct_attainable": 95.0, "floor_ms": 1e-3},
+           "b": {"pct_measured": 80.0, "pct_attainable": 92.0, "floor_ms": 1e-3}}
+    assert roof_pct_of(pts) == (92.0, "attainable time at its size")
+    pts["b"] = {"pct_measured": 80.0, "pct_attainable": 80.0, "floor_ms": None}
+    assert roof_pct_of(pts) == (66.0, "measured ceiling")
+
+
+def test_until_roof_stops_a_kernel_at_its_attainable_time(repo):
+    """33.6 MB in 12 µs is 66 % of the H200's 4 GB-copy ceiling but 96 % of what a copy of those bytes
+    attains: --until-roof 0.9 no longer keeps the loop chasing a roof no kernel of that size reaches."""
+    from cutile_diag.loop.backends import SimulatedBackend
+    tiny = ("tiny", "tiny2", "tiny3")
+    spec = {"configs": {"lse": 0.012}, "bytes": {"lse": 33.6e6}, "effects": {**{t: 0.996 for t in tiny}, "good": 0.80},
+            "ceiling": {"dram_tbps": 4.24, "cached": True}}
+    flat = SimulatedBackend(spec).roofline(None, {"lse": 0.012})["lse"]
+    sized = SimulatedBackend({**spec, "ceiling": {**spec["ceiling"], "curve": True}}).roofline(None, {"lse": 0.012})["lse"]
+    assert flat["pct_measured"] == pytest.approx(66, abs=1) and flat["floor_ms"] is None
+    assert sized["pct_attainable"] == pytest.approx(95.6, abs=1) and sized["floor_ms"] > 0
+
+    def run(ceiling, branch):
+        steps = (*zip(tiny, "ABD"), ("good", "C"))
+        ts = {n: FakeTransform(n, i) for n, i in steps}
+        r = make_loop(repo, {**spec, "ceiling": ceiling}, recs=[rec(i, n) for n, i in steps], transforms=ts,
+                      branch=branch, until_roof=0.9)
+        return r.start(), ts
+
+    # three steps inside the noise: against the flat ceiling (66 % < 90 %) the loop goes on to the good one
+    res, ts = run(spec["ceiling"], "flat")
+    assert ts["good"].applied == 1
+    res, ts = run({**spec["ceiling"], "curve": True}, "sized")
+    assert ts["good"].applied == 0 and res.stop_rule == "no-improvement"
+    assert "% of the attainable time at its size; --until-roof 0.9 does not hold it back" in res.stop_reason

@@ -183,7 +183,8 @@ def test_peaks_table_shows_each_provenance_once(capsys):
     assert main(["peaks", "--device", "h200"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert len(lines) < 70                            # was ~150: the preset's text in every row, 2-3 times
+    curve = next(i for i, ln in enumerate(lines) if "bandwidth by bytes moved" in ln)   # the size curve's own table
+    assert curve < 70                                 # was ~150: the preset's text in every row, 2-3 times
     preset_src = "preset NVIDIA H200: measured on an H200"
     assert out.count(preset_src) == 1
     note = next(ln for ln in lines if preset_src in ln)
@@ -200,9 +201,9 @@ def test_peaks_table_shows_each_provenance_once(capsys):
 
 
 def test_check_seed_reaches_the_harness_and_a_failure_says_how_to_replay(capsys, monkeypatch):
-    import cutile_diag.bench as bench
+    import cutile_diag.roofline.analysis as analysis
     from cutile_diag.bench.correctness import CheckResult
-    from cutile_diag.bench.runner import MeasureResult
+    from cutile_diag.measure.isolated import MeasureResult
     from cutile_diag.roofline import device
     seen = []
 
@@ -212,7 +213,7 @@ def test_check_seed_reaches_the_harness_and_a_failure_says_how_to_replay(capsys,
         return MeasureResult(ref, config, "mismatch", error="FAIL (seed ...): y: wrong", check=chk)
 
     monkeypatch.setattr(device, "live_device", lambda index=None: device.preset("h200"))
-    monkeypatch.setattr(bench, "measure_isolated", fake_measure)
+    monkeypatch.setattr(analysis, "measure_isolated", fake_measure)
     assert main(["roofline", "examples:vector_add", "--config", "1M-f32", "--no-static"]) == 1
     assert "--check-seed 1234567" in capsys.readouterr().out
     assert main(["roofline", "examples:vector_add", "--config", "1M-f32", "--no-static", "--check-seed", "42"]) == 1

@@ -189,7 +189,7 @@ def test_a_failing_check_names_its_seed_and_replays_exactly():
 
 
 def test_measure_config_checks_on_a_fresh_seed_unless_one_is_given():
-    from cutile_diag.bench.runner import measure_config
+    from cutile_diag.measure.isolated import measure_config
     wl, cfg = _Scale("wrong"), _Scale.configs[0]      # fails the check: stops before any GPU timing
     a, b = (measure_config(wl, cfg, device="cpu") for _ in range(2))
     assert a.status == b.status == "mismatch" and a.check.seed != b.check.seed

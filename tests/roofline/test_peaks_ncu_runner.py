@@ -14,7 +14,7 @@ def _ceil(dev):
                     {"bf16:tensor": Quantity(7.7e14, "FLOP/s", "measured: gemm")}, measured_at="2026-12-02T00:00:00+00:00")
 
 
-def test_cache_roundtrip_per_device_and_driver(cache_dir):
+def test_cache_roundtrip_per_device_and_driver(cache_dir, monkeypatch):
     dev = preset("h200")
     dev.kind, dev.uuid, dev.driver_version = "live", "GPU-1", "580.159"
     assert load_cached(dev) is None
@@ -22,7 +22,15 @@ def test_cache_roundtrip_per_device_and_driver(cache_dir):
     assert p == cache_path() and p.parent == cache_dir
     c = load_cached(dev)
     assert c.cached and c.dram_bw.value == 4.29e12 and c.flops["bf16:tensor"].value == 7.7e14
-    assert get_ceilings(dev) .dram_bw.value == 4.29e12          # served from the cache, no GPU needed
+    assert get_ceilings(dev, measure_if_missing=False).dram_bw.value == 4.29e12   # served from the cache, no GPU needed
+    # an entry cached before the size curve existed gets its curve (and only that) measured once, then kept
+    from cutile_diag.roofline import peaks
+    from cutile_diag.roofline.curve import BandwidthCurve
+    measured = []
+    monkeypatch.setattr(peaks, "measure_curve", lambda d: measured.append(d) or BandwidthCurve([1e6], {}, 1e-3))
+    assert get_ceilings(dev).curve.floor_ms == 1e-3 and len(measured) == 1
+    assert load_cached(dev).curve.floor_ms == 1e-3 and get_ceilings(dev).dram_bw.value == 4.29e12
+    assert len(measured) == 1
     other = preset("h200")
     other.kind, other.uuid, other.driver_version = "live", "GPU-1", "590.01"     # new driver: re-measure
     assert load_cached(other) is None
@@ -79,11 +87,11 @@ def test_parse_ncu_nothing():
 # -- the subprocess runner ------------------------------------------------------------------
 
 def test_run_isolated_returns_the_value(tmp_path):
-    from cutile_diag.bench.runner import run_isolated
+    from cutile_diag.measure.isolated import run_isolated
     f = tmp_path / "fns.py"
     f.write_text("def add(a, b):\n    return {'sum': a + b}\n\ndef boom():\n    raise RuntimeError('kernel exploded')\n")
     assert run_isolated(f"{f}::add", {"a": 2, "b": 3}, timeout_s=60) == {"sum": 5}
-    from cutile_diag.bench.runner import IsolatedError
+    from cutile_diag.measure.isolated import IsolatedError
     with pytest.raises(IsolatedError, match="kernel exploded"):
         run_isolated(f"{f}::boom", timeout_s=60)
     with pytest.raises(IsolatedError, match="no callable named 'nope'"):
@@ -91,7 +99,7 @@ def test_run_isolated_returns_the_value(tmp_path):
 
 
 def test_run_isolated_kills_a_hang(tmp_path):
-    from cutile_diag.bench.runner import IsolatedTimeout, run_isolated
+    from cutile_diag.measure.isolated import IsolatedTimeout, run_isolated
     f = tmp_path / "hang.py"
     f.write_text("import time, subprocess, sys\n"
                  "def hang():\n"
@@ -107,13 +115,13 @@ def test_measure_isolated_without_gpu_reports_no_gpu():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
-    from cutile_diag.bench.runner import measure_isolated
+    from cutile_diag.measure.isolated import measure_isolated
     r = measure_isolated("examples:vector_add", "1M-f32", timeout_s=120)
     assert r.status == "no_gpu" and "offline" in r.error and r.stats is None
 
 
 def test_measure_isolated_bad_workload_is_an_error_result():
-    from cutile_diag.bench.runner import measure_isolated
+    from cutile_diag.measure.isolated import measure_isolated
     r = measure_isolated("examples:nope", "x", timeout_s=120)
     assert r.status == "error" and "unknown workload" in r.error
     r = measure_isolated("examples:vector_add", "no-such-config", timeout_s=120)
@@ -121,7 +129,7 @@ def test_measure_isolated_bad_workload_is_an_error_result():
 
 
 def test_measure_result_json_roundtrip():
-    from cutile_diag.bench.runner import MeasureResult
+    from cutile_diag.measure.isolated import MeasureResult
     from cutile_diag.bench.stats import summarize
     r = MeasureResult("w", "c", "ok", stats=summarize([1.0, 1.1]))
     back = MeasureResult.from_json(json.loads(json.dumps(r.to_json())))

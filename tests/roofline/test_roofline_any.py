@@ -215,6 +215,20 @@ def test_command_dry_run_counts_each_kernel_and_shape(capsys, tmp_path):
     assert d["plot"] is None and not plot.exists()            # no measured point: nothing drawn
 
 
+def test_command_counts_an_array_passed_twice_once(capsys, tmp_path):
+    """vector_add.launch(a, a, c): `a` is read through two parameters, DRAM moves it once; counting it
+    twice put the GPU's point above the roof (INVALID) on an H200."""
+    prog = tmp_path / "twice.py"
+    prog.write_text("import torch\nfrom cutile_diag.examples import vector_add\n"
+                    "a = torch.ones(1 << 16)\nvector_add.launch(a, a, torch.empty_like(a))\n"
+                    "vector_add.launch(a, torch.ones(1 << 16), torch.empty_like(a))\n")
+    rc = main(["roofline", "--dry-run", "--json", "--", sys.executable, str(prog)])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    got = sorted(k["static"]["bytes_compulsory"] for k in d["kernels"])
+    assert got == [2 * 4 * (1 << 16), 3 * 4 * (1 << 16)], d["kernels"]
+
+
 def test_command_scalars_split_configurations_and_bound_loops(capsys, tmp_path, kfile):
     prog = tmp_path / "chunks.py"
     prog.write_text(textwrap.dedent(f"""
@@ -389,13 +403,21 @@ def test_gpu_observed_command_times_each_launch(capsys, tmp_path):
     prog = tmp_path / "va.py"
     prog.write_text(GPU_SCRIPT)
     rc = main(["roofline", "--json", "--no-peaks", "--", sys.executable, str(prog)])
-    d = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    # on failure, what a GPU run needs to show the cause: the command's error (its stderr tail) or the point
+    why = f"rc {rc}; stderr: {cap.err[-3000:]}; stdout: {cap.out[-3000:]}"
+    assert cap.out.strip(), why
+    d = json.loads(cap.out)
     (k,) = d["kernels"]
-    assert rc == 0 and k["calls"] == 20 and k["timed_calls"] == 19          # the compiling first one left out
+    why += f"; kernel: {json.dumps({x: k.get(x) for x in ('status', 'error', 'calls', 'timed_calls', 'median_ms')})}"
+    pt = k.get("point") or {}
+    why += f"; point: {json.dumps({x: pt.get(x) for x in ('valid', 'invalid_reasons', 'achieved_bw', 'bytes', 'notes')})}"
+    assert rc == 0 and k["calls"] == 20 and k["timed_calls"] == 19, why    # the compiling first one left out
     p = k["point"]
-    # 3 x 64 MiB at a few TB/s: tens of µs; the spin keeps Python's enqueue out of it
-    assert 0.02 < k["median_ms"] < 1.0 and p["latency_source"].startswith("measured") and p["valid"]
-    assert p["bytes"] == 3 * 4 * (1 << 24) and 0.5e12 < p["achieved_bw"] < 5.0e12
+    # 2 x 64 MiB (a is read through two parameters, moved once) at a few TB/s: tens of µs; the spin
+    # keeps Python's enqueue out of it
+    assert 0.02 < k["median_ms"] < 1.0 and p["latency_source"].startswith("measured") and p["valid"], why
+    assert p["bytes"] == 2 * 4 * (1 << 24) and 0.5e12 < p["achieved_bw"] < 5.0e12, why
 
 
 @pytest.mark.gpu
@@ -470,7 +492,9 @@ def test_command_table_fits_100_columns(tmp_path, monkeypatch, natural_width):
     # one line per configuration under its kernel's name, shortened to its largest array
     rows = [ln for ln in lines if " x2 +4 " in ln]
     assert [ln.split()[0] for ln in rows] == ["f16[256,256]", "f32[256,256]", "bf16[4096,8192]", "bf16[16384,4096]"]
-    assert all(ln.rstrip().endswith(("far below", "headroom")) for ln in rows), rows
+    assert all(ln.rstrip().endswith(("far below", "headroom", "launch")) for ln in rows), rows
+    # the 6 µs shapes are at their launch floor's door, the large ones far from their attainable time
+    assert [ln.rstrip().endswith("launch") for ln in rows] == [True, True, False, False], rows
     # below the table: the full array list, the grid and the counts
     assert any(ln.startswith("_persistent_layer_norm_fwd_kernel bf16[16384,4096] x2, bf16[4096] x2, f32[16384] x2 "
                              "(grid 16384") for ln in lines)

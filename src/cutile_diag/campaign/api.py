@@ -3,17 +3,22 @@ turns flags into these)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import UsageError
+from ..errors import CutileDiagError, UsageError
+from ..loop import spares
 from ..loop.api import LoopOverrides
+from ..loop.backends.simulated import SimSpec
+from ..loop.git import Git
+from ..loop.session import branch_name, owned_folder
 from ..roofline.device import live_device, preset
-from ..roofline.peaks import get_ceilings, recorded_ceilings
+from ..measure.ceilings import device_ceilings
 from .executors import make_executor
 from .executors.ray import check_ray
-from .plan import CampaignPlan, KernelPlan, build_plan, select
+from .plan import CampaignPlan, KernelPlan, build_plan, check_test_commands, select
 from .report import write_report
 from .run import STATE_FILE, Campaign, own_out, run_campaign
 from .survey import survey
@@ -41,6 +46,9 @@ class CampaignRequest:
     executor: str = "local"
     ray_address: str | None = None
     num_gpus: int | None = None
+    gpus: str | int | None = None                # the local executor's --gpus N|all (default 1: this process)
+    replay: bool = True                          # record launches in the survey; loops check and time on them
+    branch_prefix: str | None = None             # each loop's branch: PREFIX-<kernel>-<date> (default cutile-perf)
 
 
 @dataclass
@@ -55,7 +63,7 @@ class CampaignResult:
 def _device(req: CampaignRequest):
     if req.device:
         dev = preset(req.device)
-        return dev, recorded_ceilings(dev)
+        return dev, device_ceilings(dev)
     if not req.execute:
         return None, None
     import torch
@@ -63,7 +71,33 @@ def _device(req: CampaignRequest):
         raise UsageError("a campaign times its kernels on a CUDA GPU and none is visible",
                          hint="--plan --dry-run ranks from static counts; --simulate SPECS.json runs simulated loops")
     dev = live_device()
-    return dev, get_ceilings(dev, measure_if_missing=True)
+    return dev, device_ceilings(dev, measure=True)
+
+
+def check_time_limit(seconds: float | None) -> None:
+    if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+        raise UsageError(f"--time-limit must be a positive number of seconds, not {seconds:g}")
+
+
+def check_inputs(req: CampaignRequest) -> None:
+    """Everything a run needs that can be checked before anything runs (one line, exit 2), rather
+    than found by each kernel's loop: the time limit, the loop options, the simulation specs, the
+    spare-process count, the branch prefix and a clean git checkout."""
+    check_time_limit(req.time_limit)
+    req.options.apply()                                  # LoopOptions validates every loop option
+    spares.wanted(0)
+    for name, spec in (req.simulate or {}).items():
+        try:
+            SimSpec.from_json(spec)
+        except CutileDiagError as e:
+            raise UsageError(f"--simulate: {name}: {e.message}", hint=e.hint) from None
+    if req.branch_prefix is not None:
+        branch_name("k", prefix=req.branch_prefix)       # refuses a name git would not take
+    if not (req.root / ".git").exists():
+        raise UsageError(f"{req.root} is not a git repository: every kernel's loop works on a branch of it",
+                         hint="run the campaign from the repository's root (--plan works anywhere)")
+    own = owned_folder(req.root, req.out / "loops")
+    Git(req.root, (own,) if own else ()).require_clean()
 
 
 def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
@@ -71,19 +105,22 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
     if (req.out / STATE_FILE).exists() and not req.plan_only:
         raise UsageError(f"{req.out} already holds a campaign",
                          hint="continue it with --resume, or give --out FOLDER for a new one")
+    if not req.plan_only:
+        check_inputs(req)
     if req.executor == "ray":
         check_ray()
+    # before the survey: --gpus more than this machine has is refused at once
+    ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus, gpus=req.gpus,
+                       simulated=req.simulate is not None)
     dev, ceilings = _device(req)
     req.out.mkdir(parents=True, exist_ok=True)
     own_out(req.root, req.out)
-    sv = survey(req.command, req.out, execute=req.execute, echo=say, fresh=req.resurvey)
+    sv = survey(req.command, req.out, execute=req.execute, echo=say, fresh=req.resurvey, replay=req.replay,
+                max_tests=req.max_tests)
     plan = _plan(req, sv, dev, ceilings, say)
     chosen = select(plan, req.select, req.skip)
     if req.plan_only:
         return CampaignResult(req.out, plan, chosen, survey=sv.to_json())
-    if not (req.root / ".git").exists():
-        raise UsageError(f"{req.root} is not a git repository: every kernel's loop works on a branch of it",
-                         hint="run the campaign from the repository's root (--plan works anywhere)")
     if not chosen:
         raise UsageError("no kernel to optimise", hint="see --plan: every kernel is skipped or has a problem")
     bad = [k for k in chosen if not k.ok]
@@ -102,9 +139,9 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(json.dumps(req.simulate[k.name], indent=1))
             sims[k.name] = str(p)
-    ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus)
     c = Campaign.create(req.out, plan, chosen, time_limit=req.time_limit, simulate=sims, options=req.options.to_json(),
-                        executor=ex.describe(), baselines_first=req.baselines_first)
+                        executor=ex.describe(), baselines_first=req.baselines_first, replay=req.replay,
+                        branch_prefix=req.branch_prefix)
     c.data["roof_device"] = (next(iter(req.simulate.values())).get("device", "h200") if req.simulate
                              else (req.device or ("live" if req.execute else None)))
     c.save()
@@ -125,6 +162,8 @@ def _plan(req: CampaignRequest, sv, dev, ceilings, say) -> CampaignPlan:
     say("plan: static counts per kernel and configuration")
     plan = build_plan(sv, req.root, device=dev, ceilings=ceilings, on_step=lambda m: say(f"plan: {m}"),
                       max_tests=req.max_tests, test_k=req.test_k)
+    check_test_commands(plan, sv.command, req.root, test_k=req.test_k, on_step=lambda m: say(f"plan: {m}"))
+    plan.kernels.sort(key=lambda k: not k.ok)            # a kernel with a problem goes last, as build_plan ranks
     path.write_text(json.dumps({"key": key, "plan": plan.to_json()}, indent=1))
     return plan
 
@@ -139,18 +178,26 @@ def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> 
 
 
 def resume(out: Path, *, executor: str | None = None, ray_address: str | None = None, num_gpus: int | None = None,
-           time_limit: float | None = None, baselines_first: bool = False, echo: Echo = None) -> CampaignResult:
+           gpus: str | int | None = None, time_limit: float | None = None, baselines_first: bool = False,
+           echo: Echo = None) -> CampaignResult:
+    check_time_limit(time_limit)
+    spares.wanted(0)
     c = Campaign.load(out)
     if time_limit is not None:               # this run may take time_limit more seconds
         c.data["time_limit_s"] = c.data["spent_s"] + time_limit
     if baselines_first:                      # from now on (the baselines not yet measured come first)
         c.data["baselines_first"] = True
     own_out(Path(c.plan.root), out)          # a repository made again (another machine) excludes it again
+    retried = c.retry_crashed()
+    if retried:
+        (echo or (lambda _m: None))(f"campaign: {', '.join(retried)} crashed before: run again")
     name = executor or c.data["executor"].get("executor", "local")
-    ex = make_executor(name, ray_address=ray_address, num_gpus=num_gpus)
+    if gpus is None and name == c.data["executor"].get("executor", "local"):
+        gpus = c.data["executor"].get("gpus")       # as many as the campaign started with
+    ex = make_executor(name, ray_address=ray_address, num_gpus=num_gpus, gpus=gpus, simulated=bool(c.data["simulate"]))
     c.data["executor"] = ex.describe()
     if c.data.get("roof_device") == "live":
         # the loops place their points against this machine's measured ceilings (measured once, cached)
-        get_ceilings(live_device(), measure_if_missing=True)
+        device_ceilings(live_device(), measure=True)
     plan = c.plan
     return _run(c, ex, plan, [plan.kernel(n) for n in c.data["selected"]], echo or (lambda _m: None))

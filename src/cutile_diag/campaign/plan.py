@@ -13,21 +13,38 @@ launched it; and the two commands the loop measures it with, derived from the us
 - FLOPs/bytes per bench configuration: each perf test's dominant configuration of the kernel,
   keyed by the test id from its file name on (the command backend matches keys inside the ids).
 
-Rank: expected gain = the suite's GPU time the kernel would give back at the measured
-ceiling (sum over configurations of total ms x (1 - roof ms / median ms)) as a share of the
-suite's GPU time, i.e. headroom x share.  A dry run has no times: the share is then that of
-the roof times (calls x roof ms; bytes moved without a device model) and the headroom unknown.
+Rank: expected gain = the suite's GPU time the kernel would give back at its attainable time
+(sum over configurations of (median ms - attainable ms) x calls; attainable = max(launch floor,
+bytes at the measured copy bandwidth for that many bytes, FLOPs at the compute ceiling), see
+``roofline.curve``) as a share of the suite's GPU time, i.e. headroom x share: a 2.4 µs kernel
+has at most 2.4 - 1.1 µs a call to give back, however far below the DRAM ceiling it sits.  A
+configuration whose attainable time is the launch floor is ``bound: "launch"`` (a kernel all of
+whose configurations are: launch-bound, what is left is launches, not the kernel's body).  Each
+configuration keeps ``roof_ms`` (bytes and FLOPs at the flat ceilings) beside ``attainable_ms``.
+A dry run has no times: the share is then that of the attainable times (calls x attainable ms;
+bytes moved without a device model) and the headroom unknown.
+
+Reference: where the survey timed the same tests of another backend (``survey.reference``,
+TileGym's ``pytorch`` perf variants), each configuration has ``reference_ms`` and the kernel
+``reference`` (its tests' reference medians and the time ratio against them).
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
+from ..loop import proc
+from ..roofline.model import attainable_time
 from ..roofline.observed import _attr_of, roofline_launches
+from ..replay.record import folder_name
+from ..replay.store import MANIFEST
+from .reference import plugin_args
 from .survey import Survey, pytest_prefix
 
 PERF_WORD = re.compile(r"\b(\w*perf\w*)\b")
@@ -45,9 +62,12 @@ class KernelPlan:
     counts: dict[str, Any] = field(default_factory=dict)
     gpu_ms: float | None = None
     roof_ms: float | None = None
+    attainable_ms: float | None = None   # sum over configurations of calls x attainable time
+    bound: str | None = None             # "launch" when every timed configuration is at its launch floor
     share: float = 0.0
     headroom: float | None = None
     expected_gain: float = 0.0
+    reference: dict | None = None        # {"framework", "tests": {test id: ms}, "ms", "ratio"}: the other backend
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -86,19 +106,22 @@ class CampaignPlan:
         return next((k for k in self.kernels if name in (k.name, k.ref, f"{k.file}::{k.ref.rsplit('::', 1)[1]}")), None)
 
 
-def _roof_ms(static: dict | None, unit: tuple[str, str], device, ceilings) -> float | None:
-    """The time at the roof: bytes at the DRAM ceiling or FLOPs at the compute one, the larger."""
-    if not static or device is None or static.get("bytes_compulsory") is None:
+def _replay_folder(sv: Survey, launches) -> str | None:
+    """The recording of this configuration (``cutile_diag.replay``), when the survey made one."""
+    if not sv.replay_dir or not launches:
         return None
-    def best(meas, ds):
-        q = meas if meas is not None and meas.known else ds
-        return q.value if q is not None and q.known else None
-    bw = best(ceilings.ceiling("dram") if ceilings else None, device.datasheet_peak("dram_bw"))
-    fl = best(ceilings.ceiling(f"{unit[0]}:{unit[1]}") if ceilings else None, device.datasheet_peak(f"{unit[0]}:{unit[1]}"))
-    t = [static["bytes_compulsory"] / bw] if bw else []
-    if fl and static.get("flops_total"):
-        t.append(static["flops_total"] / fl)
-    return max(t) * 1e3 if t else None
+    p = Path(sv.replay_dir) / folder_name(launches[0])
+    return str(p) if (p / MANIFEST).is_file() else None
+
+
+def _roof_ms(static: dict | None, unit: tuple[str, str], device, ceilings) -> tuple[float | None, object]:
+    """(time at the flat roof: bytes at the DRAM ceiling or FLOPs at the compute one, the larger; the
+    attainable time at this size, ``roofline.curve.Attainable``) of a configuration, in ms."""
+    if not static or device is None or static.get("bytes_compulsory") is None:
+        return None, None
+    nbytes, flops = static["bytes_compulsory"], static.get("flops_total") or 0.0
+    flat = attainable_time(nbytes, flops, unit, device, ceilings, sized=False)
+    return flat.ms, attainable_time(nbytes, flops, unit, device, ceilings)
 
 
 def _resolve_file(nodeid_file: str, cwd: Path, root: Path) -> Path | None:
@@ -135,15 +158,7 @@ def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path,
     else:
         k = f"not perf and ({user_k})" if user_k else "not perf"
     q = lambda ws: " ".join(shlex.quote(w) for w in ws)   # noqa: E731
-    return (q([*prefix, *files, "-k", k]), q([*prefix, *ids, *_plugin(), "--print-record", "-s"]), ids)
-
-
-def _plugin() -> list[str]:
-    """``-p cutile_diag.pytest_plugin`` where cutile-diag is not installed (only on PYTHONPATH): its
-    plugin prints the records the bench command is read by."""
-    from importlib.metadata import entry_points
-    eps = entry_points(group="pytest11")
-    return [] if any(e.value == "cutile_diag.pytest_plugin" for e in eps) else ["-p", "cutile_diag.pytest_plugin"]
+    return (q([*prefix, *files, "-k", k]), q([*prefix, *ids, *plugin_args(), "--print-record", "-s"]), ids)
 
 
 def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
@@ -176,13 +191,17 @@ def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
         tests = sorted({x.extra["test"] for x in g.launches if x.extra.get("test")})
         st = r.static or {}
         unit = tuple(st.get("unit") or ("f32", "cuda"))
-        roof = _roof_ms(st, unit, device, ceilings)
+        roof, att = _roof_ms(st, unit, device, ceilings)
+        p = r.point
         cfg = {"label": g.label, "grid": list(g.grid), "specs": g.specs, "calls": g.calls, "tests": tests,
                "median_ms": gj["median_ms"], "total_ms": gj["total_ms"], "unit": list(unit),
                "bytes": st.get("bytes_compulsory"), "flops": st.get("flops_total"), "roof_ms": roof,
-               "pct_of_ceiling": (r.point.pct_measured if r.point.pct_measured is not None
-                                  else r.point.pct_datasheet) if r.point else None,
-               "status": r.status, "error": r.error}
+               "attainable_ms": att.ms if att else None, "floor_ms": att.floor_ms if att else None,
+               "bound": p.bound if p else ("launch" if att and att.limit == "launch" else None),
+               "pct_of_ceiling": (p.pct_measured if p.pct_measured is not None else p.pct_datasheet) if p else None,
+               "pct_attainable": p.pct_attainable if p else None,
+               "reference_ms": _reference_ms(tests, sv.reference),
+               "status": r.status, "error": r.error, "replay": _replay_folder(sv, g.launches)}
         kp.configs.append(cfg)
         if r.status in ("no_static", "invalid"):
             kp.problems.append(f"{g.label}: {r.error or r.status}")
@@ -192,21 +211,22 @@ def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
     # configurations without a device time (launched inside CUDA-graph capture) count as none of it
     timed = sv.executed and any(c["total_ms"] is not None for k in kernels for c in k.configs)
     if timed:
-        ranked_by = "headroom to the measured ceiling x share of the suite's GPU time"
+        ranked_by = ("GPU time to give back: (time - attainable time at its size) x calls, as a share of the "
+                     "suite's GPU time (headroom x share)")
         suite = sum(k.gpu_ms or 0.0 for k in kernels)
         for k in kernels:
-            saved = sum(c["total_ms"] * max(0.0, 1.0 - c["roof_ms"] / c["median_ms"])
-                        for c in k.configs if c["roof_ms"] and c["median_ms"] and c["total_ms"])
+            saved = sum(c["calls"] * max(0.0, c["median_ms"] - c["attainable_ms"])
+                        for c in k.configs if c["attainable_ms"] and c["median_ms"] and c["total_ms"])
             k.share = (k.gpu_ms or 0.0) / suite if suite else 0.0
-            k.headroom = saved / k.gpu_ms if k.gpu_ms else None
-            k.expected_gain = saved / suite if suite else 0.0
+            k.headroom = min(1.0, saved / k.gpu_ms) if k.gpu_ms else None
+            k.expected_gain = k.share * k.headroom if k.headroom is not None else 0.0
     else:
         suite = None
-        what = "roof time" if device is not None else "bytes moved"
+        what = "attainable time" if device is not None else "bytes moved"
         ranked_by = f"share of the suite's {what} (not executed: headroom unknown)"
         weight = {}
         for k in kernels:
-            weight[id(k)] = sum(c["calls"] * ((c["roof_ms"] if device is not None else c["bytes"]) or 0.0)
+            weight[id(k)] = sum(c["calls"] * ((c["attainable_ms"] if device is not None else c["bytes"]) or 0.0)
                                 for c in k.configs)
         total = sum(weight.values())
         for k in kernels:
@@ -254,6 +274,95 @@ def _finish(kp: KernelPlan, sv: Survey, cwd: Path, root: Path, max_tests: int | 
     kp.gpu_ms = sum(times) if times else None
     roofs = [c["roof_ms"] * c["calls"] for c in kp.configs if c["roof_ms"]]
     kp.roof_ms = sum(roofs) if roofs else None
+    att = [c["attainable_ms"] * c["calls"] for c in kp.configs if c["attainable_ms"]]
+    kp.attainable_ms = sum(att) if att else None
+    timed = [c for c in kp.configs if c["median_ms"] is not None and c["bound"]]
+    kp.bound = "launch" if timed and all(c["bound"] == "launch" for c in timed) else None
+    refs = {rid: sv.reference[t]["ms"] for t, rid in zip(tests, ids) if t in sv.reference}
+    if refs:
+        # the kernel's median per test against the reference's, geometric mean over the tests both timed
+        mine = {t: statistics.median(ms) for t, ms in _test_times(kp, sv).items() if ms}
+        pairs = [(mine[t], sv.reference[t]["ms"]) for t in tests if t in mine and t in sv.reference]
+        kp.reference = {"framework": next(iter(sv.reference.values()))["framework"], "tests": refs,
+                        "ms": _geomean(list(refs.values())),
+                        "ratio": _geomean([a / b for a, b in pairs]) if pairs else None}
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _reference_ms(tests: Sequence[str], reference: dict[str, dict]) -> float | None:
+    """The reference backend's median over this configuration's tests (None: none timed)."""
+    ms = [reference[t]["ms"] for t in tests if t in reference]
+    return statistics.median(ms) if ms else None
+
+
+def _test_times(kp: KernelPlan, sv: Survey) -> dict[str, list[float]]:
+    """This kernel's device times per test (the JIT-compiling first launches left out)."""
+    out: dict[str, list[float]] = {}
+    for r in sv.records:
+        t = r.extra.get("test")
+        if t and r.kernel == kp.name and r.file and kp.ref.startswith(r.file + "::") and r.device_ms is not None \
+                and not r.extra.get("first"):
+            out.setdefault(t, []).append(r.device_ms)
+    return out
+
+
+COLLECT_TIMEOUT_S = 300.0
+
+
+def _collect(words: list[str], root: Path) -> tuple[list[str] | None, str]:
+    """The test ids ``words`` (a pytest command) selects, by ``--collect-only`` in ``root``; None and
+    why when pytest could not collect."""
+    res = proc.run([*words, "--collect-only", "-q", "-p", "no:cacheprovider"], cwd=root, timeout=COLLECT_TIMEOUT_S)
+    if res.returncode in (0, 5) and not res.timed_out:
+        return [ln.strip() for ln in res.stdout.splitlines() if "::" in ln and not ln.startswith(" ")], ""
+    last = [ln for ln in res.tail().splitlines() if ln.strip()][-2:]
+    return None, ("timed out" if res.timed_out else f"exit {res.returncode}") + (": " + " | ".join(last) if last else "")
+
+
+def check_test_commands(plan: CampaignPlan, user_cmd: list[str], root: Path, *, test_k: str | None = None,
+                        on_step: Callable[[str], None] | None = None) -> None:
+    """Every kernel's correctness command must select the tests it claims (``pytest --collect-only``):
+    a derived ``-k`` that selects nothing (``-k 'not perf'`` on ``tests/test_perf.py``: pytest matches
+    the file's name too) is replaced by the files' tests without the perf tests the survey's
+    selection picks (``--deselect``), said in the plan's warnings; where no test is left, or the
+    command cannot be collected, the kernel gets a problem (``--test-k`` chooses another)."""
+    say = on_step or (lambda _m: None)
+    prefix = pytest_prefix(user_cmd)
+    seen: dict[str, tuple[list[str] | None, str]] = {}
+    for kp in plan.kernels:
+        if not kp.test_cmd or prefix is None:
+            continue
+        if kp.test_cmd not in seen:
+            say(f"checking the correctness command of {kp.name} (pytest --collect-only)")
+            seen[kp.test_cmd] = _collect(shlex.split(kp.test_cmd), root)
+        ids, why = seen[kp.test_cmd]
+        if ids is None:
+            kp.problems.append(f"its correctness command cannot be collected ({why}): {kp.test_cmd}")
+            continue
+        if ids:
+            continue
+        files = list(dict.fromkeys(t.partition("::")[0] for t in kp.tests))
+        alt = None
+        if not test_k:
+            every, _ = _collect([*prefix, *files], root)
+            user_k = next((user_cmd[i + 1] for i, w in enumerate(user_cmd[:-1]) if w == "-k"), None)
+            m = PERF_WORD.search(user_k or "") or PERF_WORD.search("perf")
+            # the perf tests by their own names (the test function's, not its file's)
+            perf = [t for t in every or [] if m.group(1).lower() in t.rsplit("::", 1)[-1].split("[")[0].lower()]
+            if every and len(perf) < len(every):
+                alt = " ".join(shlex.quote(w) for w in [*prefix, *files, *[x for t in perf for x in ("--deselect", t)]])
+        if alt:
+            plan.warnings.append(f"{kp.name}: the derived correctness command selects no test ({kp.test_cmd}: pytest's "
+                                 f"-k matches file names too); it runs the files' tests but those named "
+                                 f"'{m.group(1)}' instead")
+            kp.test_cmd = alt
+        else:
+            kp.problems.append(f"its correctness command selects no test ({kp.test_cmd})"
+                               + ("" if test_k else "; give --test-k EXPR for the files' correctness tests"))
 
 
 def select(plan: CampaignPlan, only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[KernelPlan]:

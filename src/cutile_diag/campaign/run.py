@@ -17,6 +17,8 @@ loop takes a step, so each has its starting point even when the time runs out; t
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,9 @@ class Job:
     resume: bool = False
     options: dict = field(default_factory=dict)
     baseline_only: bool = False                # measure the baseline, then stop (--baselines-first)
+    replay: bool = True                        # check and time on recorded launches (--no-replay: the commands)
+    replay_dir: str | None = None              # the survey's recordings
+    branch_prefix: str | None = None           # the loop's branch: PREFIX-<kernel>-<date> (--branch-prefix)
 
 
 def job_text(job: Job) -> str:
@@ -95,13 +100,22 @@ def run_job(job: Job, echo: Echo = None) -> dict:
                                 flops=[f"{k}={v}" for k, v in (c.get("flops") or {}).items()],
                                 bytes=[f"{k}={v}" for k, v in (c.get("bytes") or {}).items()],
                                 unit=":".join(c["unit"]) if c.get("flops") else None,
-                                roof_device=c.get("device"))
+                                roof_device=c.get("device"), replay=job.replay, replay_dir=job.replay_dir)
         req = api.OptimizeRequest(kernel=job.ref, measurement=m, options=opts, resume=job.resume, out=job.loops,
-                                  baseline_only=job.baseline_only)
+                                  baseline_only=job.baseline_only, branch_prefix=job.branch_prefix)
         res = api.optimize(req, echo=echo)
         return {"status": "done", "result": res.to_json()}
     except CutileDiagError as e:
         return {"status": "crashed", "error": e.one_line()}
+
+
+def resume_command(out: Path, root: Path) -> str:
+    """``campaign --resume`` for the campaign in ``out``, as typed here: its --out named unless it is
+    the default one of the repository this runs in."""
+    default = (root / "cutile-diag-out" / "campaign").resolve()
+    if Path(out).resolve() == default and Path.cwd().resolve() == root.resolve():
+        return f"{prog()} campaign --resume"
+    return f"{prog()} campaign --resume --out {shlex.quote(os.path.relpath(out))}"
 
 
 def own_out(root: Path, out: Path) -> None:
@@ -118,6 +132,8 @@ class Campaign:
 
     def __init__(self, out: Path, data: dict):
         self.out, self.data = out, data
+        self._started: float | None = None      # this run's clock (start_clock): saves count its time
+        self._base = self._saved = 0.0
 
     @property
     def path(self) -> Path:
@@ -133,19 +149,26 @@ class Campaign:
     @classmethod
     def create(cls, out: Path, plan: CampaignPlan, selected: list[KernelPlan], *, time_limit: float | None,
                simulate: dict[str, str] | None, options: dict, executor: dict,
-               baselines_first: bool = False) -> "Campaign":
+               baselines_first: bool = False, replay: bool = True,
+               branch_prefix: str | None = None) -> "Campaign":
         c = cls(out, {"plan": plan.to_json(), "selected": [k.name for k in selected], "time_limit_s": time_limit,
+                      "replay": replay,
                       "spent_s": 0.0, "simulate": simulate or {}, "options": options, "executor": executor,
-                      "baselines_first": baselines_first,
+                      "baselines_first": baselines_first, "branch_prefix": branch_prefix,
                       "kernels": {k.name: {"status": "pending", "attempts": 0} for k in selected}})
         own_out(Path(plan.root), out)
         c.save()
         return c
 
     def save(self) -> None:
+        self.data["spent_s"] = self.spent()
+        self._saved = time.monotonic()
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, default=str))
         tmp.replace(self.path)
+
+    def resume_command(self) -> str:
+        return resume_command(self.out, Path(self.plan.root))
 
     @property
     def plan(self) -> CampaignPlan:
@@ -186,12 +209,43 @@ class Campaign:
         costs = budget_mod.costs_from_ledger(led.iterations) if led else budget_mod.Costs()
         if not costs.known:
             return None
-        rounds = int(self.data["options"].get("rounds") or api.LoopOverrides().apply().rounds)
+        opts = api.LoopOverrides.from_json(self.data["options"]).apply()
+        rounds = budget_mod.comparison_rounds(opts.rounds, costs, opts.iteration_budget_s)
         return costs.iteration_s(1, rounds) / budget_mod.MARGIN
+
+    def retry_crashed(self) -> list[str]:
+        """``--resume``: the kernels whose loop crashed run again (from their ledger, if any)."""
+        names = [n for n in self.data["selected"] if self.state(n)["status"] == "crashed"]
+        for n in names:
+            self.state(n)["status"] = "retry"
+        self.save()
+        return names
+
+    def start_clock(self, started: float) -> None:
+        """From now on every save counts the time since ``started`` as spent (a killed run's too)."""
+        self._base, self._started, self._saved = self.data["spent_s"], started, time.monotonic()
+
+    def stop_clock(self) -> None:
+        self.save()
+        self._started = None
+
+    def spent(self) -> float:
+        if self._started is None:
+            return self.data["spent_s"]
+        return self._base + (time.monotonic() - self._started)
+
+    def tick(self, every_s: float = 5.0) -> None:
+        """Save now and then while a loop runs, so a ``kill -9`` loses little of the time spent."""
+        if time.monotonic() - self._saved >= every_s:
+            self.save()
 
     def time_left(self, started: float) -> float | None:
         limit = self.data["time_limit_s"]
-        return None if limit is None else limit - self.data["spent_s"] - (time.monotonic() - started)
+        if limit is None:
+            return None
+        if self._started is not None:
+            return limit - self.spent()
+        return limit - self.data["spent_s"] - (time.monotonic() - started)
 
     def time_share(self, name: str, started: float, *, baseline_only: bool = False) -> float | None:
         """The time left times this kernel's share of the expected gain of the kernels still to run,
@@ -216,7 +270,9 @@ class Campaign:
         return Job(name=name, ref=k.ref, test_cmd=k.test_cmd, bench_cmd=k.bench_cmd, counts=k.counts,
                    loops=str(self.out / "loops"), simulate=self.data["simulate"].get(name),
                    time_limit_s=time_limit, resume=resume, options=dict(self.data["options"]),
-                   baseline_only=baseline_only)
+                   baseline_only=baseline_only, replay=self.data.get("replay", True),
+                   replay_dir=next((str(Path(c["replay"]).parent) for c in k.configs if c.get("replay")), None),
+                   branch_prefix=self.data.get("branch_prefix"))
 
     def mark(self, name: str, **fields: Any) -> None:
         self.state(name).update(fields)
@@ -244,8 +300,8 @@ def run_campaign(c: Campaign, executor, *, echo: Echo = None) -> None:
     say(f"campaign: {len(todo)} kernel(s) to run on the {executor.name} executor"
         + (f", {c.data['time_limit_s'] - c.data['spent_s']:.0f} s left of --time-limit"
            if c.data["time_limit_s"] is not None else ""))
+    c.start_clock(started)
     try:
         executor.run(c, started, echo=say)
     finally:
-        c.data["spent_s"] += time.monotonic() - started
-        c.save()
+        c.stop_clock()

@@ -7,6 +7,10 @@ survey of the same command continues: the tests that had finished (a process wen
 another test) are kept and passed to pytest as ``--deselect``; the launches of the test that
 was cut short are dropped and it runs again.  ``status.json`` says whether the survey ran to
 its end; a complete survey is reused as is (``--plan`` a second time runs nothing).
+
+An executed survey then times the surveyed tests' ``pytorch`` twins (``campaign.reference``:
+TileGym's perf tests run that framework at the same parameters), kept in ``status.json``
+under ``reference``.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Callable
 from ..capture.launches import LaunchRecord, read_jsonl, write_jsonl
 from ..capture.launch_observer import CommandFailedError, NoLaunchesError, observe_command
 from ..errors import UsageError
+from .reference import time_reference
 
 Echo = Callable[[str], None] | None
 
@@ -33,11 +38,19 @@ class Survey:
     records: list[LaunchRecord] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    reference: dict[str, dict] = field(default_factory=dict)   # test id -> its pytorch twin's median (reference.py)
+    replay_dir: str | None = None         # the launches recorded for replay, one folder per signature
+
+    @property
+    def seconds(self) -> float:
+        """What the survey's runs took, all together."""
+        return round(sum(r.get("seconds") or 0.0 for r in self.runs), 1)
 
     def to_json(self) -> dict:
         return {"command": self.command, "cwd": self.cwd, "executed": self.executed, "complete": self.complete,
                 "launches": len(self.records), "tests": len({r.extra.get("test") for r in self.records} - {None}),
-                "runs": self.runs, "warnings": self.warnings}
+                "runs": self.runs, "seconds": self.seconds, "warnings": self.warnings, "reference": self.reference,
+                "replay_dir": self.replay_dir}
 
 
 def is_pytest(cmd: list[str]) -> bool:
@@ -89,9 +102,28 @@ def _drop_unfinished(rec_dir: Path, keep: set[str]) -> int:
     return dropped
 
 
+def bounded(cmd: list[str], max_tests: int, cwd: Path | None = None) -> list[str]:
+    """The test ids past the first ``max_tests`` of each test function (its parametrisations, in collection
+    order), from ``pytest --collect-only``: what a bounded survey deselects.  [] when nothing can be collected."""
+    import subprocess
+    quiet = [] if any(w in ("-q", "--quiet") or w.startswith("-qq") for w in cmd) else ["-q"]
+    try:
+        out = subprocess.run([*cmd, "--collect-only", *quiet], capture_output=True, text=True, timeout=600,
+                             cwd=cwd, stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    per: dict[str, list[str]] = {}
+    for ln in out.splitlines():
+        if "::" in ln and not ln.startswith((" ", "<")):
+            per.setdefault(ln.strip().split("[", 1)[0], []).append(ln.strip())
+    return [t for ids in per.values() for t in ids[max_tests:]]
+
+
 def survey(cmd: list[str], state: Path, *, execute: bool, echo: Echo = None, fresh: bool = False,
-           timeout: float | None = None) -> Survey:
-    """Run (or continue, or reuse) the survey of ``cmd`` in ``state/survey``."""
+           timeout: float | None = None, replay: bool = True, max_tests: int | None = None) -> Survey:
+    """Run (or continue, or reuse) the survey of ``cmd`` in ``state/survey``; ``replay``: record the first
+    launch of each signature for replay in ``state/survey/replay`` on the way (no extra run); ``max_tests``:
+    under pytest, run at most that many parametrisations of each test function."""
     say = echo or (lambda _m: None)
     root = state / "survey"
     status_path = root / "status.json"
@@ -103,8 +135,10 @@ def survey(cmd: list[str], state: Path, *, execute: bool, echo: Echo = None, fre
                          f" ({' '.join(status['command'])[:80]}, {'executed' if status['executed'] else 'dry run'})",
                          hint="give --out FOLDER for another campaign, or --resurvey to start this one afresh")
     rec_dir = root / "records"
-    if status is not None and status["complete"]:
-        sv = Survey(cmd, status["cwd"], execute, True, _load(rec_dir), status["runs"], status.get("warnings", []))
+    replay_dir = root / "replay" if replay else None
+    if status is not None and status["complete"] and _load(rec_dir):
+        sv = Survey(cmd, status["cwd"], execute, True, _load(rec_dir), status["runs"], status.get("warnings", []),
+                    status.get("reference") or {}, str(root / "replay") if (root / "replay").is_dir() else None)
         say(f"survey: complete from an earlier run ({len(sv.records)} launches); --resurvey runs it again")
         return sv
     runs = list(status["runs"]) if status else []
@@ -117,14 +151,19 @@ def survey(cmd: list[str], state: Path, *, execute: bool, echo: Echo = None, fre
             run_cmd += ["--deselect", t]
         say(f"survey: continuing a cut-short survey: {len(done)} finished test(s) kept, "
             f"{dropped} launch(es) of an unfinished one dropped")
+    if max_tests is not None and is_pytest(cmd):
+        over = bounded(cmd, max_tests)
+        run_cmd += [w for t in over if t not in run_cmd for w in ("--deselect", t)]
+        say(f"survey: --max-tests {max_tests}: {len(over)} more parametrisation(s) not run")
     cwd = str(Path.cwd())
     this = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "deselected": (len(run_cmd) - len(cmd)) // 2}
     runs.append(this)
     root.mkdir(parents=True, exist_ok=True)
 
-    def save(complete: bool, warnings: list[str]) -> None:
+    def save(complete: bool, warnings: list[str], reference: dict | None = None) -> None:
         status_path.write_text(json.dumps({"command": cmd, "cwd": cwd, "executed": execute, "complete": complete,
-                                           "runs": runs, "warnings": warnings}, indent=1))
+                                           "runs": runs, "warnings": warnings, "reference": reference or {}},
+                                          indent=1))
     save(False, [])
     seen = {"n": -1}
 
@@ -136,20 +175,38 @@ def survey(cmd: list[str], state: Path, *, execute: bool, echo: Echo = None, fre
     sub = rec_dir / f"run-{len(runs)}"
     warnings: list[str] = []
     t0 = time.monotonic()
+    failed: CommandFailedError | None = None
     try:
         observe_command(run_cmd, execute=execute, timeout=timeout, record_dir=sub, poll=poll,
-                        echo=lambda line: say("│ " + line))
+                        echo=lambda line: say("│ " + line), replay_dir=replay_dir)
     except NoLaunchesError:
         pass                                    # judged below, with the launches of earlier runs
     except CommandFailedError as e:
         # failing tests do not make a survey incomplete: what ran is recorded, and a re-run fails alike
+        failed = e
         warnings.append(e.one_line())
         say(f"survey: {e.one_line()}")
     records = _load(rec_dir)
     this["seconds"] = round(time.monotonic() - t0, 1)
-    save(True, warnings)
     if not records:
+        # nothing to keep: no survey is cached, the next run surveys again
+        shutil.rmtree(root, ignore_errors=True)
+        if failed is not None:
+            code = "timed out" if failed.returncode is None else f"exited with {failed.returncode}"
+            raise CommandFailedError(f"the survey's command {code} and launched no cuTile kernel; its last lines: "
+                                     + (" | ".join(failed.tail)[-900:] or "(no output)"),
+                                     hint="fix the command (the survey is not kept: the next run runs it again)",
+                                     returncode=failed.returncode, tail=failed.tail)
         raise NoLaunchesError("the command launched no cuTile kernel: nothing to optimise",
                               hint="check the selection (e.g. pytest -k) runs cuTile code paths")
-    say(f"survey: {len(records)} launches recorded")
-    return Survey(cmd, cwd, execute, True, records, runs, warnings)
+    say(f"survey: {len(records)} launches recorded in {this['seconds']:g} s")
+    ref = {}
+    prefix = pytest_prefix(cmd)
+    if execute and prefix:
+        got = time_reference(prefix, {r.extra["test"] for r in records if r.extra.get("test")}, cwd=cwd,
+                             timeout=timeout, echo=say)
+        ref = got.times
+        warnings += got.warnings
+    save(True, warnings, ref)
+    return Survey(cmd, cwd, execute, True, records, runs, warnings, ref,
+                  str(replay_dir) if replay_dir is not None and replay_dir.is_dir() else None)

@@ -56,6 +56,8 @@ from ..procs import die_with_parent, wait_or_kill
 from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
 from ..output import prog
 from .launches import cpu_cuda
+from ..replay.record import LaunchRecorder
+from ..replay.store import ENV_DIR as REPLAY_ENV_DIR
 
 SITE_DIR = Path(__file__).resolve().parent / "_observer_site"
 ENV_DIR = "CUTILE_DIAG_LAUNCH_DIR"
@@ -71,8 +73,14 @@ OBSERVER_NOTE = "cutile-diag: launch observer"      # how the child's own warnin
 
 
 class CommandFailedError(CutileDiagError):
-    """The observed command exited non-zero or timed out (not bad input: exit 1)."""
+    """The observed command exited non-zero or timed out (not bad input: exit 1); ``returncode``
+    (None: timed out) and its last output lines say why."""
     exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None, returncode: int | None = None,
+                 tail: list[str] | None = None):
+        super().__init__(message, hint=hint)
+        self.returncode, self.tail = returncode, list(tail or [])
 
 
 class NoLaunchesError(CutileDiagError):
@@ -96,8 +104,12 @@ class ObservedRun:
 # parent side
 
 def observer_env(out_dir: Path, *, execute: bool = True, pad_us: float | None = None,
-                 base: dict | None = None) -> dict:
+                 base: dict | None = None, replay_dir: Path | None = None) -> dict:
+    """The child's environment: this observer's site first on PYTHONPATH; ``replay_dir``: each launch
+    signature's first launch is also recorded for replay there (``replay.record``)."""
     env = dict(os.environ if base is None else base)
+    if replay_dir is not None:
+        env[REPLAY_ENV_DIR] = str(replay_dir)
     if pad_us is not None:
         env[ENV_PAD] = str(pad_us)
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -128,14 +140,16 @@ def _tail_lines(path: Path, n: int = 8) -> list[str]:
 def observe_command(command: list[str], *, execute: bool = True, timeout: float | None = None,
                     pad_us: float | None = None, echo: Callable[[str], None] | None = None,
                     on_step: Callable[[str], None] | None = None, record_dir: Path | None = None,
-                    poll: Callable[[Path], None] | None = None, cwd: Path | None = None) -> ObservedRun:
+                    poll: Callable[[Path], None] | None = None, cwd: Path | None = None,
+                    replay_dir: Path | None = None) -> ObservedRun:
     """Run ``command`` once with every ``ct.launch`` recorded; raises CommandFailedError /
     NoLaunchesError (exit 1) or UsageError (the command cannot be started).
 
     ``record_dir``: the children append their launches there as they happen (per test under
     pytest) and the files stay, also when the command fails or this process is killed;
     ``ObservedRun.records`` then holds every record in the folder.  ``poll(record_dir)`` is
-    called every second while the command runs (progress)."""
+    called every second while the command runs (progress).  ``replay_dir``: record each launch
+    signature's first launch for replay there (``cutile_diag.replay``), as it happens."""
     if not command:
         raise UsageError("no command given after '--'", hint=f"e.g. {prog()} roofline -- python script.py")
     with tempfile.TemporaryDirectory(prefix="cutile-diag-launches-") as tmp:
@@ -143,7 +157,7 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         rec_dir = Path(record_dir) if record_dir is not None else work / "records"
         rec_dir.mkdir(parents=True, exist_ok=True)
         err_log = work / "stderr.txt"
-        env = observer_env(rec_dir, execute=execute, pad_us=pad_us)
+        env = observer_env(rec_dir, execute=execute, pad_us=pad_us, replay_dir=replay_dir)
         if on_step:
             on_step(f"running {' '.join(command)[:60]}")
         start = time.monotonic()
@@ -185,10 +199,13 @@ def observe_command(command: list[str], *, execute: bool = True, timeout: float 
         kept = f"the launches so far stay in {rec_dir}" if record_dir is not None else "nothing written"
         if timed_out:
             raise CommandFailedError(f"command timed out after {timeout:g} s and was killed; {kept}"
-                                     + (f"; stderr tail: {' | '.join(tail[-3:])[:600]}" if tail else ""))
+                                     + (f"; stderr tail: {' | '.join(tail[-3:])[:600]}" if tail else ""), tail=tail)
         if proc.returncode != 0:
-            raise CommandFailedError(f"command exited with {proc.returncode}; {kept}; stderr tail: "
-                                     + (" | ".join(tail)[-900:] if tail else "(empty)"))
+            # its last lines, wherever it wrote them (pytest reports a usage error on stdout or stderr)
+            last = tail + [f"(stdout) {ln}" for ln in [x for x in out_tail if x.strip()][-3:]]
+            raise CommandFailedError(f"command exited with {proc.returncode}; {kept}; last lines: "
+                                     + (" | ".join(last)[-900:] if last else "(no output)"),
+                                     returncode=proc.returncode, tail=last)
         records, importers = read_records(rec_dir)
         warnings = []
         notes = [ln for ln in _tail_lines(err_log, 10_000) if ln.startswith(OBSERVER_NOTE)]
@@ -227,6 +244,7 @@ class _Recorder:
         self.test: str | None = None          # the pytest test running at the last launch
         self.sm_count: int | None = 0         # 0: not asked yet; None: unknown
         self.lock = threading.Lock()
+        self.replay = LaunchRecorder.from_env()  # $CUTILE_DIAG_REPLAY_DIR: each signature's first launch
 
     def _sms(self) -> int | None:
         """The SM count of the device the process launches on (asked once; a capture taken from
@@ -321,10 +339,13 @@ class _Recorder:
                 self.test = test
                 self._resolve()
                 self._flush()
+            pend = self.replay.before(kernel, grid, kernel_args, rec) if self.replay is not None else None
             if not self.execute:
                 self.done.append(rec)
                 if len(self.done) >= FLUSH_EVERY:
                     self._flush()
+                if pend is not None:
+                    self.replay.after(pend, executed=False)
                 return None
             events = None
             if self.timing_error is None:
@@ -360,6 +381,8 @@ class _Recorder:
                                  if self.timing_error else rec)
             if len(self.done) >= FLUSH_EVERY:
                 self._flush()
+        if pend is not None:          # once per signature: it synchronises, after the end event is queued
+            self.replay.after(pend, executed=True)
         return result
 
     def finish(self) -> None:

@@ -15,7 +15,7 @@ import contextlib
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from ..errors import CutileDiagError
@@ -172,8 +172,27 @@ def describe_launch(kernel, grid, args) -> LaunchRecord:
     code = getattr(f, "__code__", None)
     grid_t = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
     infos = tuple(describe_arg(n, v, n in consts) for n, v in zip(names, args))
-    return LaunchRecord(kernel_name(kernel), getattr(f, "__module__", None),
-                        code.co_filename if code else None, grid_t, infos)
+    rec = LaunchRecord(kernel_name(kernel), getattr(f, "__module__", None),
+                       code.co_filename if code else None, grid_t, infos)
+    same = same_arrays(names, args)
+    return replace(rec, extra={**rec.extra, "same_array": same}) if same else rec
+
+
+def same_arrays(names, args) -> dict[str, str]:
+    """Array arguments that are another argument's very memory (``launch(a, a, c)``): name -> the
+    earlier one's name.  Such an array moves its bytes once (``roofline.observed`` counts it once)."""
+    seen: dict[tuple, str] = {}
+    out: dict[str, str] = {}
+    for n, v in zip(names, args):
+        try:
+            key = (int(v.data_ptr()), tuple(v.shape), tuple(v.stride()), str(v.dtype))
+        except Exception:               # not a tensor (a scalar, a constant, another array type)
+            continue
+        if key in seen:
+            out[n] = seen[key]
+        else:
+            seen[key] = n
+    return out
 
 
 @contextlib.contextmanager

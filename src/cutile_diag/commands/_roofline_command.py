@@ -15,6 +15,14 @@ from ..output import console, err_console, print_json
 from ._args import number_arg, positive_arg
 
 
+def level_cell(p) -> str:
+    """A point's level as a table cell (rich markup): launch-bound points say so, not "far below"."""
+    if p.bound == "launch" and p.valid:
+        return "[cyan]launch[/cyan]"
+    return {"invalid": "[red]INVALID[/red]", "near": "[green]near roof[/green]",
+            "moderate": "[yellow]headroom[/yellow]", "far": "[red]far below[/red]"}.get(p.level, p.level)
+
+
 def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     from rich.text import Text
 
@@ -54,29 +62,26 @@ def _table(results, dev, run):
     what = "measured times" if run.executed else "not executed (--dry-run)"
     t = Table(title=escape(f"{len(run.records)} launches of {len(results)} kernel configurations on {where}; {what}"),
               box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("kernel · shape", "calls", "ms/call", "TB/s", "TFLOP/s", "AI", "% roof", "verdict"):
+    for col in ("kernel · shape", "calls", "ms/call", "TB/s", "TFLOP/s", "% roof", "%att.", "verdict"):
         t.add_column(col, justify="left" if col in ("kernel · shape", "verdict") else "right", no_wrap=True)
     short = {}
     for r in results:
         short.setdefault((r.group.kernel, r.group.short_label), []).append(r)
     kernel = None
     for r in results:
-        g, st, p = r.group, r.static or {}, r.point
+        g, p = r.group, r.point
         if g.kernel != kernel:
             kernel = g.kernel
             t.add_row(f"[bold]{escape(kernel)}[/bold]")
         # two configurations alike in their largest array: the full list tells them apart
         label = g.short_label if len(short[(g.kernel, g.short_label)]) == 1 else g.label
-        ai = p.ai if p else ((st.get("flops_total") or 0) / st["bytes_compulsory"]
-                             if st.get("bytes_compulsory") else None)
         if p is not None:
             pct = p.pct_measured if p.pct_measured is not None else p.pct_datasheet
-            level = {"invalid": "[red]INVALID[/red]", "near": "[green]near roof[/green]",
-                     "moderate": "[yellow]headroom[/yellow]", "far": "[red]far below[/red]"}.get(p.level, p.level)
-            cells = (_fmt(p.achieved_tbps, ".3f"), _fmt(p.achieved_tflops, ".2f"), _fmt(ai, ".1f"),
-                     "-" if pct is None else f"{pct:.0f}%", level)
+            cells = (_fmt(p.achieved_tbps, ".3f"), _fmt(p.achieved_tflops, ".2f"),
+                     "-" if pct is None else f"{pct:.0f}%",
+                     "-" if p.pct_attainable is None else f"{p.pct_attainable:.0f}%", level_cell(p))
         else:
-            cells = ("-", "-", _fmt(ai, ".1f"), "-",
+            cells = ("-", "-", "-", "-",
                      "[dim]static only[/dim]" if r.status == "no_time" else f"[red]{r.status}[/red]")
         t.add_row("  " + escape(label), str(g.calls), _fmt(g.to_json()["median_ms"], ".4f"), *cells)
     return t
@@ -89,7 +94,8 @@ def _print(results, dev, run) -> None:
     console.print("[dim]FLOPs and bytes: static estimates (TileIR at the recorded shapes; MB min = issued tile "
                   "traffic capped by the arrays' footprint); ms: measured by CUDA events around each launch "
                   "(median without the JIT-compiling first call); % roof: of the measured ceiling, else the "
-                  "datasheet[/dim]")
+                  "datasheet; %att.: of what is attainable at the kernel's size (launch floor, copy bandwidth at "
+                  "its bytes, compute ceiling)[/dim]")
     points = [r.point for r in results if r.point is not None]
     # a note every configuration carries is said once, after theirs
     common = [n for n in dict.fromkeys(points[0].notes) if all(n in p.notes for p in points)] if len(points) > 1 else []
@@ -102,7 +108,7 @@ def _print(results, dev, run) -> None:
             f"{_fmt(g.to_json()['total_ms'], '.3f')} ms total" if g.to_json()["total_ms"] is not None else "",
             f"{_fmt(st.get('bytes_compulsory'), '.1f', 1e6)} MB min" if st.get("bytes_compulsory") else "",
             f"{_fmt(st.get('flops_total'), '.3g', 1e9)} GFLOP" if st.get("flops_total") else "",
-            recipe_class(ai) if ai is not None else "") if x)
+            f"AI {ai:.1f}, {recipe_class(ai)}" if ai is not None else "") if x)
         head = f"[bold]{escape(g.kernel)}[/bold] {escape(g.label)} [dim]({escape(facts)})[/dim]"
         if r.point is not None:
             console.print(f"{head}: {escape(r.point.verdict)}")

@@ -142,7 +142,7 @@ def run_status(args) -> int:
         console.print(f"[red]iteration {st.pending['iteration']} was interrupted[/]")
     if st.take:
         from .optimize import show_take
-        show_take(st.branch, st.worktree, st.take)
+        show_take(st.branch, st.worktree, st.take, st.state_dir)
     console.print(f"next: {st.hint}")
     return 0
 

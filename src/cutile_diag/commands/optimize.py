@@ -41,6 +41,10 @@ def register(sub) -> None:
     m.add_argument("--unit", metavar="DTYPE:UNIT", help="compute roof for --flops, e.g. f16:tensor or f32:cuda")
     m.add_argument("--roof-device", metavar="PRESET",
                    help="device preset for that roofline (h100, h200, ...; default: the live GPU)")
+    m.add_argument("--no-replay", action="store_true",
+                   help="command mode without replay: every check and timed run is a run of --test-cmd/--bench-cmd "
+                        "(default: the baseline's check records the kernel's launches and versions are checked and "
+                        "timed on them; --test-cmd confirms each kept step, --bench-cmd runs at start and end)")
     m.add_argument("--direction", default="forward", choices=("forward", "backward", "both"),
                    help="which record direction is the latency (default forward)")
     m.add_argument("--simulate", metavar="SPEC.json", help="a simulated GPU (CI, demos, no GPU): latencies from the transforms applied, "
@@ -100,7 +104,7 @@ def request(args):
                     bench_cmd=args.bench_cmd, framework=args.framework, direction=args.direction,
                     simulate=args.simulate, configs=[c.strip() for c in args.configs.split(",")] if args.configs
                     else None, rep_ms=args.rep_ms, warmup_ms=args.warmup_ms, batch=not args.no_batch, device=args.device, flops=args.flops,
-                    bytes=args.bytes, unit=args.unit, roof_device=args.roof_device)
+                    bytes=args.bytes, unit=args.unit, roof_device=args.roof_device, replay=not args.no_replay)
     return OptimizeRequest(kernel=args.kernel, measurement=m, options=loop_overrides(args), resume=args.resume, out=args.out,
                            branch=args.branch, wrappers=args.wrapper)
 
@@ -149,6 +153,7 @@ def ledger_table(rows, title: str):
 
 
 def _show(result) -> None:
+    from ..loop.session import loop_args
     console.print(ledger_table(result.rows, f"perf_results.md  ({result.table})"))
     for c, info in list((result.classification or {}).items())[:3]:
         console.print(f"{c}: arithmetic intensity {info['ai']:.3g} FLOP/B ({info['recipe_class']}"
@@ -162,8 +167,9 @@ def _show(result) -> None:
     if result.baseline_ms and result.final_ms:
         console.print(latency_line(result.baseline_ms, result.final_ms, result.kept_commit, result.simulated))
     for m in result.manual[:3]:
-        console.print(f"manual entry {m['id']} ({m['name']}): {prog()} loop next --entry {m['id']}")
-    show_take(result.branch, result.worktree, result.take)
+        console.print(f"manual entry {m['id']} ({m['name']}): {prog()} loop next{loop_args(result.state_dir)} "
+                      f"--entry {m['id']}")
+    show_take(result.branch, result.worktree, result.take, result.state_dir)
     console.print(f"[dim]ledger: {result.ledger}[/]")
 
 
@@ -175,17 +181,19 @@ def latency_line(baseline_ms: float, final_ms: float, kept_commit: str | None, s
     return f"latency {baseline_ms:.6f} ms -> {final_ms:.6f} ms ({ratio}); kept commit {str(kept_commit)[:12]}"
 
 
-def show_take(branch: str, worktree: str, take: list[str]) -> None:
+def show_take(branch: str, worktree: str, take: list[str], state_dir: str | None = None) -> None:
     """How to bring the kept result into the user's branch (the loop never does it itself)."""
+    from ..loop.session import loop_args
+    sel = loop_args(state_dir) if state_dir else ""
     if not take:
-        console.print(f"nothing kept to take; the loop's worktree: {worktree} (`{prog()} loop clean` removes it)",
+        console.print(f"nothing kept to take; the loop's worktree: {worktree} (`{prog()} loop clean{sel}` removes it)",
                       highlight=False)
         return
     console.print(f"the kept result is on branch [bold]{branch}[/] (worktree {worktree}); take it into your branch "
                   "with one of:", highlight=False)
     for c in take:
         console.print(f"  {c}", markup=False, highlight=False)
-    console.print(f"then `{prog()} loop clean` removes the worktree (--delete-branch: the branch too)",
+    console.print(f"then `{prog()} loop clean{sel}` removes the worktree (--delete-branch: the branch too)",
                   highlight=False)
 
 

@@ -2,11 +2,14 @@
 
     cutile-diag peaks [--json] [--refresh] [--gpu N]     # live GPU: NVML + CUDA props, measured once, cached
     cutile-diag peaks --device h200 [--json]             # offline preset (+ the project's recorded ceilings)
+    cutile-diag peaks --plot curve.svg                   # also draw the size curve (TB/s by bytes moved)
 
 Three kinds of figure, labelled apart: *datasheet* (NVIDIA's, for this exact variant),
 *theoretical* (arch table rate x NVML max clock: above the datasheet on H100/H200, whose
 figures are quoted at a lower boost clock) and *measured* (this GPU, or for an offline
-preset the measurement this project committed, where there is one).
+preset the measurement this project committed, where there is one).  The measured part
+includes the size curve (``roofline.curve``): copy / read / write bandwidth by bytes moved,
+L2 flushed and warm, and the launch floor — what every "% of attainable" is read against.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--device", metavar="PRESET", help="offline preset instead of the live GPU (a100, h100, h200, b200)")
     p.add_argument("--gpu", metavar="N", help="CUDA device index (default: current)")
     p.add_argument("--no-measure", action="store_true", help="show cached ceilings only; never measure")
+    p.add_argument("--plot", metavar="FILE", help="draw the size curve (TB/s by bytes moved) to FILE (.png or .svg)")
     p.set_defaults(func=run)
 
 
@@ -59,14 +63,25 @@ def run(args: argparse.Namespace) -> int:
     except NoGPUError as e:
         raise NoGPUError(e.message, hint=f"offline, a preset: {prog()} peaks --device h200 "
                                          f"(presets: {', '.join(preset_names())})") from None
+    if args.plot:
+        from .roofline import _check_plot_path
+        _check_plot_path(args.plot)
     ceilings = recorded_ceilings(dev)
     if dev.kind == "live":
         if not args.json:
-            err_console.print("[dim]measuring ceilings (copy + GEMM) if not cached…[/dim]")
+            err_console.print("[dim]measuring ceilings (copy + GEMM) and the size curve (bandwidth by bytes, launch "
+                              "floor; < 30 s) if not cached…[/dim]")
         ceilings = get_ceilings(dev, refresh=args.refresh, measure_if_missing=not args.no_measure)
+    curve = ceilings.curve if ceilings else None
+    plot = None
+    if args.plot and curve is not None:
+        from ..roofline.plot import plot_curve
+        plot = plot_curve(curve, args.plot, title=f"bandwidth by size: {dev.name}")
+    elif args.plot:
+        err_console.print("no size curve for this device: nothing to plot")
     if args.json:
         print_json({"device": dev.to_json(), "ceilings": ceilings.to_json() if ceilings else None,
-                    "cache": str(cache_path()) if dev.kind == "live" else None})
+                    "cache": str(cache_path()) if dev.kind == "live" else None, "plot": str(plot) if plot else None})
         return 0
     from rich.table import Table
     t = Table(title=f"{dev.name} ({dev.arch}, {dev.kind})", show_lines=False)
@@ -113,6 +128,41 @@ def run(args: argparse.Namespace) -> int:
     elif ceilings is None:
         console.print(f"no measured ceilings for the {dev.name} preset: this project has not measured one; "
                       "offline, only the theoretical roof guards against impossible results")
+    if curve is not None:
+        _print_curve(curve)
+    if plot:
+        console.print(f"plot: {plot}")
     if dev.kind == "live":
         console.print(f"[dim]cache: {cache_path()}[/dim]")
     return 0
+
+
+def _size(n: float) -> str:
+    """Decimal units for figures quoted in MB, binary ones for the measured powers of two."""
+    if n % 100_000:
+        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if n >= scale and n % scale == 0:
+                return f"{n / scale:g} {unit}"
+    return f"{n / 1e9:.3g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"
+
+
+def _print_curve(curve) -> None:
+    """The size curve: one row per byte count, one column per operation and L2 mode (TB/s)."""
+    from rich.markup import escape
+    from rich.table import Table
+    from ..roofline.curve import OPS, series_key
+    cols = [(op, f) for op in OPS for f in (True, False) if series_key(op, f) in curve.series]
+    t = Table(title="bandwidth by bytes moved (TB/s; reads + writes)", box=None, header_style="bold")
+    t.add_column("bytes moved", justify="right")
+    for op, f in cols:
+        t.add_column(f"{op} {'flushed' if f else 'warm'}", justify="right")
+    for i, n in enumerate(curve.bytes):
+        vals = [curve.series[series_key(op, f)][i] for op, f in cols]
+        t.add_row(_size(n), *("-" if v is None else f"{v / 1e12:.2f}" for v in vals))
+    console.print(t)
+    floors = [f"{v * 1e3:.2f} µs {name}" for name, v in (("with CUDA graphs", curve.floor_ms),
+                                                           ("eager (one event pair per launch)", curve.floor_eager_ms))
+              if v]
+    console.print("launch floor: " + (", ".join(floors) if floors else "not measured"))
+    took = f" in {curve.seconds:.1f} s" if curve.seconds else ""
+    console.print(f"[dim]curve{took}: {escape(curve.source)}[/dim]")

@@ -249,25 +249,29 @@ def _run_workload(args: argparse.Namespace, form: str) -> int:
 def _print_table(wl, dev, ceilings, results) -> None:
     from rich.markup import escape
     from rich.table import Table
+    from ._roofline_command import level_cell
     # one line per configuration in 100 columns: the class and the ridge go to its lines below
     t = Table(title=escape(f"{wl.name} on {dev.name} ({dev.kind})"), box=None, pad_edge=False, header_style="bold",
-              caption="bound: by the theoretical ridge (table rate x max clock); % datasheet: of NVIDIA's figure "
-                      "for this variant; % measured: of the measured ceiling"
+              caption="bound: by the theoretical ridge (table rate x max clock), launch at the launch floor; "
+                      "% datasheet: of NVIDIA's figure for this variant; % measured: of the measured ceiling"
                       + (" (recorded for this preset)" if ceilings and ceilings.recorded_from else "")
-                      + "; --json also has % of the theoretical roof")
+                      + "; % attainable: of what is attainable at this size (max of the launch floor, the bytes at "
+                        "the measured copy bandwidth for that many bytes, the FLOPs at the compute ceiling); "
+                        "--json also has % of the theoretical roof")
     for col, j in (("config", "left"), ("ms", "right"), ("±%", "right"), ("TB/s", "right"), ("TFLOP/s", "right"),
-                   ("AI", "right"), ("bound", "left"), ("% datasheet", "right"), ("% measured", "right"), ("verdict", "left")):
+                   ("AI", "right"), ("bound", "left"), ("% datasheet", "right"), ("% measured", "right"),
+                   ("% attainable", "right"), ("verdict", "left")):
         t.add_column(col, justify=j, no_wrap=col != "config")
     for r in results:
         p = r.point
         if p is None:
-            t.add_row(escape(r.config), "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.status.upper()}[/red]")
+            t.add_row(escape(r.config), "-", "-", "-", "-", "-", "-", "-", "-", "-", f"[red]{r.status.upper()}[/red]")
             continue
         rel = f"{p.stats['rel_std']:.2f}" if p.stats else "rec."
-        level = {"invalid": "[red]INVALID[/red]", "near": "[green]near roof[/green]",
-                 "moderate": "[yellow]headroom[/yellow]", "far": "[red]far below[/red]"}.get(p.level, p.level)
+        level = level_cell(p)
         t.add_row(escape(p.config), f"{p.latency_ms:.4f}", rel, f"{p.achieved_tbps:.3f}", f"{p.achieved_tflops:.2f}",
-                  "-" if p.ai is None else f"{p.ai:.1f}", p.bound, _pct(p.pct_datasheet), _pct(p.pct_measured), level)
+                  "-" if p.ai is None else f"{p.ai:.1f}", p.bound, _pct(p.pct_datasheet), _pct(p.pct_measured),
+                  _pct(p.pct_attainable), level)
     console.print(t)
     if getattr(wl, "counts_source", "declared") == "static":
         specs = " ".join(f"{k}={v}" for k, v in wl.configs[0].params.items())
@@ -284,6 +288,10 @@ def _print_table(wl, dev, ceilings, results) -> None:
         console.print(f"[bold]{escape(p.config)}[/bold]: {escape(p.verdict)}")
         ridge = f"by the theoretical ridge ({p.ridge_theoretical:.0f} FLOP/B): " if p.ridge_theoretical else ""
         console.print(f"  class {escape(p.recipe_class)}; {ridge}{escape(p.bound)}")
+        if p.attainable_ms is not None:
+            floor = f"; launch floor {p.floor_ms * 1e3:.2f} µs" if p.floor_ms is not None else ""
+            console.print(escape(f"  attainable {p.attainable_ms:.4f} ms ({p.attainable_basis}; "
+                                 f"{p.attainable_tbps or 0:.2f} TB/s{floor})"))
         if p.check and p.check.get("summary"):
             console.print(f"  correctness: {escape(p.check['summary'])} on inputs from seed {p.check.get('seed')}")
         st = p.static

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..bench import measure_isolated
+from ..measure.isolated import measure_isolated
 from ..capture.aot import capture_aot
 from ..capture.auto import capture_workload_run, export_launch, launch_from_workload
 from ..capture.loader import import_file, is_kernel, kernels_in

@@ -241,6 +241,10 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
     pm = _num(_get(p, "pct_measured"))
     if pm is not None:
         ev.add("gpu.pct_of_ceiling", round(pm, 2), src, f"against the measured ceiling ({prog()} peaks)")
+    pa = _num(_get(p, "pct_attainable"))
+    if pa is not None and _get(p, "floor_ms") is not None:
+        ev.add("gpu.pct_attainable", round(pa, 2), src, f"against the time attainable at its size "
+               f"({_get(p, 'attainable_basis')}; {prog()} peaks measures the size curve)")
     bw, fl = _num(_get(p, "achieved_bw")), _num(_get(p, "achieved_flops"))
     if bw is not None:
         ev.add("gpu.achieved_tbps", bw / 1e12, src, f"{_num(_get(p, 'bytes')) or 0:.3g} B / {lat} ms")

@@ -190,14 +190,16 @@ def _predicted(entry: Entry, facts: Mapping[str, Any]) -> dict:
                 high = min(high, adj.effect_high)
             if adj.effect_low is not None:
                 low = min(low, adj.effect_low)
-    # headroom against the measured ceiling when there is one (what this GPU can really do)
-    key = "gpu.pct_of_ceiling" if _is_num(facts.get("gpu.pct_of_ceiling")) else "gpu.pct_of_roof"
+    # headroom against the time attainable at the kernel's size when known, else the measured ceiling
+    # when there is one (what this GPU can really do)
+    key = next((k for k in ("gpu.pct_attainable", "gpu.pct_of_ceiling") if _is_num(facts.get(k))), "gpu.pct_of_roof")
     pct = facts.get(key)
     if entry.bounded_by_roof and _is_num(pct) and pct > 0:
         headroom = max(0.0, 100.0 / min(float(pct), 100.0) - 1.0)
         if headroom < high:
             high = headroom
-            what = "measured ceiling" if key == "gpu.pct_of_ceiling" else "roof"
+            what = {"gpu.pct_attainable": "attainable time at its size",
+                    "gpu.pct_of_ceiling": "measured ceiling"}.get(key, "roof")
             notes.append(f"the kernel is at {pct:.0f}% of its {what}: at most +{headroom:.0%} is left")
     low = min(low, high)
     return {"low": round(low, 4), "high": round(high, 4), "notes": notes}

@@ -187,6 +187,8 @@ FACTS: dict[str, FactSpec] = {
     "gpu.roofline_class": _f("str", "gpu", "memory-bound | compute-bound | balanced (primary configuration)"),
     "gpu.pct_of_roof": _f("float", "gpu", "percent of the applicable roof reached (primary configuration)"),
     "gpu.pct_of_ceiling": _f("float", "gpu", "percent of the measured ceiling reached (primary configuration)"),
+    "gpu.pct_attainable": _f("float", "gpu", "percent of the time attainable at the kernel's size (launch floor, "
+                                             "measured bandwidth for its bytes, compute ceiling; primary configuration)"),
     "gpu.achieved_tbps": _f("float", "gpu", "achieved TB/s"),
     "gpu.achieved_tflops": _f("float", "gpu", "achieved TFLOP/s"),
     "gpu.arithmetic_intensity": _f("float", "gpu", "FLOPs / bytes of the workload (declared)"),

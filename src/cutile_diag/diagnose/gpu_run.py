@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     env["COLUMNS"] = "160"
     try:   # measured ceilings once, so every diagnosis compares against them
         from ..roofline.device import live_device
-        from ..roofline.peaks import get_ceilings
-        get_ceilings(live_device())
+        from ..measure.ceilings import device_ceilings
+        device_ceilings(live_device(), measure=True)
     except Exception as e:  # no GPU / no peaks: the diagnoses then say so themselves
         print(f"ceilings: {type(e).__name__}: {e}", file=sys.stderr)
     rows = []

@@ -40,6 +40,8 @@ class Measurement:
     bytes: list[str] = field(default_factory=list)
     unit: str | None = None
     roof_device: str | None = None
+    replay: bool = True                                        # command mode on recorded launches (--no-replay)
+    replay_dir: str | None = None                              # recordings made already (a campaign's survey)
 
     def counts(self) -> dict:
         from .factory import counts_spec
@@ -90,6 +92,7 @@ class OptimizeRequest:
     branch: str | None = None
     wrappers: list[str] = field(default_factory=list)
     baseline_only: bool = False                                # measure the baseline (if none yet), then stop
+    branch_prefix: str | None = None                           # a new loop's branch: PREFIX-<kernel>-<date>
 
 
 @dataclass
@@ -117,8 +120,10 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
     from .runner import Runner
     from .session import find_state_dir, load_session
     from .setup import check_resume, create_session, discard_session
+    from .spares import wanted
     say = echo or (lambda _s: None)
     m = req.measurement
+    wanted(0)                                   # a bad CUTILE_DIAG_SPARES: refused before anything runs
     if req.resume:
         state = find_state_dir(req.kernel, req.out)
         s, led = load_session(state)
@@ -153,7 +158,8 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
         spec = backend_spec(workload=m.workload, workload_args=m.workload_args, test_cmd=m.test_cmd,
                             bench_cmd=m.bench_cmd, simulate=m.simulate, configs=m.configs, kernel_file=kpath,
                             framework=m.framework, direction=m.direction, bench_options=bench_opts,
-                            device=m.device, counts=m.counts())
+                            device=m.device, counts=m.counts(), replay=m.replay,
+                            kernel=req.kernel.rpartition("::")[2] or None, replay_dir=m.replay_dir)
         check_commands(spec, repo_root(kpath))      # before any branch or ledger exists
         opts = req.options.apply()
         # decide with this machine's calibrated noise floor (cutile-diag calibrate), when there is one
@@ -163,7 +169,8 @@ def optimize(req: OptimizeRequest, *, echo: Echo = None):
         say(f"noise floor {opts.noise_floor * 100:.2f}% per measurement: {opts.noise_source}")
         s, led = create_session(req.kernel, backend=spec, options=opts.to_json(), out=req.out, branch=req.branch,
                                 wrappers=req.wrappers, capture={"enabled": opts.capture, "archs": opts.archs,
-                                                                "args": opts.capture_args}, echo=echo)
+                                                                "args": opts.capture_args}, echo=echo,
+                                branch_prefix=req.branch_prefix)
         backend = make_backend(spec, log_dir=s.state_dir / "logs")
         fresh = True
     try:
@@ -303,11 +310,12 @@ class Cleaned:
 
 def clean(ref: LoopRef, *, delete_branch: bool = False) -> Cleaned:
     """Remove a finished loop's worktree (and on request its branch); the ledger stays."""
+    from .session import loop_args
     s, led = open_loop(ref)
     pend = led.pending()
     if pend is not None:
         raise LoopError(f"iteration {pend['iteration']} was interrupted and is still pending",
-                        hint=f"`{prog()} loop recover` first: it saves what the worktree holds")
+                        hint=f"`{prog()} loop recover{loop_args(s.state_dir)}` first: it saves what the worktree holds")
     if s.worktree.is_dir() and (s.worktree / ".git").exists():
         dirty = s.git().dirty_files()
         if dirty:

@@ -149,6 +149,11 @@ def fitted_rounds(costs: Costs, budget_s: float) -> tuple[int, str]:
                                 f"(--rounds {DEFAULT_ROUNDS}, or --budget {need}, for {DEFAULT_ROUNDS})")
 
 
+def comparison_rounds(given: int | None, costs: Costs, budget_s: float) -> int:
+    """The rounds of a comparison: ``given`` (--rounds), else ``fitted_rounds``."""
+    return int(given) if given else fitted_rounds(costs, budget_s)[0]
+
+
 def fitted_sweep(costs: Costs, budget_s: float, *, shared: bool = False) -> tuple[int, str]:
     """The settings a sweep step screens when --max-sweep is not given, fitted to --budget from the
     measured run time the same way, and why: ``DEFAULT_SWEEP`` (4) while the screening's runs take

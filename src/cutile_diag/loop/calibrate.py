@@ -96,8 +96,8 @@ def what_of(desc: Mapping[str, Any]) -> str:
     kind = desc.get("backend")
     if kind == "workload":
         return f"workload {desc.get('workload')}"
-    if kind == "command":
-        return f"command {desc.get('bench_cmd')}"
+    if kind in ("command", "replay"):
+        return f"{kind} {desc.get('bench_cmd')}"
     if kind == "simulated":
         spec = json.dumps(desc.get("spec"), sort_keys=True, default=str)
         return "simulated " + hashlib.sha256(spec.encode()).hexdigest()[:12]

@@ -8,18 +8,13 @@ when it cannot be measured does the loop fall back to the datasheet roof — and
 never silently.
 
 A backend may provide its own ceiling (``backend.ceiling(measure)``: the simulated device's
-comes from its spec); otherwise ``cutile-diag peaks --json`` runs in a child process (the loop
+comes from its spec); otherwise a child process answers (``measure.ceilings_in_child``: the loop
 process itself never touches the GPU).
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import Any, Callable
-
-from ..output import prog
-from . import proc
 
 MEASURE_CAP_S = 180.0       # a copy + two GEMMs take seconds; a wedged GPU must not hold the loop
 
@@ -28,29 +23,13 @@ def _summary(ceilings: dict | None) -> dict:
     if not ceilings:
         return {}
     bw = (ceilings.get("dram_bw") or {}).get("value")
+    curve = ceilings.get("curve") or {}
     return {"device": ceilings.get("device_name") or ceilings.get("device_key"),
+            "floor_us": round(float(curve["floor_ms"]) * 1e3, 3) if curve.get("floor_ms") else None,
             "dram_tbps": round(float(bw) / 1e12, 4) if bw else None,
             "flops_tflops": {k: round(float(q["value"]) / 1e12, 2) for k, q in (ceilings.get("flops") or {}).items()
                              if q and q.get("value")},
             "measured_at": ceilings.get("measured_at")}
-
-
-def _peaks_child(measure: bool, timeout: float) -> tuple[dict | None, str]:
-    """``cutile-diag peaks --json`` in a child: (its ceilings json or None, why not)."""
-    argv = [sys.executable, "-m", "cutile_diag", "peaks", "--json"] + ([] if measure else ["--no-measure"])
-    res = proc.run(argv, timeout=timeout)
-    if res.timed_out:
-        return None, f"measuring the ceiling took longer than {timeout:.0f} s"
-    if res.returncode != 0:
-        err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
-        return None, (err[-1] if err else f"exit {res.returncode}").replace("cutile-diag: error: ", "")
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError:
-        return None, f"`{prog()} peaks --json` printed no JSON"   # the command that reproduces it
-    if (doc.get("device") or {}).get("kind") not in (None, "live"):
-        return None, "no live GPU"
-    return doc.get("ceilings"), "" if doc.get("ceilings") else "no measured ceiling"
 
 
 def ensure_ceiling(backend: Any, echo: Callable[[str], None], *, timeout: float = MEASURE_CAP_S) -> dict:
@@ -71,12 +50,18 @@ def ensure_ceiling(backend: Any, echo: Callable[[str], None], *, timeout: float 
     elif getattr(backend, "uses_preset", False):
         got, source, why = None, "none", "the roofline uses an offline device preset (--roof-device)"
     else:
-        got, why = _peaks_child(False, timeout)
-        source = "cached"
-        if got is None and why == "no measured ceiling":
+        from ..measure.ceilings import ceilings_in_child      # the loop's process never touches the GPU
+        ans, source = ceilings_in_child(measure=False, timeout=timeout), "cached"
+        if ans.ceilings is None and ans.why == "no measured ceiling":
             echo("  ceiling: none cached for this GPU: measuring it (copy + GEMM, seconds) before the baseline")
-            got, why = _peaks_child(True, timeout)
-            source = "measured"
+            ans, source = ceilings_in_child(measure=True, timeout=timeout), "measured"
+        elif ans.ceilings is not None and not ans.ceilings.get("curve"):
+            # cached before the size curve: measuring adds it (< 30 s), so % of roof is of the attainable time
+            echo("  ceiling: no size curve cached for this GPU: measuring it (bandwidth by bytes, launch floor)")
+            more = ceilings_in_child(measure=True, timeout=timeout)
+            if more.ceilings:       # else the cached ceilings, as before the curve existed
+                ans, source = more, "measured"
+        got, why = ans.ceilings, ans.why
     out: dict[str, Any] = {"seconds": round(time.monotonic() - t0, 3)}
     if got:
         out.update({"basis": "measured ceiling", "source": source, **_summary(got)})

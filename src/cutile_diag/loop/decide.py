@@ -192,16 +192,23 @@ def _headroom_hint(roof_pct: float | None, basis: str, *, continue_hint: bool) -
     return f"; the kernel is at {roof_pct:.0f}% of the {basis}" + more
 
 
-def roof_pct_of(points: Mapping[str, Mapping] | None) -> tuple[float | None, str]:
-    """(% of roof, its basis) of the kept version: the worst valid configuration's (the one
-    with the most headroom decides whether to go on), against the measured ceiling — or the
-    datasheet roof when no configuration has a measured ceiling (offline presets)."""
+def roof_pct_of(points: Mapping[str, Mapping] | None, *, simulated: bool = False) -> tuple[float | None, str]:
+    """(% of roof, its basis) of a version: the worst valid configuration's (the one with the
+    most headroom decides whether to go on), against the time attainable at its size when the
+    device has a measured size curve (``roofline.curve``: launch floor, bandwidth by bytes), else
+    the measured ceiling — or the datasheet roof when no configuration has a measured ceiling
+    (offline presets).  The one "% of ceiling" of a loop: its stop reasons, ``loop status`` and
+    the campaign's report and chart all use it.  ``simulated``: the ceiling is the simulation
+    spec's, and named so."""
     pts = [p for p in (points or {}).values() if isinstance(p, Mapping) and p.get("valid", True)]
-    for key, basis in (("pct_measured", "measured ceiling"), ("pct_datasheet", "datasheet roof")):
-        pcts = [float(p[key]) for p in pts if p.get(key) is not None]
-        if pcts:
+    measured = "simulated ceiling" if simulated else "measured ceiling"
+    sized = [p for p in pts if p.get("floor_ms") is not None]        # the curve's attainable time, not the flat roof
+    for key, basis, among in (("pct_attainable", "attainable time at its size", sized),
+                              ("pct_measured", measured, pts), ("pct_datasheet", "datasheet roof", pts)):
+        pcts = [float(p[key]) for p in among if p.get(key) is not None]
+        if pcts and (among is pts or len(pcts) == len(pts)):
             return min(pcts), basis
-    return None, "measured ceiling"
+    return None, measured
 
 
 def cumulative_ratios(comparisons: Iterable[tuple[str, Mapping]]) -> dict[str, float]:

@@ -52,9 +52,7 @@ class Evaluation:
     def rounds(self) -> int:
         """The rounds of a comparison: --rounds, else fitted to --budget from the measured run time
         (``budget.fitted_rounds``; the baseline records which and why)."""
-        if self.opt.rounds:
-            return int(self.opt.rounds)
-        return budget_mod.fitted_rounds(self.costs(), self.opt.iteration_budget_s)[0]
+        return budget_mod.comparison_rounds(self.opt.rounds, self.costs(), self.opt.iteration_budget_s)
 
     def max_sweep(self) -> int:
         """The settings a sweep screens: --max-sweep, else fitted to --budget from the measured run
@@ -141,6 +139,8 @@ class Evaluation:
             if d is None:           # ended before a decision (compile or correctness failure): recorded as such
                 return self._finish(record, deadline, a, keep=None)
             self.ws.write(b.version.files)       # the tree may hold a later confirmation's files
+            if d.status == "keep" and not self._suite_confirms(b.version, deadline, record):
+                return self._finish(record, deadline, a, keep=None)
             commit = self._commit(n, record, d)
             record["commits"]["candidate"] = commit
             self._hook("after_commit", hctx)
@@ -255,6 +255,23 @@ class Evaluation:
                     "change": {"tried": prev["change"].get("tried", [])},
                     "commits": {"base": prev["commits"]["base"], "candidate": None, "kept": prev["commits"]["base"]}})
         return rec
+
+    def _suite_confirms(self, v: Version, deadline: proc.Deadline, record: dict) -> bool:
+        """Replay backends: the user's test command, once, before a step measured on recordings is kept;
+        a failure reverts it as incorrect (``record`` says so)."""
+        confirm = getattr(self.backend, "confirm_keep", None)
+        ver = confirm(v, self.ws, deadline) if confirm is not None else None
+        if ver is None:
+            return True
+        record["test_cmd"] = ver.to_json()
+        if ver.passed:
+            self.echo(f"  the test command confirms it: {_short(ver.summary, 80)}")
+            return True
+        record["correctness"], record["status"] = "FAIL", "revert"
+        record["decision"] = decide_mod.reject("correctness", f"the test command failed before the step was kept: "
+                                               f"{ver.summary}").to_json()
+        self.echo(f"  the test command fails: {_short(ver.summary)} -> revert")
+        return False
 
     def _confirm(self, n: int, a: Version, b: Candidate, deadline: proc.Deadline, record: dict, hctx: dict,
                  plan: budget_mod.Plan, label: str, sweep_info, idir, more: bool = False) -> decide_mod.Decision | None:

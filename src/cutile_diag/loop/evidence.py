@@ -35,7 +35,7 @@ def capture_sources(backend: Mapping[str, Any] | None, capture_workload: str | N
         out["kwargs"] = dict(b.get("kwargs") or {})
         if b.get("configs"):
             out["config"] = b["configs"][0]
-    if b.get("backend") == "command" and b.get("test_cmd"):
+    if b.get("backend") in ("command", "replay") and b.get("test_cmd"):
         out["command"] = b["test_cmd"]
     return out
 

@@ -69,7 +69,7 @@ _SHELL_WORDS = {"cd", "true", "false", "exit", "export", "source", ".", "env", "
 def check_commands(spec: Mapping[str, Any], root: Path) -> None:
     """Refuse a --test-cmd/--bench-cmd whose program does not exist, before a branch or a ledger
     is created for it (a loop that cannot measure its baseline leaves nothing behind)."""
-    if spec.get("backend") != "command":
+    if spec.get("backend") not in ("command", "replay"):
         return
     for flag, cmd in (("--test-cmd", spec.get("test_cmd")), ("--bench-cmd", spec.get("bench_cmd"))):
         try:
@@ -98,7 +98,7 @@ def resumed_backend(old: Mapping[str, Any], *, workload: str | None = None, simu
                         hint="start another loop with --branch NAME for a different measurement")
     if not (test_cmd or bench_cmd or counts):
         return None
-    if old.get("backend") != "command":
+    if old.get("backend") not in ("command", "replay"):
         raise LoopError(f"--test-cmd/--bench-cmd/--flops/--bytes on --resume need a loop measured by commands; "
                         f"this one uses the {old.get('backend')} backend")
     new = dict(old)
@@ -111,7 +111,8 @@ def resumed_backend(old: Mapping[str, Any], *, workload: str | None = None, simu
 def backend_spec(*, workload: str | None, workload_args: Sequence[str] = (), test_cmd: str | None = None,
                  bench_cmd: str | None = None, simulate: str | None = None, configs: Sequence[str] | None = None,
                  kernel_file: Path | None = None, framework: str = "cutile", direction: str = "forward",
-                 bench_options: dict | None = None, device: int | None = None, counts: Mapping | None = None) -> dict:
+                 bench_options: dict | None = None, device: int | None = None, counts: Mapping | None = None,
+                 replay: bool = True, kernel: str | None = None, replay_dir: str | None = None) -> dict:
     """The backend description the setup record keeps (and ``backend_from_json`` rebuilds)."""
     chosen = [n for n, v in (("--workload", workload), ("--test-cmd/--bench-cmd", test_cmd or bench_cmd),
                              ("--simulate", simulate)) if v]
@@ -145,8 +146,13 @@ def backend_spec(*, workload: str | None, workload_args: Sequence[str] = (), tes
                         hint="e.g. --test-cmd \"pytest tests/ops/test_softmax.py -k 'test_ and cutile and not "
                              "test_perf'\" --bench-cmd \"pytest tests/ops/test_softmax.py -k 'test_perf and "
                              "cutile' --print-record -s\"")
-    return {"backend": "command", "test_cmd": test_cmd, "bench_cmd": bench_cmd, "framework": framework,
+    spec = {"backend": "command", "test_cmd": test_cmd, "bench_cmd": bench_cmd, "framework": framework,
             "direction": direction, "env": {}, "counts": dict(counts or {})}
+    if replay:
+        # checked and timed on the launches the baseline's check records (--no-replay: the commands every time)
+        spec.update({"backend": "replay", "kernel": kernel, "replay_dir": replay_dir,
+                     "bench_options": dict(bench_options or {}), "device": device})
+    return spec
 
 
 def make_backend(spec: dict, *, log_dir: Path | None = None) -> Backend:

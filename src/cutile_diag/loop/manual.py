@@ -26,7 +26,7 @@ from .evidence import changed_outside_kernel, iteration_evidence, no_op
 from ..ledger import Ledger
 from ..source.locate import KernelLocation, locate
 from .runner import Candidate, LoopOptions, Runner
-from .session import Session
+from .session import Session, loop_args
 from ..output import prog
 from .integrations import ir_diff
 from ..source.model import changed_lines
@@ -175,9 +175,10 @@ def next_step(s: Session, led: Ledger, *, entry: str | None = None, diagnoser: D
             ok, why = t.applicable(a.files[s.kernel_file], s.kernel) if t else (False, "not available")
             if not ok:
                 why_not.append(f"{pick.id}/{tname}: {why}")
-    cmd = (f"{prog()} optimize --resume (applies {pick.transform} automatically), or edit {s.kernel_path} "
-           f"(the loop's worktree) by hand and run {prog()} loop record --entry {pick.id}") if auto else (
-        f"edit {s.kernel_path} (the loop's worktree), then: {prog()} loop record --entry "
+    sel = loop_args(s.state_dir)
+    cmd = (f"{prog()} optimize --resume{sel} (applies {pick.transform} automatically), or edit {s.kernel_path} "
+           f"(the loop's worktree) by hand and run {prog()} loop record{sel} --entry {pick.id}") if auto else (
+        f"edit {s.kernel_path} (the loop's worktree), then: {prog()} loop record{sel} --entry "
         f"{pick.id if pick else 'L'} --note \"what you changed\"")
     stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
     if diag.escalate:
@@ -355,6 +356,7 @@ class Status:
     evidence: list[dict] = field(default_factory=list)   # per iteration: latency change + IR diff + capture
     costs: list[dict] = field(default_factory=list)      # per iteration: where its wall time went (loop.costs)
     simulated: bool = False                              # latencies from a simulation spec, not a GPU
+    loop_args: str = ""                                  # what names this loop to a loop command run here
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -373,10 +375,11 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
     base = next((r for r in led.iterations if r["iteration"] == 0), None)
     lk = led.last_kept()
     stop = decide_mod.stop_rules(led.decisions(), max_iterations=opt.max_iterations, keep_going=opt.keep_going)
+    sel = loop_args(s.state_dir)          # the hints name this loop where a bare command would not find it
     if pend is not None:
-        hint = f"iteration {pend['iteration']} was interrupted: `{prog()} loop recover` or `{prog()} optimize --resume`"
+        hint = f"iteration {pend['iteration']} was interrupted: `{prog()} loop recover{sel}` or `{prog()} optimize --resume{sel}`"
     elif not have_wt:
-        hint = (f"the loop's worktree is gone (`loop clean`?); `{prog()} optimize --resume` makes it again from "
+        hint = (f"the loop's worktree is gone (`loop clean`?); `{prog()} optimize --resume{sel}` makes it again from "
                 f"its branch {s.branch}" if s.user_git().branch_exists(s.branch) else
                 f"the loop's worktree and its branch {s.branch} are gone; the ledger stays in {s.state_dir}")
     elif cur != s.branch:
@@ -385,20 +388,20 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
         bad = [f for f in dirty if f not in s.allowed]
         hint = (f"changes in the loop's worktree outside the kernel and wrapper ({', '.join(bad[:3])}) would be "
                 "refused" if bad else
-                f"an edit is in the loop's worktree: record it with `{prog()} loop record --entry ID`")
+                f"an edit is in the loop's worktree: record it with `{prog()} loop record{sel} --entry ID`")
     elif not led.iterations and (led.last_stop() or {}).get("rule") == "baseline-failed":
         hint = (f"the baseline failed: {led.last_stop().get('reason')}; fix that, then `{prog()} optimize "
-                "--resume` (give corrected --test-cmd/--bench-cmd there: they replace the stored ones)")
+                f"--resume{sel}` (give corrected --test-cmd/--bench-cmd there: they replace the stored ones)")
     elif not led.iterations:
-        hint = f"no baseline yet: `{prog()} optimize --resume`"
+        hint = f"no baseline yet: `{prog()} optimize --resume{sel}`"
     elif stop.stop:
-        hint = f"stopped ({stop.reason}); `{prog()} loop next` for a manual step"
+        hint = f"stopped ({stop.reason}); `{prog()} loop next{sel}` for a manual step"
     elif led.last_stop() is not None:
         why = str(led.last_stop().get("reason", ""))
-        hint = (f"stopped: {why}" + ("" if "loop next" in why else f"; `{prog()} loop next` for a manual step")
-                + f"; `{prog()} optimize --resume` re-diagnoses and goes on")
+        hint = (f"stopped: {why}" + ("" if "loop next" in why else f"; `{prog()} loop next{sel}` for a manual step")
+                + f"; `{prog()} optimize --resume{sel}` re-diagnoses and goes on")
     else:
-        hint = f"continue with `{prog()} optimize --resume`, or `{prog()} loop next` for a manual step"
+        hint = f"continue with `{prog()} optimize --resume{sel}`, or `{prog()} loop next{sel}` for a manual step"
     return Status(state_dir=str(s.state_dir), kernel=s.kernel, branch=s.branch, on_branch=cur == s.branch,
                   head=git.head() if have_wt else None, kept_commit=kept, worktree=str(s.worktree),
                   take=s.take_commands(kept), dirty=dirty, pending=pend, rows=led.rows(),
@@ -406,4 +409,4 @@ def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> St
                   best_ms=lk["latency_ms"] if lk else None, hint=hint, evidence=iteration_evidence(led.iterations),
                   costs=[{"iteration": r["iteration"], "seconds": r.get("seconds"), **r["step_costs"]}
                          for r in led.iterations if r.get("step_costs")],
-                  simulated=led.simulated)
+                  simulated=led.simulated, loop_args=sel)

@@ -31,6 +31,7 @@ saved before it is written) that ``--resume`` turns into a crash row (``loop.rec
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import re
 import statistics
 import time
@@ -518,6 +519,8 @@ class Runner(Evaluation):
                 if not ver.passed:
                     raise _baseline_fails(ver)
             verify_s = (t1 - t0) if observe else time.monotonic() - t2
+            # a replay backend's baseline check also ran the user's commands once: a candidate's check costs its own
+            verify_s = getattr(self.backend, "check_cost_s", None) or verify_s
             t3 = time.monotonic()
             # without --rounds: one round first, whose run time fits the comparisons' rounds
             # (budget.fitted_rounds); the baseline itself then takes as many, or (costly runs: command
@@ -571,7 +574,44 @@ class Runner(Evaluation):
                "seconds": round(deadline.elapsed(), 3)}
         self.led.append(rec)
         self.echo(f"  baseline {headline:.6f} ms over {len(configs)} configuration(s)")
+        self._suite_bench("start", a)
         return rec
+
+    def _suite_bench(self, when: str, v: Version) -> None:
+        """Replay backends: the user's bench command once at the start and once at the end, so start and
+        final are in the suite's own numbers too (ledger records ``suite``); a replayed gain the suite does
+        not show (beyond the noise) is reported."""
+        bench = getattr(self.backend, "suite_bench", None)
+        done = self.led.of_type("suite")
+        start = next((r for r in done if r["when"] == "start" and r.get("configs")), None)
+        if bench is None or (when == "end" and (start is None or start["digest"] == v.digest)):
+            return                     # nothing kept since the start: its numbers are the final ones
+        if any(r["when"] == when and r.get("digest") == v.digest and r.get("configs") for r in done):
+            return                     # a resumed loop that kept nothing new: measured already
+        try:
+            with self.clock.phase("time", runs=1):
+                ms = bench(v, self.ws, proc.Deadline(self.opt.iteration_budget_s))
+        except LoopError as e:
+            self.led.append({"type": "suite", "when": when, "error": e.one_line()})
+            self.echo(f"  the bench command ({when}) failed: {e.one_line()}")
+            return
+        if not ms:
+            return
+        rec: dict[str, Any] = {"type": "suite", "when": when, "version": v.label, "digest": v.digest, "configs": ms,
+                               "median_ms": stats.headline_ms(ms.values())}
+        if when == "end":
+            base = next((r for r in self.led.iterations if r["iteration"] == 0), None)
+            kept = self.led.last_kept()
+            if base and kept and base.get("latency_ms") and kept.get("latency_ms") and start.get("median_ms"):
+                replayed = kept["latency_ms"] / base["latency_ms"]
+                suite = rec["median_ms"] / start["median_ms"]
+                rec["replay_ratio"], rec["suite_ratio"] = replayed, suite
+                if abs(math.log(suite / replayed)) > max(0.05, 3 * self.opt.noise_floor):
+                    rec["disagrees"] = (f"the replay measured x{replayed:.3f} and the suite's bench command "
+                                        f"x{suite:.3f} from start to final")
+                    self.echo(f"  warning: {rec['disagrees']}")
+        self.led.append(rec)
+        self.echo(f"  the bench command ({when}): {rec['median_ms']:.6f} ms over {len(ms)} configuration(s)")
 
     def _classification(self, points: Mapping[str, dict]) -> dict:
         out: dict[str, Any] = {}
@@ -586,7 +626,8 @@ class Runner(Evaluation):
 
     def check_stop(self) -> decide_mod.StopCheck:
         """The recipe's stop rules on the ledger so far (the loop and `loop record` share them)."""
-        pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"))
+        pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"),
+                                          simulated=self.led.simulated)
         chk = decide_mod.stop_rules(self.led.decisions(), max_iterations=self.opt.max_iterations,
                                     keep_going=self.opt.keep_going, until_roof=self.opt.until_roof,
                                     roof_pct=pct, roof_basis=basis)
@@ -638,6 +679,7 @@ class Runner(Evaluation):
                     raise _Stop("exhausted", "no automatic optimisation left to try" + extra, manual)
                 self.iterate(n, a, choice, diag)
         except _Stop as st:
+            self._suite_bench("end", self.kept_version())
             self.record_stop(st.rule, st.reason, st.manual or manual)
             return self.result(st.rule, st.reason, st.manual or manual)
 
@@ -688,7 +730,8 @@ class Runner(Evaluation):
         need = costs.iteration_s(1, self.rounds())
         if left is not None and costs.known and need > left * budget_mod.MARGIN:
             # the last steps of a time-limited run are not measured with fewer rounds: stop instead
-            pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"))
+            pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"),
+                                          simulated=self.led.simulated)
             at = f"; the kept version is at {pct:.0f}% of the {basis}" if pct is not None else ""
             raise _Stop("time-limit", f"--time-limit {self.opt.time_limit_s:g} s: {left:.0f} s left, and one check "
                         f"and comparison of {label} need about {need:.0f} s{at}; go on with --resume")

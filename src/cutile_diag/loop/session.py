@@ -15,9 +15,11 @@ diff), ``captures/`` (AOT captures by version digest), ``logs/``.
 from __future__ import annotations
 
 import datetime as _dt
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import CutileDiagError
 from .errors import LoopError
 from .git import Git, repo_root, slug  # noqa: F401  (slug: session.slug for callers)
 from ..ledger import Ledger, LedgerError
@@ -29,9 +31,26 @@ OUT_ROOT = Path("cutile-diag-out")
 DEFAULT_OUT = OUT_ROOT / "optimize"
 
 
-def branch_name(kernel: str, date: _dt.date | None = None) -> str:
+BRANCH_PREFIX = "cutile-perf"
+
+
+def branch_name(kernel: str, date: _dt.date | None = None, *, prefix: str | None = None) -> str:
+    """``<prefix>-<kernel>-<YYYYMMDD>`` (prefix ``cutile-perf``); a prefix git would not take is refused."""
+    prefix = BRANCH_PREFIX if prefix is None else prefix
+    if not prefix or slug(prefix) != prefix.strip("/") or ".." in prefix:
+        raise LoopError(f"--branch-prefix {prefix!r}: use letters, digits, '-', '_' and '.' (e.g. cutile-perf-2)")
     d = date or _dt.date.today()
-    return f"cutile-perf-{slug(kernel)}-{d:%Y%m%d}"
+    return f"{prefix}-{slug(kernel)}-{d:%Y%m%d}"
+
+
+def free_branch(git: Git, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first name with no branch and no loop worktree
+    (a second loop of a kernel on the same day does not collide with the first)."""
+    name, n = base, 1
+    while git.branch_exists(name) or worktree_path(git.root, name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def state_dir_for(root: Path, kernel: str, out: str | Path | None = None) -> Path:
@@ -165,6 +184,21 @@ def find_state_dir(kernel_ref: str | None = None, out: str | Path | None = None,
     if len(found) == 1:
         return found[0]
     return _several(found, f"several loops under {base}")
+
+
+def loop_args(state_dir: str | Path) -> str:
+    """The arguments that name this loop to a loop command run here (a printed hint must work as
+    printed): none when it is the loop found without any (``find_state_dir``), else ``--out STATE``
+    (a campaign's loop, a loop of several, a loop under another --out)."""
+    state = Path(state_dir).resolve()
+    try:
+        if find_state_dir() == state:
+            return ""
+    except CutileDiagError:
+        pass
+    cwd = Path.cwd().resolve()
+    shown = state.relative_to(cwd).as_posix() if state.is_relative_to(cwd) else str(state)
+    return f" --out {shlex.quote(shown)}"
 
 
 def _several(found: list[Path], what: str) -> Path:

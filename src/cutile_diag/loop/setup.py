@@ -12,7 +12,8 @@ from .git import Git, repo_root
 from ..ledger import Ledger
 from ..source.locate import locate
 from ..source.ref import parse_ref, ref_file
-from .session import OUT_ROOT, Session, branch_name, branch_state_dir, owned_folder, state_dir_for
+from .session import (OUT_ROOT, Session, branch_name, branch_state_dir, free_branch, loop_args, owned_folder,
+                      state_dir_for)
 from ..output import prog
 from .git import _run
 from .recover import recover
@@ -20,24 +21,26 @@ from .recover import recover
 
 def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | Path | None = None,
                    branch: str | None = None, wrappers: Sequence[str] = (), capture: dict | None = None,
-                   echo: Callable[[str], None] | None = None) -> tuple[Session, Ledger]:
+                   echo: Callable[[str], None] | None = None,
+                   branch_prefix: str | None = None) -> tuple[Session, Ledger]:
     echo = echo or (lambda _s: None)
     path, name = parse_ref(kernel_ref)
     root = repo_root(path)
-    bname = branch or branch_name(name)
+    bname = branch or branch_name(name, prefix=branch_prefix)
     state = state_dir_for(root, name, out)
+    if Ledger.exists(state) and Ledger.load(state).setup.get("branch") == bname:
+        raise LoopError(f"a loop for {name} on branch {bname} already exists in {state}",
+                        hint=f"continue it with --resume, inspect it with `{prog()} loop status{loop_args(state)}`, "
+                             "or start another one with --branch NAME")
+    own = owned_folder(root, state)
+    git = Git(root, (own,) if own else ())
+    if not branch:
+        bname = free_branch(git, bname)             # a second loop today: <branch>-2, not a collision
     if Ledger.exists(state):
-        prev = Ledger.load(state).setup.get("branch")
-        if prev == bname:
-            raise LoopError(f"a loop for {name} on branch {bname} already exists in {state}",
-                            hint=f"continue it with --resume, inspect it with `{prog()} loop status`, "
-                                 "or start another one with --branch NAME")
         state = branch_state_dir(state, bname)      # the same kernel again, on another branch
         if Ledger.exists(state):
             raise LoopError(f"a loop for {name} on branch {bname} already exists in {state}",
                             hint="continue it with --resume, or choose another --branch")
-    own = owned_folder(root, state)
-    git = Git(root, (own,) if own else ())
     if not git.has_commits():
         raise GitError(f"{root} has no commits", hint="commit the kernel first: the loop resets to commits")
     rel = git.rel(path)

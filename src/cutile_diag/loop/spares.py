@@ -23,18 +23,24 @@ from pathlib import Path
 from typing import Mapping
 
 from . import proc
+from ..errors import UsageError
 
 MIN_CORES = 8           # below this the spares' imports compete with the work they would speed up
 
 
-def wanted(n: int) -> int:
-    """How many spares to keep: ``n`` on a host with cores to spare, else 0; the environment decides first."""
-    env = os.environ.get("CUTILE_DIAG_SPARES")
+def wanted(n: int, *, env: str | None = None) -> int:
+    """How many spares to keep: ``n`` on a host with cores to spare, else 0; ``CUTILE_DIAG_SPARES``
+    (``env``: its value, default read from the environment) decides first, and must be a count."""
+    env = os.environ.get("CUTILE_DIAG_SPARES") if env is None else env
     if env is not None and env.strip():
         try:
-            return max(0, int(env))
+            count = int(env)
         except ValueError:
-            return 0
+            count = -1
+        if count < 0:
+            raise UsageError(f"CUTILE_DIAG_SPARES={env!r}: must be a whole number of spare processes (0: none)",
+                             hint="unset it for the default (none on hosts of < 8 cores)")
+        return count
     return max(0, n) if (os.cpu_count() or 1) >= MIN_CORES else 0
 
 

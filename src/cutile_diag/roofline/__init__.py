@@ -8,7 +8,7 @@ Public API::
     from cutile_diag.roofline.analysis import roofline_workload     # measures: above bench and workloads
 
     pts = roofline_workload(wl, configs, device=dev, ceilings=c, latencies={"4096-f16": 0.25})
-    # -> list[RooflinePoint]; measures on the GPU when no latency is given (bench.measure_isolated)
+    # -> list[RooflinePoint]; measures on the GPU when no latency is given (measure.measure_isolated)
 
 * ``device``      — ``DeviceModel`` (every number a ``Quantity`` with its source), presets,
                     per-variant datasheet figures (kept apart from the clock-derived theoretical peaks)

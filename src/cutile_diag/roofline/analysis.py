@@ -14,7 +14,7 @@ Public API (the ``roofline`` command's: ``load_target`` then ``run``)::
 ``latencies`` (config name -> ms) switches a configuration to offline placement: no GPU,
 no correctness check.  ``check_seed`` None (the default) checks each configuration on fresh
 random inputs from a new seed, recorded in the point's ``check``.  Otherwise each configuration is measured through
-``bench.measure_isolated`` (a killable subprocess; ``isolated=False`` measures in this
+``measure.measure_isolated`` (a killable subprocess; ``isolated=False``: ``measure.measure_version`` in this
 process).  A configuration whose check fails, raises or times out gets no point — a wrong
 kernel has no meaningful speed — and its result says why.
 """
@@ -32,7 +32,6 @@ from ..workload import Workload, WorkloadConfig
 from ..workloads import load_workload
 from ..workloads.kernel import kernel_workload
 from . import device as device_mod       # read at call time, so a patched live_device is the one used
-from . import peaks as peaks_mod
 from .device import DeviceModel
 from .model import RooflinePoint, analyze
 from .ncu import ncu_available, profile_command
@@ -41,6 +40,7 @@ from .peaks import Ceilings
 from .plot import plot_roofline
 from .static_cost import count_workload, cross_check
 from .. import bench
+from ..measure import MeasureRequest, device_ceilings, measure_isolated, measure_version
 from .ncu import profile_workload
 
 
@@ -50,7 +50,7 @@ class ConfigResult:
     status: str                       # ok | mismatch | error | timeout | unavailable | no_gpu
     error: str | None = None
     point: RooflinePoint | None = None
-    measure: Any = None               # bench.MeasureResult
+    measure: Any = None               # measure.MeasureResult
     static: dict[str, Any] | None = None
     ncu: dict[str, Any] | None = None
 
@@ -110,19 +110,22 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
                 if not wl.ref:
                     raise CutileDiagError(f"workload {wl.name} has no reference string for a subprocess",
                                           hint="load it with load_workload(), or pass isolated=False")
-                m = bench.measure_isolated(wl.ref, cfg.name, workload_kwargs=wl.ref_kwargs or None, options=options,
+                m = measure_isolated(wl.ref, cfg.name, workload_kwargs=wl.ref_kwargs or None, options=options,
                                      check=check, check_seed=check_seed, timeout_s=timeout_s,
                                      device=device.index if device.kind == "live" else None)
             else:
-                m = bench.measure_config(wl, cfg, options, check=check, check_seed=check_seed)
+                m = measure_version(wl, cfg, MeasureRequest(options, check=check, check_seed=check_seed))
             res.measure = m
             if not m.ok:
                 res.status, res.error = m.status, m.error
                 out.append(res)
                 continue
             lat, src = m.stats.median, "measured"
+        # a recorded latency is taken as timed the harness's default way: L2 flushed
+        flushed = options.flush_l2 if src == "measured" else True
         p = analyze(wl.name, cfg.name, latency_ms=lat, flops=wl.flops(cfg), bytes=wl.bytes(cfg),
-                    unit=wl.compute_unit(cfg), device=device, ceilings=ceilings, latency_source=src, grid=grid)
+                    unit=wl.compute_unit(cfg), device=device, ceilings=ceilings, latency_source=src, grid=grid,
+                    l2_flushed=flushed)
         p.counts_source = getattr(wl, "counts_source", "declared")
         if p.counts_source == "static":
             p.notes.insert(0, "FLOPs and bytes are static estimates (the TileIR counted at these specs, grid "
@@ -242,10 +245,10 @@ def run(req: RooflineRequest, wl: Workload, *,
         if missing:
             raise UsageError("offline mode needs a latency for every selected configuration",
                              hint="missing: " + ", ".join(missing))
-        ceilings = peaks_mod.recorded_ceilings(dev)     # the project's own measurement of this preset, if any
+        ceilings = device_ceilings(dev)     # the project's own measurement of this preset, if any
     else:
         dev = device_mod.live_device(req.gpu)
-        ceilings = peaks_mod.get_ceilings(dev, measure_if_missing=req.measure_peaks and not lat)
+        ceilings = device_ceilings(dev, measure=req.measure_peaks and not lat)
     if req.ncu:
         why = ncu_available()
         if why:
@@ -320,7 +323,7 @@ class CommandRun:
 def _command_device(req: CommandRequest):
     if req.device:
         dev = device_mod.preset(req.device)
-        return dev, peaks_mod.recorded_ceilings(dev)
+        return dev, device_ceilings(dev)
     if req.dry_run:
         try:
             dev = device_mod.live_device(req.gpu)
@@ -328,7 +331,7 @@ def _command_device(req: CommandRequest):
             return None, None
         return dev, None
     dev = device_mod.live_device(req.gpu)
-    return dev, peaks_mod.get_ceilings(dev, measure_if_missing=req.measure_peaks)
+    return dev, device_ceilings(dev, measure=req.measure_peaks)
 
 
 def run_command(req: CommandRequest, *, echo: Callable[[str], None] | None = None,

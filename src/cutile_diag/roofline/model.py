@@ -7,7 +7,9 @@ Public API::
                 grid=(32, 32))
     p.achieved_bw, p.achieved_flops, p.ai, p.recipe_class, p.bound, p.ridge_theoretical
     p.pct_datasheet, p.pct_measured, p.pct_theoretical   # percent of the attainable roof
+    p.attainable_ms, p.attainable_tbps, p.floor_ms, p.pct_attainable   # the roof at this size (roofline.curve)
     p.valid, p.invalid_reasons, p.verdict, p.level
+    a = attainable_time(bytes, flops, unit, device, ceilings, l2_flushed=True)   # without a latency (plans)
 
     recipe_class(ai) -> "memory-bound" (< 10) | "balanced" (10-50) | "compute-bound" (> 50)
 
@@ -18,6 +20,13 @@ clock, always above the datasheet on H100/H200).  Percent of roof is achieved ov
 attainable under each set: bandwidth when the point sits left of that set's ridge, FLOP/s
 otherwise.  ``bound`` (and the recipe note) use the theoretical ridge, the one every arch
 has; the verdict cites the measured ceiling, else the datasheet, else the theoretical roof.
+
+Attainable at this size: max(launch floor, bytes at the measured copy bandwidth for that many
+bytes, FLOPs at the measured compute ceiling) — ``roofline.curve``; without a measured curve
+the flat ceiling stands in and there is no floor.  ``pct_attainable`` = attainable time over
+the latency; a point whose attainable time is the launch floor is ``bound = "launch"`` (no
+kernel of any size runs faster: what is left to gain is the latency minus the floor), and the
+verdict and level then judge it by ``pct_attainable``, as they do every point with a curve.
 
 Guard: a point more than ``guard_margin`` above a measured ceiling, or above the theoretical
 roof at all (2 % slack for clocks above the NVML maximum), is INVALID — a broken timer, a
@@ -33,6 +42,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .curve import Attainable, attainable
 from .device import DeviceModel, Quantity
 from .peaks import Ceilings
 from ..output import prog
@@ -69,7 +79,7 @@ class RooflinePoint:
     achieved_flops: float                # FLOP/s
     ai: float | None                     # FLOP/byte
     recipe_class: str
-    bound: str                           # memory | compute | unknown (by the theoretical ridge)
+    bound: str                           # memory | compute | unknown (by the theoretical ridge) | launch (at the floor)
     ridge_theoretical: float | None
     ridge_datasheet: float | None
     ridge_measured: float | None
@@ -93,6 +103,11 @@ class RooflinePoint:
     static: dict[str, Any] | None = None
     ncu: dict[str, Any] | None = None
     counts_source: str = "declared"      # where flops/bytes come from: declared (workload) | static (TileIR count)
+    attainable_ms: float | None = None   # max(floor, bytes / curve bandwidth at this size, FLOPs / compute ceiling)
+    attainable_tbps: float | None = None  # the bandwidth a copy of the same bytes reaches (the curve)
+    floor_ms: float | None = None        # the launch floor (None: no curve measured)
+    pct_attainable: float | None = None  # 100 x attainable_ms / latency_ms
+    attainable_basis: str = ""           # what the attainable time was read from
 
     @property
     def achieved_tbps(self) -> float:
@@ -133,6 +148,10 @@ _COMP_HINTS = ("the math path: tensor-core use (f32 operands without a TF32 cast
                "shape, pipelining depth and occupancy, register spills")
 
 
+def _level(pct: float) -> str:
+    return "near" if pct >= NEAR_ROOF_PCT else "moderate" if pct >= MID_ROOF_PCT else "far"
+
+
 def _verdict(p: RooflinePoint, num_sms: int | None, pct: float | None, bound: str, against: str) -> None:
     if not p.valid:
         p.level = "invalid"
@@ -142,38 +161,63 @@ def _verdict(p: RooflinePoint, num_sms: int | None, pct: float | None, bound: st
             p.verdict += f" (or a low ceiling: re-measure with `{prog()} peaks --refresh` on the GPU)"
         p.verdict += "."
         return
+    if p.bound == "launch":
+        p.level = _level(p.pct_attainable)
+        gain = max(0.0, p.latency_ms - p.floor_ms) * 1e3
+        p.verdict = (f"launch-bound: {p.latency_ms * 1e3:.2f} µs against a launch floor of {p.floor_ms * 1e3:.2f} µs "
+                     f"(no kernel runs faster; {p.pct_attainable:.0f}% of attainable, at most {gain:.2f} µs to gain "
+                     "per launch): fewer launches (fusion with a neighbour, CUDA graphs) pay, not the kernel's body")
+        return
     if pct is None or bound == "unknown":
         p.level = "unknown"
         p.verdict = "no roof for this unit on this device: only the latency can be judged"
         return
     roof = f"{bound} roof"
-    if pct >= NEAR_ROOF_PCT:
-        p.level = "near"
+    att = p.pct_attainable if p.floor_ms is not None else None       # a size-aware roof: judged by it
+    sized = f"{att:.0f}% of attainable at {p.bytes / 1e6:.3g} MB, " if att is not None else ""
+    p.level = _level(att if att is not None else pct)
+    if p.level == "near":
         what = ("move fewer bytes (fusion, lower-precision storage, recompute instead of reload)"
                 if bound == "memory" else "do fewer FLOPs or use a faster unit (tensor cores, lower precision)")
-        p.verdict = (f"near the {roof} ({pct:.0f}% of the {against}): knobs will not move it much; "
+        p.verdict = (f"near the {roof} ({sized}{pct:.0f}% of the {against}): knobs will not move it much; "
                      f"a further speedup needs a structural change — {what}")
     else:
-        p.level = "moderate" if pct >= MID_ROOF_PCT else "far"
         hints = _MEM_HINTS if bound == "memory" else _COMP_HINTS
         lead = "headroom left" if p.level == "moderate" else "far below the roof"
-        p.verdict = f"{pct:.0f}% of the {roof} ({against}): {lead}; look at {hints}"
+        p.verdict = f"{sized}{pct:.0f}% of the {roof} ({against}): {lead}; look at {hints}"
     extra = []
     if p.grid and num_sms:
         blocks = math.prod(p.grid)
         if blocks < num_sms:
             extra.append(f"the grid has {blocks} blocks for {num_sms} SMs: the GPU is under-filled")
-    if p.latency_ms < 0.01:
+    if p.latency_ms < 0.01 and p.floor_ms is None:
         extra.append(f"a {p.latency_ms * 1e3:.1f} µs run is launch/latency-bound: its roofline percentage "
                      "says little")
     if extra:
         p.verdict += " (" + "; ".join(extra) + ")"
 
 
+def _best(*qs: Quantity | None) -> float | None:
+    return next((q.value for q in qs if q is not None and q.known and q.value and q.value > 0), None)
+
+
+def attainable_time(bytes: float, flops: float, unit: tuple[str, str], device: DeviceModel,
+                    ceilings: Ceilings | None, *, l2_flushed: bool = True, sized: bool = True) -> Attainable:
+    """The roof at this size (``roofline.curve.attainable``) with this device's best-known figures:
+    the measured curve and ceilings, else the datasheet (else the theoretical FLOP peak).
+    ``sized=False``: the flat roof (no curve, no floor)."""
+    key = f"{unit[0]}:{unit[1]}"
+    bw = _best(ceilings.ceiling("dram") if ceilings else None, device.datasheet_peak("dram_bw"))
+    fl = _best(ceilings.ceiling(key) if ceilings else None, device.datasheet_peak(key),
+               device.theoretical_flops(*unit))
+    return attainable(float(bytes or 0.0), float(flops or 0.0), curve=ceilings.curve if ceilings and sized else None,
+                      bw=bw, flops_peak=fl, flushed=l2_flushed)
+
+
 def analyze(workload: str, config: str, *, latency_ms: float, flops: float, bytes: float,
             unit: tuple[str, str], device: DeviceModel, ceilings: Ceilings | None = None,
             latency_source: str = "measured", grid: tuple[int, ...] | None = None,
-            guard_margin: float = 0.03) -> RooflinePoint:
+            guard_margin: float = 0.03, l2_flushed: bool = True) -> RooflinePoint:
     if not (latency_ms and latency_ms > 0 and math.isfinite(latency_ms)):
         raise ValueError(f"latency must be a positive number of ms, not {latency_ms!r}")
     dtype, u = unit
@@ -215,6 +259,17 @@ def analyze(workload: str, config: str, *, latency_ms: float, flops: float, byte
             p.invalid_reasons.append(f"{what} {ach / 1e12:.3g} T/s exceeds the {label} "
                                      f"({roof.value / 1e12:.3g} T/s)")
     p.valid = not p.invalid_reasons
+    a = attainable_time(bytes, flops, unit, device, ceilings, l2_flushed=l2_flushed)
+    if a.ms:
+        p.attainable_ms, p.floor_ms, p.attainable_tbps = a.ms, a.floor_ms, a.tbps
+        p.pct_attainable = 100.0 * a.ms / latency_ms
+        p.attainable_basis = f"{a.limit}: " + ("the launch floor" if a.limit == "launch" else
+                                              a.basis if a.limit == "memory" else "FLOPs at the compute ceiling")
+        if a.limit == "launch" and p.valid:
+            p.bound = "launch"
+        if p.pct_attainable > 100.0 * (1 + guard_margin) and p.valid:
+            p.notes.append(f"{p.pct_attainable:.0f}% of attainable: faster than a device copy of the same bytes "
+                           f"({a.basis}) — warm caches, or a byte count above what moved")
     if not fl_th.known:
         p.notes.append(f"no {dtype} {u} compute roof for {device.arch}: {fl_th.source}")
     if ceilings is None:

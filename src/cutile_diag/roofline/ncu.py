@@ -10,7 +10,7 @@ Public API::
     r.dram_bytes, r.duration_ns, r.error
     parse_ncu_csv(text) -> list[NcuKernel]                  # both --page raw and --page details CSV
 
-The workload runs in ``cutile_diag.bench.worker`` (mode ``profile``): compile/autotune
+The workload runs in ``cutile_diag.measure.child`` (mode ``profile``): compile/autotune
 first, then one run inside the NVTX range ``cutile_diag_profile``; ncu profiles only the
 kernels in that range (``--nvtx --nvtx-include cutile_diag_profile/``) with
 ``--clock-control none`` so the clocks are the ones the timings ran at.  Spills show as
@@ -198,7 +198,7 @@ def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, 
     req.write_text(json.dumps({"mode": "profile", "workload": workload, "workload_kwargs": workload_kwargs or {},
                                "config": config, "device": device}))
     cmd = [_ncu_exe(), "--clock-control", "none", "--nvtx", "--nvtx-include", "cutile_diag_profile/", *ncu_args,
-           "--target-processes", "all", sys.executable, "-m", "cutile_diag.bench.worker", str(req), str(res)]
+           "--target-processes", "all", sys.executable, "-m", "cutile_diag.measure.child", str(req), str(res)]
     out, text, err, rc = _ncu_process(cmd, timeout_s)
     if err:
         return cmd, text, err, {}

@@ -7,6 +7,7 @@ Public API::
     c = load_cached(dev)                      # None when never measured
     c = recorded_ceilings(dev)                # offline preset: the project's committed measurement, or None
     c.dram_bw -> Quantity(B/s); c.flops["bf16:tensor"] -> Quantity(FLOP/s); c.ceiling("dram") / ("bf16:tensor")
+    c.curve -> BandwidthCurve | None          # bandwidth by bytes moved + the launch floor (roofline.curve)
     cache_path() -> ~/.cache/cutile-diag/peaks.json  ($CUTILE_DIAG_CACHE_DIR overrides the folder)
 
 Bandwidth: the faster of a large device-to-device ``copy_`` (default 1 GiB, far beyond L2,
@@ -15,9 +16,14 @@ counting bytes read **and** written) and a streaming ``torch.add`` (2 reads + 1 
 data (zeros run faster: less switching power) per dtype.  Each is timed with CUDA events
 after warm-up; the ceiling is the median repetition, the best one is kept alongside.
 
+The size curve (``roofline.curve``: read / write / copy bandwidth by bytes moved, L2 flushed and
+warm, and the launch floor) is measured with the ceilings and cached beside them; a cache entry
+from before the curve gets its curve measured on its next use (< 30 s on an H200).
+
 Offline presets carry the ceilings this project measured and committed
-(``RECORDED_CEILINGS``, H200 only so far), so a recorded latency is checked against what a
-real device delivered and not only against the theoretical roof.
+(``RECORDED_CEILINGS``, H200 only so far) and the committed curve (``roofline/curves/``), so a
+recorded latency is checked against what a real device delivered and not only against the
+theoretical roof.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..output import write_atomic
+from .curve import BandwidthCurve, measure_curve, preset_curve
 from .device import DeviceModel, Quantity
 from ..bench.observers import ClockObserver
 from ..errors import NoGPUError
@@ -61,6 +68,7 @@ class Ceilings:
     torch_version: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     cached: bool = False
+    curve: BandwidthCurve | None = None
 
     @property
     def recorded_from(self) -> str | None:
@@ -76,7 +84,8 @@ class Ceilings:
         return {"device_key": self.device_key, "device_name": self.device_name,
                 "dram_bw": self.dram_bw.to_json() if self.dram_bw else None,
                 "flops": {k: q.to_json() for k, q in self.flops.items()}, "measured_at": self.measured_at,
-                "torch_version": self.torch_version, "details": self.details, "cached": self.cached}
+                "torch_version": self.torch_version, "details": self.details, "cached": self.cached,
+                "curve": self.curve.to_json() if self.curve else None}
 
     @classmethod
     def from_json(cls, d: dict) -> "Ceilings":
@@ -84,7 +93,8 @@ class Ceilings:
             return Quantity(x["value"], x["unit"], x["source"]) if x else None
         return cls(device_key=d["device_key"], device_name=d.get("device_name", ""), dram_bw=q(d.get("dram_bw")),
                    flops={k: q(v) for k, v in (d.get("flops") or {}).items()}, measured_at=d.get("measured_at", ""),
-                   torch_version=d.get("torch_version"), details=d.get("details") or {}, cached=True)
+                   torch_version=d.get("torch_version"), details=d.get("details") or {}, cached=True,
+                   curve=BandwidthCurve.from_json(d["curve"]) if d.get("curve") else None)
 
 
 _H200_RUN = ("recorded: bench/results/optimize-h200/peaks.json (cutile-diag peaks on an NVIDIA H200, driver "
@@ -99,7 +109,8 @@ RECORDED_CEILINGS: dict[str, Ceilings] = {
                "f16:tensor": Quantity(727028660536223.0, "FLOP/s", f"{_H200_RUN}: torch.matmul f16 8192^3 on "
                                                                    "random data, median of 10 (cuBLAS)")},
         measured_at="2026-12-02T14:35:01+00:00", torch_version="2.11.0+cu130",
-        details={"recorded_from": "bench/results/optimize-h200/peaks.json"}),
+        details={"recorded_from": "bench/results/optimize-h200/peaks.json"},
+        curve=preset_curve("NVIDIA H200")),
 }
 
 
@@ -158,7 +169,7 @@ def _time_events(fn, reps: int, warmup: int) -> list[float]:
 
 
 def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int = 8192,
-                     dtypes: tuple[str, ...] = ("bf16", "f16"), reps: int = 20) -> Ceilings:
+                     dtypes: tuple[str, ...] = ("bf16", "f16"), reps: int = 20, curve: bool = True) -> Ceilings:
     import torch
     if not torch.cuda.is_available():
         raise NoGPUError("measuring ceilings needs a GPU",
@@ -216,11 +227,12 @@ def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int
             details[f"gemm_{dt}"] = {"n": gemm_n, "reps": n_reps, "median_ms": med, "best_ms": best,
                                      "best_flops": fl / (best * 1e-3)}
         torch.cuda.empty_cache()
+        size_curve = measure_curve(dev) if curve else None
     finally:
         details.update(obs.stop())
     return Ceilings(device_key=dev.key, device_name=dev.name, dram_bw=dram, flops=flops,
                     measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    torch_version=torch.__version__, details=details)
+                    torch_version=torch.__version__, details=details, curve=size_curve)
 
 
 def get_ceilings(dev: DeviceModel, *, refresh: bool = False, measure_if_missing: bool = True,
@@ -230,7 +242,11 @@ def get_ceilings(dev: DeviceModel, *, refresh: bool = False, measure_if_missing:
         return None
     if not refresh:
         c = load_cached(dev)
-        if c is not None:
+        if c is not None and (c.curve is not None or not measure_if_missing):
+            return c
+        if c is not None:                  # cached before the size curve existed: add it
+            c.curve = measure_curve(dev)
+            save(c)
             return c
         if not measure_if_missing:
             return None

@@ -187,3 +187,38 @@ def _legend_table(fig, points, number, with_kernel: bool, *, bottom_in: float, h
         cell.get_text().set_color("black" if r == 0 else colors[r - 1])
         if r == 0:
             cell.get_text().set_fontweight("bold")
+
+
+def plot_curve(curve, path: str | Path, *, title: str | None = None) -> Path:
+    """The size curve (``roofline.curve.BandwidthCurve``): TB/s over bytes moved (log x), one line
+    per operation, solid with L2 flushed and dashed warm, the launch floor in the caption."""
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg"):
+        raise UsageError(f"--plot {path}: the file must end in .png or .svg")
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
+    colors = dict(zip(("copy", "read", "write"), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for key, ys in sorted(curve.series.items()):
+        op, _, mode = key.partition(":")
+        pts = [(x, y / 1e12) for x, y in zip(curve.bytes, ys) if y]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, color=colors.get(op), linestyle="-" if mode == "flushed" else "--",
+                    label=f"{op}, {'L2 flushed' if mode == 'flushed' else 'warm L2'}")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes moved per launch (reads + writes)")
+    ax.set_ylabel("TB/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    floors = [f"{name} {v * 1e3:.2f} µs" for name, v in (("CUDA graphs", curve.floor_ms),
+                                                          ("eager", curve.floor_eager_ms)) if v]
+    ax.set_title(title or "bandwidth by size", fontsize=10)
+    fig.text(0.01, 0.01, ("launch floor: " + ", ".join(floors) if floors else "no launch floor measured")
+             + (f"; measured {curve.measured_at}" if curve.measured_at else ""), fontsize=7)
+    fig.subplots_adjust(bottom=0.17)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format=fmt)
+    plt.close(fig)
+    return path

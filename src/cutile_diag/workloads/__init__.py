@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..workload import Workload, WorkloadError, _FunctionWorkload, instantiate, validate
 from ..output import prog
 from ..capture.loader import import_file, is_kernel
+from ..replay.workload import replay_workload
 from ..source.ref import split_ref
 
 
@@ -90,12 +91,18 @@ def load_workload(ref: str, **kwargs) -> Workload:
     * ``examples:<kernel>`` — a shipped example kernel (``cutile-diag`` examples);
     * ``tilegym:<op>`` — a TileGym op through the installed ``tilegym`` package;
     * ``path/to/file.py::Name`` — a ``Workload`` subclass or instance in a user file
-      (``path/to/file.py`` alone when the file defines exactly one).
+      (``path/to/file.py`` alone when the file defines exactly one);
+    * ``replay:FOLDER`` — recorded launches (``cutile_diag.replay``), one configuration each.
     """
     if not isinstance(ref, str) or not ref.strip():
         raise UsageError("empty workload reference",
                          hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
     ref = ref.strip()
+    if ref.startswith("replay:"):
+        # recorded launches (``cutile_diag.replay``): the kernel's module as it is now, on the recorded inputs
+        wl = replay_workload(ref, **kwargs)
+        wl.ref, wl.ref_kwargs = ref, dict(kwargs)
+        return validate(wl, ref)
     if "kernel_specs" in kwargs:
         # a bare @ct.kernel at argument specs (roofline FILE.py::KERNEL, rebuilt in a measuring subprocess)
         from .kernel import KernelWorkload

@@ -10,6 +10,10 @@ One protocol, three implementations:
   medians are the latencies (one configuration per test id); FLOP/byte counts given per
   configuration (``--flops``/``--bytes``) give it the roofline guard, without them it says
   the guard could not run;
+* ``ReplayBackend`` — command mode at workload speed: the baseline's test command records each
+  launch signature of the kernel, versions are checked and timed on the recordings by workload
+  mode's workers, the user's test command confirms a step before it is kept and the bench command
+  gives start and final in the suite's own numbers (``--no-replay``: the command backend);
 * ``SimulatedBackend`` — deterministic fake latencies for CI: per version, from the
   transforms applied and markers in the source, with configurable noise and planted
   behaviours (a wrong transform, a regression on one configuration, a crash, a hang, an
@@ -33,11 +37,12 @@ from ..errors import BackendError
 from .base import (Backend, CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline, closing,
                    round_order)
 from .command import CommandBackend
+from .replay import ReplayBackend
 from .simulated import SimSpec, SimulatedBackend
 from .workload import WorkloadBackend
 
 __all__ = ["Backend", "CorrectnessFailure", "Runs", "Verification", "Version", "Workspace", "check_deadline",
-           "closing", "round_order", "CommandBackend", "SimSpec", "SimulatedBackend", "WorkloadBackend",
+           "closing", "round_order", "CommandBackend", "ReplayBackend", "SimSpec", "SimulatedBackend", "WorkloadBackend",
            "backend_from_json"]
 
 
@@ -47,10 +52,18 @@ def backend_from_json(d: Mapping[str, Any], *, log_dir: Path | None = None) -> B
     if kind == "workload":
         return WorkloadBackend(d["workload"], kwargs=d.get("kwargs"), configs=d.get("configs"),
                                bench_options=d.get("bench_options"), device=d.get("device"), log_dir=log_dir)
-    if kind == "command":
-        return CommandBackend(d["test_cmd"], d["bench_cmd"], framework=d.get("framework", "cutile"),
-                              direction=d.get("direction", "forward"), env=d.get("env"), log_dir=log_dir,
-                              counts=d.get("counts"))
+    if kind in ("command", "replay"):
+        cmd = CommandBackend(d["test_cmd"], d["bench_cmd"], framework=d.get("framework", "cutile"),
+                             direction=d.get("direction", "forward"), env=d.get("env"), log_dir=log_dir,
+                             counts=d.get("counts"))
+        if kind == "command":
+            return cmd
+        # the recordings live in the loop's state folder (next to logs/), unless given (a campaign's survey)
+        where = d.get("replay_dir") or (Path(log_dir).parent / "replay" if log_dir else None)
+        if where is None:
+            return cmd                # described only (noise floor lookup): nothing is recorded or measured
+        return ReplayBackend(cmd, where, kernel=d.get("kernel"), kernel_file=d.get("kernel_file"),
+                             bench_options=d.get("bench_options"), device=d.get("device"), log_dir=log_dir)
     if kind == "simulated":
         return SimulatedBackend(d["spec"])
     raise BackendError(f"unknown backend {kind!r} in the ledger")

@@ -40,6 +40,8 @@ class CommandBackend:
         self._configs: list[str] | None = None
         self._dev: Any = None
         self.imports: dict = {}          # what the last command's Python processes imported the kernel from
+        self.replay_dir: Path | None = None  # observed runs also record each launch signature there (replay)
+        self.bench_observe: Path | None = None  # the benchmark's launches observed (to record them for replay)
 
     def describe(self) -> dict:
         return {"backend": self.name, "test_cmd": self.test_cmd, "bench_cmd": self.bench_cmd,
@@ -82,10 +84,10 @@ class CommandBackend:
         """The device model the guard uses: --roof-device's preset, else the live GPU."""
         if self._dev is None:
             from ...roofline.device import live_device, preset
-            from ...roofline.peaks import get_ceilings
+            from ...measure.ceilings import device_ceilings
             try:
                 dev = preset(self.counts["device"]) if self.counts.get("device") else live_device()
-                ceil = get_ceilings(dev, measure_if_missing=False) if dev.kind == "live" else None
+                ceil = device_ceilings(dev) if dev.kind == "live" else None
                 self._dev = (dev, ceil)
             except Exception as e:
                 self._dev = (f"no device model for the roofline ({type(e).__name__}: {e}); "
@@ -102,7 +104,7 @@ class CommandBackend:
         try:
             env = {**self.env, **ws.env(v, audit=audit)}
             if observe is not None:
-                env.update(_observer_env(observe, env))
+                env.update(_observer_env(observe, env, self.replay_dir))
             log = (self.log_dir / f"{v.label.replace('/', '_')}.log") if self.log_dir else None
             with ws.materialize(v):
                 res = proc.run(cmd, cwd=self.cwd or ws.root, env=env, timeout=deadline.timeout(), shell=True, log=log)
@@ -154,7 +156,7 @@ class CommandBackend:
         out: Runs = {v.label: {} for v in versions}
         for r in range(rounds):
             for v in round_order(versions, r):
-                res = self._run(self.bench_cmd, v, ws, deadline, "the benchmark")
+                res = self._run(self.bench_cmd, v, ws, deadline, "the benchmark", observe=self.bench_observe)
                 text = res.stdout + "\n" + res.stderr
                 try:
                     recs = require_records(text, framework=self.framework, direction=self.direction,
@@ -204,12 +206,12 @@ class CommandBackend:
         pass
 
 
-def _observer_env(rec_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+def _observer_env(rec_dir: Path, env: Mapping[str, str], replay_dir: Path | None = None) -> dict[str, str]:
     """The launch observer's additions, its site first on the child's PYTHONPATH (ahead of the
     import audit's: both hand over to the next ``sitecustomize``)."""
     from ...capture.launch_observer import observer_env
     path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    return observer_env(rec_dir, execute=True, pad_us=0.0, base={"PYTHONPATH": path})
+    return observer_env(rec_dir, execute=True, pad_us=0.0, base={"PYTHONPATH": path}, replay_dir=replay_dir)
 
 
 def _observed(rec_dir: Path, res: proc.ProcResult) -> tuple[list, dict]:

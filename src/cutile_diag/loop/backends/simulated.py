@@ -39,8 +39,9 @@ class SimSpec:
     device: str = "h200"
     seed: int = 0
     # the simulated GPU's measured ceiling: {"dram_tbps": 4.24, "flops_tflops": {"f32:cuda": 60},
-    # "cached": false (the loop measures it before the baseline), "measure_s": 0.1}; None: it has
-    # none, and "% of roof" is of the datasheet roof (the loop says so)
+    # "cached": false (the loop measures it before the baseline), "measure_s": 0.1, "curve": true (the
+    # preset's size curve: % of attainable)}; None: it has none, and "% of roof" is of the datasheet
+    # roof (the loop says so)
     ceiling: dict | None = None
 
     @classmethod
@@ -53,6 +54,15 @@ class SimSpec:
         if not isinstance(known.get("configs"), dict) or not known["configs"]:
             raise BackendError("simulation spec needs 'configs': {name: baseline latency in ms}",
                                hint="an example: docs/simulate.json")
+        for name, ms in known["configs"].items():
+            if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 < ms < float("inf"):
+                raise BackendError(f"simulation spec: configs.{name}: a baseline latency must be a positive number "
+                                   f"of ms, not {ms!r}")
+        for key, f in dict(known.get("effects") or {}).items():
+            for cfg, v in (f.items() if isinstance(f, dict) else [(None, f)]):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                    raise BackendError(f"simulation spec: effects.{key}{'.' + cfg if cfg else ''}: a latency factor "
+                                       f"must be a positive number, not {v!r}")
         if "unit" in known:
             known["unit"] = tuple(known["unit"])
         return cls(**known)
@@ -196,15 +206,17 @@ class SimulatedBackend:
         return self._ceilings().to_json()
 
     def _ceilings(self):
-        from ...roofline.device import Quantity
-        from ...roofline.peaks import Ceilings
+        from ...roofline.device import Quantity, preset
+        from ...roofline.peaks import Ceilings, recorded_ceilings
         spec = self.spec.ceiling or {}
         src = "simulated: the simulation spec's ceiling"
+        # "curve": true borrows the preset's committed size curve (launch floor, bandwidth by bytes)
+        curve = recorded_ceilings(preset(self.spec.device)) if spec.get("curve") else None
         return Ceilings(device_key=f"simulated {self.spec.device}", device_name=f"simulated {self.spec.device}",
                         dram_bw=Quantity(float(spec["dram_tbps"]) * 1e12, "B/s", src) if spec.get("dram_tbps") else None,
                         flops={k: Quantity(float(v) * 1e12, "FLOP/s", src)
                                for k, v in (spec.get("flops_tflops") or {}).items()},
-                        details={"recorded_from": "the simulation spec"})
+                        details={"recorded_from": "the simulation spec"}, curve=curve.curve if curve else None)
 
     def retain(self, versions: Sequence[Version]) -> None:
         # the workload backend keys its workers by digest: take the same argument it does

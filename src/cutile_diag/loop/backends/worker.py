@@ -39,17 +39,14 @@ class _State:
     wl = None
     device = "cuda"
     cfgs: dict = {}
-    inputs: dict = {}
-    expected: dict = {}
-    last: dict = {}
+    prepared: dict = {}                 # per configuration: measure.Prepared (inputs, reference, timing set-up)
     overrides_read: set = set()         # files imported from the load request's overrides
     roof = None                         # (device, ceilings) for the roofline requests
-    timers: dict = {}                   # per configuration: (measure()'s Kept set-up, fn, its result holder)
 
 
 def _load(req: dict, st: _State) -> dict:
     import torch
-    from ...bench.correctness import check_workload, reference_outputs
+    from ...measure.version import check, device_info, prepare
     from ...workloads import load_workload
     if req.get("overrides"):
         # this version's files at the worktree's paths, without writing them there: workers of a
@@ -75,7 +72,7 @@ def _load(req: dict, st: _State) -> dict:
         for cfg in cfgs:
             st.cfgs[cfg.name] = cfg
             seed = req.get("check_seed")
-            chk = check_workload(wl, cfg, seed=None if seed is None else int(seed), device=st.device)
+            chk = check(wl, cfg, seed=None if seed is None else int(seed), device=st.device)
             checks[cfg.name] = chk.to_json()
             try:
                 info[cfg.name] = {"flops": float(wl.flops(cfg)), "bytes": float(wl.bytes(cfg)),
@@ -85,68 +82,37 @@ def _load(req: dict, st: _State) -> dict:
             if not chk.passed:
                 passed = False
                 continue
-            inputs = wl.make_inputs(cfg, int(req.get("seed", 0)), st.device)
-            st.expected[cfg.name] = reference_outputs(wl, inputs) if wl.repeatable else None
-            st.inputs[cfg.name] = inputs
-            st.last[cfg.name] = wl.run(inputs)          # compiles now, while this version is on disk
+            # the timing set-up (estimate, batch graphs, flush buffer) is kept per configuration
+            # between measure requests: the inputs stay
+            p = st.prepared[cfg.name] = prepare(wl, cfg, seed=int(req.get("seed", 0)), device=st.device, keep=True)
+            p.run()                                     # compiles now, while this version is on disk
         torch.cuda.synchronize()
     return {"ok": True, "passed": passed, "configs": [c.name for c in cfgs], "checks": checks, "info": info,
-            "device": _device(st.device), "pid": os.getpid(), "overrides_read": sorted(st.overrides_read)}
-
-
-def _device(device: str) -> dict:
-    import torch
-    try:
-        p = torch.cuda.get_device_properties(torch.device(device))
-        return {"name": p.name, "sm_count": p.multi_processor_count, "capability": f"{p.major}.{p.minor}"}
-    except Exception:
-        return {}
+            "device": device_info(st.device), "pid": os.getpid(), "overrides_read": sorted(st.overrides_read)}
 
 
 def _measure(req: dict, st: _State) -> dict:
-    import torch
-    from ...bench.correctness import check_outputs, poison_, run_outputs
-    from ...bench.timing import BenchOptions, Kept, measure
+    from ...bench.timing import BenchOptions
+    from ...measure.version import time_prepared
     name = req["config"]
-    if name not in st.inputs:
+    if name not in st.prepared:
         return {"ok": False, "error": f"configuration {name} was not loaded (or failed its check)"}
-    wl, cfg, inputs = st.wl, st.cfgs[name], st.inputs[name]
-    expected = st.expected.get(name) if req.get("post_check", True) else None
-    if name not in st.timers:
-        # one fn per configuration, as long-lived as the set-up kept for it: graphs captured from
-        # it keep writing the result it holds
-        holder: dict = {}
-
-        def fn():
-            holder["r"] = wl.run(inputs)
-        st.timers[name] = (Kept(), fn, holder)
-    keep, fn, holder = st.timers[name]
-
-    def poison():
-        for n in wl.outputs:
-            if n in inputs:
-                poison_(inputs[n])
-
-    with torch.no_grad():
-        # the set-up (estimate, batch graphs, flush buffer) is the first request's: the inputs stay
-        m = measure(fn, BenchOptions.from_json(req.get("options")),
-                    before_timed=poison if expected is not None else None, keep=keep)
-        post = None
-        if expected is not None:
-            actual = run_outputs(wl, inputs, holder.get("r"))
-            post = check_outputs(wl, cfg, actual, expected).to_json()
+    t = time_prepared(st.prepared[name], BenchOptions.from_json(req.get("options")),
+                      post_check=req.get("post_check", True))
+    m = t.measurement
     return {"ok": True, "config": name, "stats": m.stats.record(), "samples_ms": m.samples_ms,
-            "first_call_s": m.first_call_s, "observed": m.observed, "post_check": post}
+            "first_call_s": m.first_call_s, "observed": m.observed,
+            "post_check": t.post_check.to_json() if t.post_check else None}
 
 
 def _roofline(req: dict, st: _State) -> dict:
+    from ...measure.ceilings import device_ceilings
     from ...roofline.device import live_device
     from ...roofline.model import analyze
-    from ...roofline.peaks import get_ceilings
     want = bool(req.get("measure_ceilings", False))
     if st.roof is None or (want and st.roof[1] is None):     # the device and its ceilings, read once
         dev = live_device(torch_index(st.device))
-        st.roof = (dev, get_ceilings(dev, measure_if_missing=want))
+        st.roof = (dev, device_ceilings(dev, measure=want))
     dev, ceil = st.roof
     out = {}
     for name, ms in (req.get("latencies") or {}).items():
@@ -180,7 +146,7 @@ def _preload() -> None:
     device before the first request, while the loop is busy elsewhere."""
     try:
         import torch
-        from ...bench import correctness, timing  # noqa: F401
+        from ... import measure  # noqa: F401
         from ... import workloads  # noqa: F401
         import cuda.tile  # noqa: F401
         if torch.cuda.is_available():

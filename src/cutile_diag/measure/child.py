@@ -1,8 +1,8 @@
-"""Subprocess entry point: ``python -m cutile_diag.bench.worker REQUEST.json RESULT.json``.
+"""Subprocess entry point: ``python -m cutile_diag.measure.child REQUEST.json RESULT.json``.
 
 Modes (``request["mode"]``):
 
-* ``measure`` — ``runner.measure_config`` on one workload configuration;
+* ``measure`` — ``measure.measure_version`` on one workload configuration;
 * ``profile`` — for Nsight Compute: prime (compile, autotune), flush L2, then one run inside
   the NVTX range ``cutile_diag_profile`` so ``ncu --nvtx-include cutile_diag_profile/`` sees
   only that launch;
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import CutileDiagError
 from ..output import to_jsonable, write_atomic
-from .timing import BenchOptions, default_flush_bytes
+from ..bench.timing import BenchOptions, default_flush_bytes
 
 
 def _write(path: str, obj) -> None:
@@ -39,13 +39,15 @@ def _set_device(request: dict) -> str:
 
 
 def _measure(request: dict) -> dict:
-    from .runner import MeasureResult, load_for_request, measure_config
+    from .version import MeasureRequest, MeasureResult, measure_version
+    from .isolated import load_for_request
     try:
         device = _set_device(request)
         wl, cfg = load_for_request(request)
-        r = measure_config(wl, cfg, BenchOptions.from_json(request.get("options")), check=request.get("check", True),
-                           seed=int(request.get("seed", 0)), check_seed=request.get("check_seed"),
-                           device=device, post_check=request.get("post_check", True))
+        r = measure_version(wl, cfg, MeasureRequest(
+            BenchOptions.from_json(request.get("options")), check=request.get("check", True),
+            seed=int(request.get("seed", 0)), check_seed=request.get("check_seed"), device=device,
+            post_check=request.get("post_check", True)))
         return r.to_json()
     except CutileDiagError as e:
         status = "no_gpu" if type(e).__name__ == "NoGPUError" else "error"
@@ -54,7 +56,7 @@ def _measure(request: dict) -> dict:
 
 def _profile(request: dict) -> dict:
     import torch
-    from .runner import load_for_request
+    from .isolated import load_for_request
     try:
         device = _set_device(request)
         wl, cfg = load_for_request(request)
@@ -79,7 +81,7 @@ def _profile(request: dict) -> dict:
 
 
 def _call(request: dict) -> dict:
-    from .runner import resolve_callable
+    from .isolated import resolve_callable
     try:
         fn = resolve_callable(request["target"])
         return {"value": fn(**(request.get("kwargs") or {}))}
@@ -90,7 +92,7 @@ def _call(request: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2:
-        print("usage: python -m cutile_diag.bench.worker REQUEST.json RESULT.json", file=sys.stderr)
+        print("usage: python -m cutile_diag.measure.child REQUEST.json RESULT.json", file=sys.stderr)
         return 2
     request = json.loads(Path(argv[0]).read_text())
     mode = request.get("mode", "measure")

@@ -1,0 +1,199 @@
+"""Replay backend: command mode at workload speed.
+
+At the baseline the user's ``--test-cmd`` runs once (observed: the capture's launch) and the
+``--bench-cmd`` once, observed, recording each launch signature the suite times for replay
+(``cutile_diag.replay``; that run is also the start in the suite's own numbers).  From then on a
+version is checked and timed on those recordings by the long-lived workers of workload mode
+(``WorkloadBackend`` over ``replay:<folder>``: recorded inputs restored and outputs poisoned before
+each timed block, L2 flushed, CUDA graphs, interleaved rounds), its outputs compared with the
+baseline's recorded ones by dtype tolerance.  The user's commands keep the last word:
+
+* ``confirm_keep`` — the ``--test-cmd`` once before a step is kept (``loop.evaluate``);
+* ``suite_bench`` — the ``--bench-cmd`` at the start (the recording run) and once at the end
+  (``loop.runner``), so start and final are also in the suite's own numbers, and a replay that disagrees with the suite
+  is reported.
+
+When the bench run recorded no executed launch of the kernel (or ``--no-replay``), it is the command
+backend: every check and timed run is a run of the user's commands (the recording try cost one run).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import proc
+from .base import Backend, Runs, Verification, Version, Workspace
+from .command import CommandBackend
+
+
+class ReplayBackend:
+    name = "replay"
+    alternates = False
+    observes = True             # the baseline's check records the launches (captures and recordings)
+
+    def __init__(self, cmd: CommandBackend, replay_dir: str | Path, *, kernel: str | None = None,
+                 kernel_file: str | None = None, bench_options: Mapping[str, Any] | None = None,
+                 device: int | None = None, log_dir: Path | None = None, inner: Backend | None = None):
+        self.cmd = cmd
+        self.replay_dir = Path(replay_dir)
+        self.kernel, self.kernel_file = kernel, kernel_file
+        self.bench_options = dict(bench_options or {})
+        self.device = device
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.inner = inner                      # measures the recordings: a WorkloadBackend, made once recorded
+        self._injected = inner is not None
+        self.fallback: str | None = None        # why the user's commands measure instead
+        self.base_launches: list = []
+        self.base_observed: dict = {}
+        self._spares: tuple | None = None
+        self._recorded = False                  # the baseline's check (which records) has run
+        self.check_cost_s: float | None = None   # a replayed check (worker start + load), what a candidate's costs
+        self._suite_start: tuple[str, dict] | None = None   # (digest, medians) of the recording bench run
+
+    @property
+    def costly_runs(self) -> bool:
+        """Checks and timed runs are processes of their own only when the recordings are not used."""
+        return self.inner is None
+
+    @property
+    def replaying(self) -> bool:
+        return self.inner is not None
+
+    def describe(self) -> dict:
+        return {**self.cmd.describe(), "backend": self.name, "replay_dir": str(self.replay_dir),
+                "kernel": self.kernel, "kernel_file": self.kernel_file, "bench_options": self.bench_options,
+                "device": self.device}
+
+    def _active(self):
+        return self.inner if self.inner is not None else self.cmd
+
+    def configs(self) -> list[str] | None:
+        return self._active().configs()
+
+    def workload_info(self) -> dict[str, dict]:
+        return self._active().workload_info()
+
+    @property
+    def roofline_off(self) -> str | None:
+        return getattr(self._active(), "roofline_off", None)
+
+    @property
+    def requests(self) -> list:
+        return getattr(self.inner, "requests", [])
+
+    def launch_block(self, ver: Verification, function: str):
+        return CommandBackend.launch_block(ver, function)
+
+    # -- the recordings ----------------------------------------------------------------------
+    def _recordings(self) -> list[Path]:
+        from ...replay.store import read_manifest, replay_folders
+        out = []
+        for f in replay_folders(self.replay_dir):
+            try:
+                m = read_manifest(f)
+            except Exception:
+                continue
+            if (self.kernel is None or m["kernel"]["name"] == self.kernel) and not m.get("error") and m.get("executed"):
+                out.append(f)
+        return out
+
+    def _start(self, ws: Workspace) -> None:
+        """The measuring backend over this kernel's recordings, or the reason there is none."""
+        if self.inner is not None or self.fallback is not None:
+            return
+        if not self._recordings():
+            self.fallback = (f"the bench run recorded no executed launch of {self.kernel} for replay: "
+                             "the user's commands measure every version")
+            return
+        from .workload import WorkloadBackend
+        kw = {"kernel": self.kernel, "file": str(ws.root / (self.kernel_file or ws.kernel_file))}
+        self.inner = WorkloadBackend(f"replay:{self.replay_dir}", kwargs=kw, bench_options=self.bench_options,
+                                     device=self.device, log_dir=self.log_dir)
+        if self._spares is not None:
+            self.inner.keep_spares(*self._spares)
+
+    def keep_spares(self, ws: Workspace, n: int) -> None:
+        self._spares = (ws, n)
+        keep = getattr(self.inner, "keep_spares", None)
+        if keep is not None:
+            keep(ws, n)
+
+    def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
+        prep = getattr(self.inner, "prepare", None)
+        if prep is not None:
+            prep(versions, ws, deadline)
+
+    # -- the protocol ------------------------------------------------------------------------
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
+        if not self._recorded:
+            self._recorded = True
+            # the baseline: the user's test command, observed (its launch gives the capture); then the bench
+            # command once, observed, recording each launch signature the suite times (the start in the
+            # suite's own numbers); a campaign's survey recorded them already
+            ver = self.cmd.verify(v, ws, deadline, observe=True)
+            self.base_launches, self.base_observed = ver.launches, ver.observed
+            if not ver.passed:
+                return ver
+            self._suite_start = (v.digest, self._bench_recording(v, ws, deadline))
+            if not self._injected:
+                self._start(ws)
+            if self.inner is None:
+                ver.observed = {**ver.observed, "replay": self.fallback}
+                return ver
+            rv = self.inner.verify(v, ws, deadline)
+            self.check_cost_s = rv.seconds
+            return Verification(rv.passed, f"{ver.summary}; replayed: {rv.summary}", rv.per_config,
+                                output=rv.output or ver.output, seconds=ver.seconds + rv.seconds, imports=ver.imports,
+                                simulated=rv.simulated, launches=ver.launches,
+                                observed={**ver.observed, "replay": str(self.replay_dir)})
+        if self.inner is None:
+            return self.cmd.verify(v, ws, deadline, observe=observe)
+        rv = self.inner.verify(v, ws, deadline)
+        if observe:
+            # a candidate's capture compiles from the baseline's recorded launch (a replay records none)
+            rv.launches, rv.observed = self.base_launches, self.base_observed
+        return rv
+
+    def _bench_recording(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> dict[str, float]:
+        import tempfile
+        record = not self._recordings()
+        with tempfile.TemporaryDirectory(prefix="cutile-diag-bench-launches-") as tmp:
+            self.cmd.replay_dir, self.cmd.bench_observe = (self.replay_dir if record else None), Path(tmp)
+            try:
+                runs = self.cmd.measure([v], ws, deadline, 1)[v.label]
+            finally:
+                self.cmd.replay_dir = self.cmd.bench_observe = None
+        return {c: rs[0].median for c, rs in runs.items()}
+
+    def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        return self._active().measure(versions, ws, deadline, rounds)
+
+    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        return self._active().roofline(v, latencies)
+
+    def confirm_keep(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification | None:
+        """The user's test command, once, before a step measured on the recordings is kept."""
+        if self.inner is None:
+            return None                 # the command backend's own check already was the test command
+        return self.cmd.verify(v, ws, deadline)
+
+    def suite_bench(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> dict[str, float] | None:
+        """The user's bench command, once: {configuration: median ms} in the suite's own numbers."""
+        if self.inner is None:
+            return None
+        if self._suite_start is not None and self._suite_start[0] == v.digest:
+            return self._suite_start[1]         # the baseline's bench run, the one that recorded
+        runs = self.cmd.measure([v], ws, deadline, 1)[v.label]
+        return {c: rs[0].median for c, rs in runs.items()}
+
+    def retain(self, versions: Sequence[Version]) -> None:
+        if self.inner is not None:
+            self.inner.retain(versions)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+    def abort(self) -> None:
+        if self.inner is not None:
+            getattr(self.inner, "abort", self.inner.close)()

@@ -1,0 +1,206 @@
+"""``ReplayWorkload``: recorded launches as a ``Workload``, one configuration per recording.
+
+So everything that times and checks a workload (``bench.measure_config``, the loop's long-lived
+workers) times and checks a replay: inputs are the recorded bytes (restored before every check and
+every timed block; pure outputs poisoned), ``run`` calls the kernel's module *as it is now* (the
+candidate's wrapper when the recording has the wrapper's call, else the bare launch), and the
+reference is the recorded launch's written arguments (the baseline's answer).
+
+Tolerances are TileGym's by dtype (``workload.DEFAULT_TOLERANCES``: f16 1e-2/1e-2, bf16 1e-2/2e-2,
+f32 1e-5/1e-8, integers exact); ``tolerances=`` overrides them (a transform that changes numerics).
+
+Inputs regenerated from statistics (past the size cap) have no recorded answer: the baseline's
+answer on them is computed by the recorded version of the kernel's file (same source digest) the
+first time and kept in the folder (``expected-regenerated.pt``); a candidate is checked against it.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..capture.launches import describe_launch
+from ..workload import Workload, WorkloadConfig, WorkloadError
+from .load import Replay, load
+from .store import ReplayError, read_manifest, replay_folders, source_sha256
+
+REF_PREFIX = "replay:"
+_REGEN_CACHE = "expected-regenerated.pt"
+
+
+def folders_of(target: str | Path) -> list[Path]:
+    """A recording folder, or a folder of recordings."""
+    p = Path(target)
+    if (p / "replay.json").is_file():
+        return [p]
+    found = replay_folders(p)
+    if not found:
+        read_manifest(p)                 # the one-line error for a missing / non-recording folder
+    return found
+
+
+class ReplayWorkload(Workload):
+    framework = "cutile"
+
+    def __init__(self, folder: str, file: str | None = None, tolerances: dict | None = None,
+                 counts: dict | None = None, kernel: str | None = None):
+        self.folders = folders_of(folder)
+        self.file = file
+        self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
+        self.counts = dict(counts or {})
+        self.manifests = {}
+        for f in self.folders:
+            m = read_manifest(f)
+            if kernel and m["kernel"]["name"] != kernel:
+                continue
+            if m.get("error"):
+                continue
+            self.manifests[f.name] = (f, m)
+        if not self.manifests:
+            raise ReplayError(f"{folder} holds no replayable recording" + (f" of {kernel}" if kernel else ""))
+        first = next(iter(self.manifests.values()))[1]["kernel"]
+        self.name = f"replay:{first['name']}"
+        self.kernel_name = first["name"]
+        self.configs = [WorkloadConfig(n, {"grid": m["grid"], "signature": m["signature"]})
+                        for n, (_f, m) in self.manifests.items()]
+        self.outputs = ()
+        self.repeatable = not any(s.get("written") and not s.get("pure_output")
+                                  for _f, m in self.manifests.values() for s in m["storages"])
+        self._loaded: dict[str, Replay] = {}
+        self._hook: dict | None = None
+        self.notes: dict[str, str] = {}
+
+    def _file(self, m: dict) -> str | None:
+        return self.file or m["kernel"].get("file")
+
+    def available(self) -> str | None:
+        for f, m in self.manifests.values():
+            if not m.get("executed"):
+                return f"{f.name} was recorded without executing: there is no recorded answer to check against"
+        return None
+
+    # -- the launch hook: which arguments the wrapper's launch of the kernel passed ----------------
+    def _install_hook(self) -> dict:
+        if self._hook is None:
+            import cuda.tile as ct
+            original = getattr(ct.launch, "__wrapped__", None) or ct.launch
+            seen: dict = {}
+            names = {m["kernel"]["name"] for _f, m in self.manifests.values()}
+
+            def launch(stream, grid, kernel, kernel_args, /, **kw):
+                f = getattr(kernel, "_pyfunc", None)
+                if getattr(f, "__name__", None) in names:
+                    seen["grid"], seen["args"], seen["kernel"] = grid, kernel_args, kernel
+                return original(stream, grid, kernel, kernel_args, **kw)
+            current = ct.launch
+            for mod in [m for m in list(sys.modules.values()) if m is not None]:
+                if getattr(mod, "__dict__", {}).get("launch") is current:
+                    mod.launch = launch
+            ct.launch = launch
+            self._hook = seen
+        return self._hook
+
+    def replay(self, cfg: WorkloadConfig, device: str = "cuda") -> Replay:
+        r = self._loaded.get(cfg.name)
+        if r is None:
+            f, m = self.manifests[cfg.name]
+            r = self._loaded[cfg.name] = load(f, device=device, any_version=True, file=self._file(m))
+            if r.wrapper is not None and self._same_version(m):
+                why = self._wrapper_matches(r)
+                if why:
+                    self.notes[cfg.name] = f"the bare launch is replayed: {why}"
+                    r.wrapper = None
+        return r
+
+    def _same_version(self, m: dict) -> bool:
+        return source_sha256(self._file(m)) == m["kernel"].get("source_sha256")
+
+    def _wrapper_matches(self, r: Replay) -> str | None:
+        """The recorded version's wrapper, called with the recorded arguments, must make the recorded launch."""
+        hook = self._install_hook()
+        hook.clear()
+        r.restore()
+        fn, args, kwargs = r.wrapper
+        fn(*args, **kwargs)
+        r.restore()
+        if "args" not in hook:
+            return f"{fn.__name__} did not launch {r.name}"
+        got = " ".join(str(x) for x in describe_launch(hook["kernel"], hook["grid"], hook["args"]).shape_key())
+        return None if got == r.manifest["signature"] else f"{fn.__name__} with the recorded arguments launches " \
+                                                            f"{got[:120]}, not the recorded {r.manifest['signature'][:120]}"
+
+    # -- the Workload protocol --------------------------------------------------------------------
+    def make_inputs(self, cfg: WorkloadConfig, seed: int, device: str = "cuda") -> dict[str, Any]:
+        r = self.replay(cfg, device)
+        r.restore()
+        return {"replay": r}
+
+    def reset(self, inputs: dict[str, Any]) -> None:
+        inputs["replay"].restore()
+
+    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        r: Replay = inputs["replay"]
+        if r.wrapper is None:
+            r.launch()
+            args = r.args
+        else:
+            hook = self._install_hook()
+            hook.clear()
+            fn, a, kw = r.wrapper
+            fn(*a, **kw)
+            if "args" not in hook:
+                raise WorkloadError(f"{fn.__name__} no longer launches {r.name}")
+            args = hook["args"]
+        names = r.arg_names
+        return {n: args[names.index(n)] for n in r.written if names.index(n) < len(args)}
+
+    def reference(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        r: Replay = inputs["replay"]
+        if not r.regenerated:
+            return dict(r.outputs)
+        import torch
+        cache = r.folder / _REGEN_CACHE
+        if cache.is_file():
+            return {k: v.to(r.device) for k, v in torch.load(cache, weights_only=True).items()}
+        if not self._same_version(r.manifest):
+            raise WorkloadError(f"{r.folder.name}: its inputs are regenerated and the recorded version's answer on "
+                                "them is not known yet; replay the recorded version of the kernel first")
+        r.restore()
+        out = {k: v.clone() for k, v in self.run(inputs).items()}
+        r.restore()
+        torch.cuda.synchronize()
+        torch.save({k: v.cpu() for k, v in out.items()}, cache)
+        return out
+
+    def flops(self, cfg: WorkloadConfig) -> float:
+        return float((self.counts.get(cfg.name) or {}).get("flops") or 0.0)
+
+    def bytes(self, cfg: WorkloadConfig) -> float:
+        """The recorded arguments' footprint, written storages twice (read + write)."""
+        given = (self.counts.get(cfg.name) or {}).get("bytes")
+        if given:
+            return float(given)
+        _f, m = self.manifests[cfg.name]
+        return float(sum(s.get("size", s["nbytes"]) * (2 if s.get("written") and not s.get("pure_output") else 1)
+                         for s in m["storages"]))
+
+    def compute_unit(self, cfg: WorkloadConfig) -> tuple[str, str]:
+        u = (self.counts.get(cfg.name) or {}).get("unit")
+        return tuple(u) if u else ("f32", "cuda")
+
+
+def replay_workload(ref: str, **kwargs) -> ReplayWorkload:
+    """``replay:FOLDER`` -> the workload (``workloads.load_workload`` resolves the prefix here)."""
+    return ReplayWorkload(ref[len(REF_PREFIX):], **kwargs)
+
+
+def describe(folder: str | Path) -> list[dict]:
+    """One line per recording (for the plan and ``replay --json`` without a GPU)."""
+    out = []
+    for f in folders_of(folder):
+        m = read_manifest(f)
+        out.append({"folder": str(f), "kernel": m["kernel"]["name"], "grid": m["grid"], "executed": m.get("executed"),
+                    "wrapper": (m.get("wrapper") or {}).get("name"), "wrapper_missing": m.get("wrapper_missing"),
+                    "regenerated": [s["id"] for s in m["storages"] if s.get("stored") != "whole"],
+                    "error": m.get("error")})
+    return out

@@ -1,0 +1,76 @@
+"""Command mode on recorded launches (issue 29), every run of the user's commands counted by the
+fixture of test_command_mode: the baseline's bench command gives the start in the suite's numbers
+and records the launches it times for replay; versions are checked and timed on the recording (here a simulated GPU:
+CI has none); the test command runs once before a step is kept, the bench command once at the start
+and once at the end; a candidate whose replayed outputs differ is reverted without the test command."""
+from __future__ import annotations
+
+import sys
+
+from looptools import FakeTransform, RankedDiagnoser, checkout_state, rec, untouched
+from test_command_mode import lse_cmd, runs  # noqa: F401  (the counting fixture)
+
+
+def make(repo, transforms, recs, spec, **opts):
+    from cutile_diag.loop.backends import CommandBackend, ReplayBackend, SimSpec, SimulatedBackend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.setup import create_session
+    py = sys.executable
+    cb = CommandBackend(f"CUTILE_DIAG_LAUNCH_EXECUTE=0 {py} check.py", f"{py} bench.py")
+    options = LoopOptions(**opts)
+    before = checkout_state(repo)
+    s, led = create_session(f"{repo / 'row_lse.py'}::row_lse", backend=cb.describe(), options=options.to_json())
+    cb.log_dir = s.state_dir / "logs"
+    rb = ReplayBackend(cb, s.state_dir / "replay", kernel="row_lse", inner=SimulatedBackend(SimSpec.from_json(spec)))
+    r = Runner(s, rb, led, diagnoser=RankedDiagnoser(recs), transforms=transforms, options=options)
+    r.user_checkout = before
+    return r, rb
+
+
+SPEC = {"configs": {"row_lse-64x300": 0.2}, "effects": {"fast": 0.8, "faster": 0.85, "slow": 1.5},
+        "incorrect": ["wrong"], "noise": 0.001, "run_noise": 0.0005}
+
+
+def test_four_steps_run_the_bench_command_twice_and_the_test_command_once_per_kept_step(lse_cmd):  # noqa: F811
+    repo, count = lse_cmd
+    ts = {n: FakeTransform(n, p) for n, p in (("fast", "A"), ("wrong", "B"), ("faster", "C"), ("slow", "D"))}
+    r, rb = make(repo, ts, [rec("A", "fast"), rec("B", "wrong"), rec("C", "faster"), rec("D", "slow")], SPEC,
+                 max_iterations=4, rounds=2, capture=False)
+    res = r.start()
+    its = r.led.iterations[1:]
+    assert [(i["optimization"].rsplit(": ", 1)[1], i["status"]) for i in its] == \
+        [("fast", "keep"), ("wrong", "revert"), ("faster", "keep"), ("slow", "revert")]
+    seen = runs(count)
+    kept = sum(1 for i in its if i["status"] == "keep")
+    assert seen.count("bench") == 2 and len(seen) - seen.count("bench") == 1 + kept
+    assert seen[0] == "check observed" and seen[1] == "bench" and seen[-1] == "bench"
+    # the wrong candidate: its replayed outputs differ, reverted as incorrect, the test command never ran for it
+    wrong = its[1]
+    assert wrong["correctness"] == "FAIL" and wrong["decision"]["rule"] == "correctness"
+    assert "test_cmd" not in wrong and all("test_cmd" in i for i in its if i["status"] == "keep")
+    # start and final in the suite's own numbers, next to the replayed ratio
+    suite = r.led.of_type("suite")
+    assert [s["when"] for s in suite] == ["start", "end"] and suite[1]["digest"] == its[2]["digest"]
+    # the fixture's bench reads `fake:fast` only (x0.8); the replay measured both kept steps (x0.68)
+    assert abs(suite[1]["suite_ratio"] - 0.8) < 1e-6 and suite[1]["replay_ratio"] < 0.72 and "disagrees" in suite[1]
+    assert res.stop_rule == "max-iterations" and untouched(repo, r)
+
+
+def test_without_a_recording_it_is_command_mode(lse_cmd):  # noqa: F811
+    """No launch of the kernel recorded for replay (the fixture's bench launches nothing): the loop
+    measures with the user's commands, as --no-replay does."""
+    from cutile_diag.loop.backends import CommandBackend, ReplayBackend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    from cutile_diag.loop.setup import create_session
+    repo, count = lse_cmd
+    py = sys.executable
+    cb = CommandBackend(f"CUTILE_DIAG_LAUNCH_EXECUTE=0 {py} check.py", f"{py} bench.py")
+    s, led = create_session(f"{repo / 'row_lse.py'}::row_lse", backend=cb.describe(), options={})
+    rb = ReplayBackend(cb, s.state_dir / "replay", kernel="row_lse")
+    r = Runner(s, rb, led, diagnoser=RankedDiagnoser([]), transforms={},
+               options=LoopOptions(max_iterations=1, rounds=1, capture=False))
+    r.start()
+    # the bench run that would have recorded, then the baseline's timing by the commands
+    assert runs(count) == ["check observed", "bench", "bench"] and rb.costly_runs and not rb.replaying
+    assert "recorded no executed launch of row_lse" in r.led.iterations[0]["verification"]["observed"]["replay"]
+    assert not r.led.of_type("suite")

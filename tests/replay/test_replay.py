@@ -1,0 +1,239 @@
+"""Replay on a CPU: a launch recorded without executing (the observer's dry run) loads back with its
+shapes, dtypes, sharing, whole integer tensors and the wrapper call; a size cap regenerates floats
+from their statistics; executed launches (emulated on the CPU) give the written arguments and the
+baseline's answer, an in-place kernel's input is restored before each replay, a changed answer
+fails the check; bad recordings are one line and exit 2."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("cuda.tile")
+import torch  # noqa: E402
+
+from cutile_diag.capture import launch_observer as lo  # noqa: E402
+from cutile_diag.cli import main  # noqa: E402
+from cutile_diag import replay  # noqa: E402
+
+KERNELS = textwrap.dedent('''
+    import cuda.tile as ct
+
+    SCALE = 2.0
+
+
+    @ct.kernel
+    def gather_rows(x, idx, y, TILE: ct.Constant[int]):
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,))
+        ct.store(y, index=(bid,), tile=t)
+
+
+    @ct.kernel
+    def scale_(x, s, TILE: ct.Constant[int]):
+        bid = ct.bid(0)
+        t = ct.load(x, index=(bid,), shape=(TILE,))
+        ct.store(x, index=(bid,), tile=t * s)
+
+
+    def gather(x, idx, out=None, tile=None, stream=None):
+        import torch
+        tile = tile or 256
+        out = out if out is not None else torch.empty_like(x)
+        ct.launch(stream, (ct.cdiv(x.shape[0], tile),), gather_rows, (x, idx, out, tile))
+        return out
+
+
+    def scale_inplace(x, stream=None):
+        ct.launch(stream, (x.shape[0] // 256,), scale_, (x, SCALE, 256))
+        return x
+''')
+
+SCRIPT = textwrap.dedent('''
+    import sys, torch
+    sys.path.insert(0, {root!r})
+    import kops
+    x = torch.randn(4096)
+    idx = torch.arange(4096, dtype=torch.int64).flip(0)
+    torch.save(idx, {root!r} + "/idx.pt")
+    for _ in range(3):
+        kops.gather(x, idx)
+    kops.scale_inplace(x[1024:2048])
+''')
+
+
+def _emulate(monkeypatch):
+    """cuda.tile's launch, computed by torch on the CPU: what the kernels above do."""
+    import cuda.tile as ct
+
+    def launch(stream, grid, kernel, args, /, **kw):
+        name = kernel._pyfunc.__name__
+        if name == "gather_rows":
+            x, idx, y, _t = args
+            y.copy_(x[idx] * kops_scale())
+        else:
+            x, s, _t = args
+            x.mul_(s)
+    monkeypatch.setattr(ct, "launch", launch)
+
+
+def kops_scale() -> float:
+    return float(sys.modules["kops"].SCALE)
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "kops.py").write_text(KERNELS)
+    (root / "prog.py").write_text(SCRIPT.format(root=str(root)))
+    out = tmp_path / "replay"
+    monkeypatch.setenv("CUTILE_DIAG_REPLAY_CAP_MB", str(8 * 1024 / 2 ** 20))      # 8 KiB: x regenerates
+    run = lo.observe_command([sys.executable, str(root / "prog.py")], execute=False, replay_dir=out)
+    return root, out, run
+
+
+def test_a_dry_run_records_each_signature_once_with_shapes_sharing_whole_integers_and_the_wrapper(recorded):
+    root, out, run = recorded
+    folders = replay.store.replay_folders(out)
+    assert len(run.records) == 4 and sorted(f.name.split("-")[0] for f in folders) == ["gather_rows", "scale_"]
+    gather = next(f for f in folders if f.name.startswith("gather_rows"))
+    r = replay.load(gather, device="cpu")
+    launch = run.records[0]
+    assert [(tuple(a.shape), str(a.dtype).split(".")[1]) for a in r.args[:3]] == \
+        [(a.shape, a.dtype) for a in launch.args[:3]]
+    assert r.args[3] == 256 and r.grid == (16,)
+    # the int64 index is whole (past the 8 KiB cap), the float input regenerated from its statistics
+    assert torch.equal(r.args[1], torch.load(root / "idx.pt"))
+    st = {s["id"]: s for s in r.manifest["storages"]}
+    x_store = st[r.manifest["args"][0]["value"]["tensor"]["storage"]]
+    assert x_store["stored"] == "regenerated" and abs(x_store["stats"]["std"] - 1.0) < 0.1
+    assert abs(float(r.args[0].std()) - 1.0) < 0.1
+    # the wrapper's call: its own arguments (the rebound `tile` and `out` at their defaults)
+    fn, args, kwargs = r.wrapper
+    assert fn.__name__ == "gather" and args[1].data_ptr() == r.args[1].data_ptr() and args[2:] == [None, None, None]
+    assert r.manifest["executed"] is False and r.written == []
+
+
+def test_arguments_that_share_memory_share_it_in_the_replay(tmp_path):
+    from cutile_diag.examples import vector_add
+    from cutile_diag.replay.record import LaunchRecorder
+    from cutile_diag.capture.launches import describe_launch
+    a = torch.arange(2048, dtype=torch.float32)
+    args = (a[:1024], a[1024:], a[:1024], 1024)
+    rec = LaunchRecorder(tmp_path, 1 << 20)
+    pend = rec.before(vector_add.vector_add, (1,), args, describe_launch(vector_add.vector_add, (1,), args))
+    rec.after(pend, executed=False)
+    r = replay.load(pend.folder, device="cpu")
+    assert len(r.manifest["storages"]) == 1 and r.args[0].data_ptr() == r.args[2].data_ptr()
+    assert r.args[1].storage_offset() == 1024 and torch.equal(r.args[1], a[1024:])
+    assert r.wrapper is None and "no function of the kernel's module" in r.manifest["wrapper_missing"]
+    assert r.unavailable_transforms() == ["persistent grid", "grid resize", "rows per block"]
+
+
+def _record_executed(root, out, monkeypatch):
+    """The fixture's launches recorded in this process, executed by the CPU emulation."""
+    from cutile_diag.capture.launches import describe_launch
+    from cutile_diag.replay.record import LaunchRecorder
+    sys.path.insert(0, str(root))
+    sys.modules.pop("kops", None)
+    import kops
+    _emulate(monkeypatch)
+    import cuda.tile as ct
+    emulated = ct.launch
+    rec = LaunchRecorder(out, 1 << 20)
+
+    def recording(stream, grid, kernel, args, /, **kw):
+        pend = rec.before(kernel, grid, args, describe_launch(kernel, grid, args))
+        emulated(stream, grid, kernel, args)
+        rec.after(pend, executed=True)
+    monkeypatch.setattr(ct, "launch", recording)
+    x = torch.randn(4096)
+    y = kops.gather(x, torch.arange(4096).flip(0))
+    kops.scale_inplace(x[1024:2048])
+    monkeypatch.setattr(ct, "launch", emulated)
+    return kops, y
+
+
+def test_an_executed_recording_checks_candidates_and_restores_an_in_place_kernels_input(tmp_path, monkeypatch):
+    from cutile_diag.bench.correctness import check_workload
+    from cutile_diag.workloads import load_workload
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "kops.py").write_text(KERNELS)
+    out = tmp_path / "replay"
+    try:
+        kops, y = _record_executed(root, out, monkeypatch)
+        wl = load_workload(f"replay:{out}")
+        by = {c.name.split("-")[0]: c for c in wl.configs}
+        g = replay.load(out / by["gather_rows"].name, device="cpu")
+        assert g.written == ["y"] and torch.equal(g.outputs["y"], y)
+        st = g.manifest["storages"][g.manifest["args"][2]["value"]["tensor"]["storage"]]
+        assert st["pure_output"] is False or st["written"]       # torch.empty's bytes: poisoned or restored
+        # the in-place kernel: its input is written, restored from the recording before every replay
+        cfg = by["scale_"]
+        assert not wl.repeatable
+        inputs = wl.make_inputs(cfg, 0, "cpu")
+        r = inputs["replay"]
+        before = r.args[0].clone()
+        out1 = wl.run(inputs)["x"].clone()
+        wl.reset(inputs)
+        assert torch.equal(r.args[0], before)
+        assert torch.equal(wl.run(inputs)["x"], out1)          # not scaled twice
+        assert check_workload(wl, cfg, seed=0, device="cpu").passed
+        assert check_workload(wl, by["gather_rows"], seed=0, device="cpu").passed
+        # a candidate whose answer differs (the wrapper's module scales by 3) fails the replayed check
+        (root / "kops.py").write_text(KERNELS.replace("SCALE = 2.0", "SCALE = 3.0"))
+        sys.modules.pop("kops", None)
+        bad = load_workload(f"replay:{out}", file=str(root / "kops.py"))
+        res = check_workload(bad, bad.config(by["gather_rows"].name), seed=0, device="cpu")
+        assert not res.passed and "y" in res.summary
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("kops", None)
+
+
+def test_bad_recordings_are_one_line_and_exit_2(recorded, capsys):
+    root, out, _run = recorded
+    folder = replay.store.replay_folders(out)[0]
+    assert main(["replay", str(out / "nope")]) == 2
+    assert "no replay recording at" in capsys.readouterr().err
+    # recorded without executing: nothing to check against
+    assert main(["replay", str(folder)]) == 2
+    assert "recorded without executing" in capsys.readouterr().err
+    # another version of the kernel's file
+    (root / "kops.py").write_text(KERNELS + "\n# edited\n")
+    with pytest.raises(replay.ReplayError, match="another version"):
+        replay.load(folder, device="cpu")
+    man = folder / "replay.json"
+    man.write_text(man.read_text()[:50])
+    assert main(["replay", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "is corrupt" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    man.write_text(json.dumps({"schema": "cutile-diag.replay/0"}))
+    assert main(["replay", str(folder), "--json"]) == 2
+    assert "this cutile-diag reads cutile-diag.replay/1" in capsys.readouterr().err
+
+
+def test_the_campaign_plan_lists_a_replay_folder_per_configuration(tmp_path, monkeypatch, capsys):
+    """`campaign --plan --dry-run --json` on the demo repository: the survey recorded every configuration
+    (no extra run), each loads with the launch's shapes and dtypes and the wrapper's call."""
+    from cutile_diag.campaign.demo import make_repo, survey_command
+    from cutile_diag.capture.spec import parse_spec
+    repo = make_repo(tmp_path)
+    monkeypatch.chdir(repo)
+    assert main(["campaign", "--plan", "--dry-run", "--json", "--", *survey_command()]) == 0
+    d = json.loads(capsys.readouterr().out)
+    configs = [c for k in d["plan"]["kernels"] for c in k["configs"]]
+    assert len(configs) == 5 and d["survey"]["seconds"] > 0
+    for c in configs:
+        r = replay.load(c["replay"], device="cpu")
+        for name, spec in c["specs"].items():
+            value = r.args[r.arg_names.index(name)]
+            s = parse_spec(spec)
+            if hasattr(value, "shape"):
+                assert (tuple(value.shape), str(value.dtype).split(".")[1]) == \
+                    (tuple(s.shape), {"f16": "float16", "f32": "float32"}[spec[:3]]), (name, spec)
+        assert r.wrapper[0].__name__ == "launch" and r.manifest["test"] in c["tests"]
