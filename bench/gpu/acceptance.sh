@@ -119,7 +119,8 @@ case "${1:-}" in
   # step wall time; ~5 min); (r2) a campaign over three TileGym op files (geglu, silu_and_mul, rms_norm) with replay
   # on (the default), resumable across two back-to-back calls: copy $OUT/campaign_state_s8r.tgz to
   # .gpu/campaign_state_s8r.tgz and run s8r2 again; S8R2_BUDGET: this call's campaign wall budget.
-  s8r1) run replay_suite 330 --budget-s "${S8R1_BUDGET:-300}" ;;
+  s8r1) b=${S8R1_BUDGET:-300}
+        run replay_suite $((b + 30)) --budget-s "$b" --target "${S8R1_TARGETS:-geglu,dropout}" ;;
   s8r2) b=${S8R2_BUDGET:-540}
         run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --ops geglu,silu_and_mul,rms_norm \
           --state-in .gpu/campaign_state_s8r.tgz --state-out "$OUT/campaign_state_s8r.tgz" ;;
