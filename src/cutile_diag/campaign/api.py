@@ -105,13 +105,13 @@ def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
     if (req.out / STATE_FILE).exists() and not req.plan_only:
         raise UsageError(f"{req.out} already holds a campaign",
                          hint="continue it with --resume, or give --out FOLDER for a new one")
+    # --gpus more than this machine has is refused at once, before any other input is checked
+    ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus, gpus=req.gpus,
+                       simulated=req.simulate is not None)
     if not req.plan_only:
         check_inputs(req)
     if req.executor == "ray":
         check_ray()
-    # before the survey: --gpus more than this machine has is refused at once
-    ex = make_executor(req.executor, ray_address=req.ray_address, num_gpus=req.num_gpus, gpus=req.gpus,
-                       simulated=req.simulate is not None)
     dev, ceilings = _device(req)
     req.out.mkdir(parents=True, exist_ok=True)
     own_out(req.root, req.out)

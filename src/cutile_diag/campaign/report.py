@@ -151,7 +151,7 @@ def _chart(rows: list[dict], out: Path) -> str | None:
 
 
 ATTAINABLE_NOTE = ("% attainable: of the time attainable at each configuration's size — max(launch floor, bytes at "
-                   "the measured copy bandwidth for that many bytes, FLOPs at the compute ceiling); bound launch: "
+                   "the copy bandwidth the size curve gives for that many bytes, FLOPs at the compute ceiling); bound launch: "
                    "the final version sits at its launch floor; pytorch ms: the tests' pytorch variants at the same "
                    "parameters (geometric mean), timed by the survey.")
 
