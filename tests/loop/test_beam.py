@@ -33,9 +33,9 @@ def row_norm_repo(tmp_path):
     return r
 
 
-def _loop(repo, **opts):
+def _loop(repo, beam=None, **opts):
     return make_loop(repo, SPEC, ref=f"{repo / 'row_norm.py'}::row_norm", diagnoser=RankedDiagnoser(RECS),
-                     transforms=TRANSFORMS, until_roof=0.99, rounds=2, max_sweep=2, **opts)
+                     transforms=TRANSFORMS, until_roof=0.99, rounds=2, max_sweep=2, beam=beam, **opts)
 
 
 def test_the_beam_escapes_the_first_gain(row_norm_repo):
