@@ -127,5 +127,7 @@ case "${1:-}" in
   # session 8 (#32): every GPU-marked test of the project, under a ~6 min wall cap (S8G_CAP_S); the log and
   # its record ($OUT/gpu_tests.{txt,md,json}) go to bench/results/acceptance-h200-s8/
   s8g) bash bench/gpu/gpu_tests.sh "${S8G_CAP_S:-360}" ;;
+  # session 9 (#30): A/A calibrate on TileGym matmul 8192^3 bf16 (>= 10 decisions)
+  s9f) run frontier_suite 450 --budget-s 420 ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac

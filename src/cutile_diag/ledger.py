@@ -325,7 +325,15 @@ class Ledger:
         return (max(its) + 1) if its else 0
 
     def last_kept(self) -> dict | None:
+        """The kept version the next step builds on: the last keep, or the one a ``parent``
+        record after the last iteration names (a beam's step, or its best member at the end:
+        ``loop.beam``)."""
         kept = [r for r in self.iterations if r["status"] == "keep"]
+        for r in reversed(self.records):
+            if r.get("type") == "iteration":
+                break
+            if r.get("type") == "parent":
+                return next((k for k in reversed(kept) if k.get("digest") == r["digest"]), kept[-1] if kept else None)
         return kept[-1] if kept else None
 
     def kept_commit(self) -> str:

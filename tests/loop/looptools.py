@@ -122,7 +122,8 @@ def make_loop(repo: Path, spec: dict | None = None, *, recs=None, transforms=Non
     from cutile_diag.loop.runner import LoopOptions, Runner
     from cutile_diag.loop.setup import create_session
     backend = SimulatedBackend({**SPEC, **(spec or {})})
-    options = LoopOptions(**{"capture": False, "rounds": 3, **opts})
+    # beam 1: these tests drive the greedy walk's rules; test_beam.py passes beam=None (the default width)
+    options = LoopOptions(**{"capture": False, "rounds": 3, "beam": 1, **opts})
     before = checkout_state(repo)
     s, led = create_session(ref or f"{repo / 'vector_add.py'}::vector_add", backend=backend.describe(),
                             options=options.to_json(), branch=branch)

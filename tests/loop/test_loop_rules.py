@@ -148,7 +148,9 @@ def test_above_roof_measurement_is_never_a_win(repo):
 
 def test_iteration_cap_is_25(repo):
     ts = {"step": FakeTransform("step", "A", repeat=True)}
-    r = make_loop(repo, {"effects": {"step": 0.9}}, recs=[rec("A", "step")], transforms=ts, rounds=1)
+    # an effect applies once per set (each repeat is a new setting of "step"): setting i gains 0.9^(i+1)
+    effects = {f'step{{"i": {i}}}': 0.9 ** (i + 1) for i in range(30)}
+    r = make_loop(repo, {"effects": effects}, recs=[rec("A", "step")], transforms=ts, rounds=1)
     res = r.start()
     assert res.stop_rule == "max-iterations" and res.iterations == 25
     assert len(table_rows(r)) == 26 and all(it["status"] == "keep" for it in r.led.iterations)

@@ -50,7 +50,7 @@ def loop_overrides(args):
         return getattr(args, name, None)
     return LoopOverrides(
         max_iterations=get("max_iterations"), iteration_budget_s=get("budget"), rounds=get("rounds"),
-        max_sweep=get("max_sweep"), lookahead=get("lookahead"), until_roof=get("until_roof"),
+        max_sweep=get("max_sweep"), lookahead=get("lookahead"), beam=get("beam"), until_roof=get("until_roof"),
         time_limit_s=get("time_limit"), capture_workload=get("capture_workload") or None,
         keep_going=True if get("keep_going") else None, capture=False if get("no_capture") else None,
         archs=get("arch") or None, capture_args=get("capture_arg") or None,

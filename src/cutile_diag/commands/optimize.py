@@ -75,6 +75,9 @@ def register(sub) -> None:
     lp.add_argument("--lookahead", type=float, default=None, metavar="F",
                     help="with --until-roof/--continue: a structural step at most F slower (default 0.05; 0: off) "
                          "stays a frontier for one more step, whose candidates are screened on it too")
+    lp.add_argument("--beam", type=int, default=None, metavar="N",
+                    help="keep the N best measured transform sets and try each step on the one most likely "
+                         "to gain, dropping transforms too (default 3 with --until-roof/--continue; 1: the greedy walk)")
     lp.add_argument("--max-sweep", type=int, default=None,
                     help="parameter settings screened per sweep step (default 4; down to 2 when screening 4 "
                          "would take more than 1/8 of --budget, e.g. a pytest --bench-cmd)")

@@ -58,6 +58,7 @@ class LoopOverrides:
     rounds: int | None = None
     max_sweep: int | None = None
     lookahead: float | None = None
+    beam: int | None = None
     keep_going: bool | None = None                             # --continue (this invocation only)
     until_roof: float | None = None
     time_limit_s: float | None = None                          # --time-limit (this invocation only)

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from . import budget as budget_mod
 from . import decide as decide_mod
+from .beam import lineage_cumulative
 from . import proc, stats
 from .backends import CorrectnessFailure, Version
 from .choose import Candidate, sweep_prefix
@@ -359,8 +360,9 @@ class Evaluation:
         if invalid:
             d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
         else:
-            cum = decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
-                                               if r["iteration"] > 0)
+            cum = lineage_cumulative(self.led.iterations, a.digest) if getattr(self, "beam", None) else \
+                decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
+                                             if r["iteration"] > 0)
             d = decide_mod.decide(cmp, cumulative=cum, keep_going=self.opt.keep_going or self.opt.until_roof is not None)
         d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
             a.files, b.version.files, self.s.kernel_file, self.s.function))

@@ -53,6 +53,7 @@ from . import spares as spares_mod
 from .ceiling import ensure_ceiling
 from .costs import StepClock
 from .evidence import capture_sources, changed_outside_kernel
+from .beam import Beam
 from .frontier import DEFAULT_LOOKAHEAD, lookahead_choice
 from .integrations import CaptureResult, capture_version
 from ..ledger import Ledger
@@ -63,6 +64,7 @@ from ..output import prog
 
 HOOK_POINTS = ("before_apply", "after_apply", "after_verify", "after_measure", "after_commit", "after_record")
 MAX_ITERATIONS = decide_mod.MAX_ITERATIONS
+DEFAULT_BEAM = 3              # frontier width when the loop goes on past small steps (loop.beam)
 BASELINE_CAP_S = 1800.0     # the baseline's hang guard (its time is checked against --budget after it)
 
 
@@ -86,6 +88,7 @@ class LoopOptions:
     # given for one invocation only: a later plain --resume does not inherit them silently
     PER_RUN = ("keep_going", "time_limit_s")
     until_roof: float | None = None     # go on past small steps while below this fraction of the roof
+    beam: int | None = None             # frontier width (loop.beam); None: 3 under --until-roof/--continue, else 1
     lookahead: float = DEFAULT_LOOKAHEAD  # a structural step at most this much slower stays a frontier (loop.frontier)
     time_limit_s: float | None = None   # this invocation's wall time: no step starts that would not fit
 
@@ -101,10 +104,18 @@ class LoopOptions:
             raise LoopError(f"--time-limit must be a positive number of seconds, not {self.time_limit_s}")
         if not 0.0 <= float(self.lookahead) < 1.0:
             raise LoopError(f"--lookahead must be a fraction in [0, 1) (0: off), not {self.lookahead}")
+        if self.beam is not None and not 1 <= int(self.beam) <= 16:
+            raise LoopError(f"--beam must be a width in 1..16 (1: the greedy walk), not {self.beam}")
         if self.until_roof is not None and not 0.0 < float(self.until_roof) <= 1.0:
             raise LoopError(f"--until-roof must be a fraction in (0, 1], not {self.until_roof}")
         self.only = [x.upper() for x in self.only]
         self.skip = [x.upper() for x in self.skip]
+
+    @property
+    def beam_width(self) -> int:
+        if self.beam is not None:
+            return int(self.beam)
+        return DEFAULT_BEAM if self.until_roof is not None or self.keep_going else 1
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -179,6 +190,7 @@ class Runner(Evaluation):
         self.diagnoser = diagnoser or EngineDiagnoser()
         self._transforms = transforms
         self.opt = options or LoopOptions()
+        self.beam = Beam(self, self.opt.beam_width) if self.opt.beam_width > 1 else None
         bad = sorted(set(hooks or {}) - set(HOOK_POINTS))
         if bad:
             raise LoopError(f"internal: unknown hook point(s) {', '.join(bad)}")
@@ -214,7 +226,10 @@ class Runner(Evaluation):
             fn(ctx)
 
     def kept_version(self) -> Version:
-        rec = self.led.last_kept()
+        return self.version_of(self.led.last_kept())
+
+    def version_of(self, rec: dict | None) -> Version:
+        """The kept version a record names (None: the start commit)."""
         if rec is None:
             commit, applied = self.s.start_commit, ()
         else:
@@ -655,12 +670,15 @@ class Runner(Evaluation):
                 if left is not None and left <= 0:
                     raise _Stop("time-limit", f"--time-limit {self.opt.time_limit_s:g} s reached; go on with --resume")
                 n = self.led.next_iteration()
-                a = self.kept_version()
                 if self.git.dirty_files():
                     raise LoopError(f"the loop's worktree {self.s.worktree} changed outside the loop: "
                                     + ", ".join(self.git.dirty_files()[:5]),
                                     hint=f"record a manual edit with `{prog()} loop record`, or undo it there")
                 self.clock = StepClock()        # the step's cost split starts with its diagnosis
+                if self.beam is not None:
+                    self._beam_step(n)
+                    continue
+                a = self.kept_version()
                 with self.clock.phase("diagnose", runs=0):
                     diag = self._diagnose(a, n)
                 if diag.escalate:
@@ -679,9 +697,39 @@ class Runner(Evaluation):
                     raise _Stop("exhausted", "no automatic optimisation left to try" + extra, manual)
                 self.iterate(n, a, choice, diag)
         except _Stop as st:
+            if self.beam is not None and self.led.iterations:
+                self.beam.finish()
             self._suite_bench("end", self.kept_version())
             self.record_stop(st.rule, st.reason, st.manual or manual)
             return self.result(st.rule, st.reason, st.manual or manual)
+
+    def _beam_step(self, n: int) -> None:
+        """One step of the beam (``loop.beam``): the best expected move over the frontier."""
+        diags: dict[str, LoopDiagnosis] = {}
+
+        def diagnose(v: Version) -> LoopDiagnosis:
+            if v.digest not in diags:
+                diags[v.digest] = self._diagnose(v, n)
+            return diags[v.digest]
+
+        with self.clock.phase("diagnose", runs=0):
+            first, last = self.beam.moves(diagnose, n)
+        moves = first or last
+        if not moves:
+            best = diagnose(self.version_of(self.beam.best().record))
+            if best.escalate:
+                raise _Stop("escalate", f"the diagnosis says '{best.bottleneck}': "
+                            + ("; ".join(best.reasons[:2]) or "a person should look")
+                            + f" — handing over ({prog()} loop next shows the evidence)",
+                            [r.to_json() for r in best.recommendations if not r.automatic])
+            raise _Stop("exhausted", f"no automatic optimisation left to try on any of the "
+                        f"{len(self.beam.members())} frontier member(s)")
+        mv = self.beam.pick(moves, n)
+        a = self.beam.start_step(mv, n, stalled=mv is not moves[0])
+        self.echo(f"  beam: {mv.kind} on iteration {mv.member.record['iteration']} (x{mv.member.est:.3f} of the "
+                  f"baseline), expected x{mv.expected:.3f}; frontier "
+                  + ", ".join(f"{m.record['iteration']}:x{m.est:.3f}" for m in self.beam.members()))
+        self.iterate(n, a, mv.choice, diagnose(a))
 
     def _check_budget(self) -> None:
         """Refuse, before any iteration, a --budget too small for one step as the baseline measured it."""

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from .. import proc
 from ..errors import BackendError, CandidateCrash, MeasurementTimeout
 from ..stats import RunStat
+from ..recipe import recipe
 from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
 
 
@@ -26,6 +27,8 @@ class SimSpec:
     or text markers that a manual edit may put in the source (``marker:PLANTED_FAST``)."""
     configs: dict[str, float]                              # config -> baseline latency (ms)
     effects: dict[str, Any] = field(default_factory=dict)  # key -> factor, or {config: factor}
+    # "key1+key2" -> factor, or {config: factor}: applies (on top of the effects) when every key applies
+    interactions: dict[str, Any] = field(default_factory=dict)
     incorrect: list[str] = field(default_factory=list)
     crash: list[str] = field(default_factory=list)
     hang: list[str] = field(default_factory=list)
@@ -58,11 +61,15 @@ class SimSpec:
             if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 < ms < float("inf"):
                 raise BackendError(f"simulation spec: configs.{name}: a baseline latency must be a positive number "
                                    f"of ms, not {ms!r}")
-        for key, f in dict(known.get("effects") or {}).items():
-            for cfg, v in (f.items() if isinstance(f, dict) else [(None, f)]):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-                    raise BackendError(f"simulation spec: effects.{key}{'.' + cfg if cfg else ''}: a latency factor "
-                                       f"must be a positive number, not {v!r}")
+        for what in ("effects", "interactions"):
+            for key, f in dict(known.get(what) or {}).items():
+                for cfg, v in (f.items() if isinstance(f, dict) else [(None, f)]):
+                    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                        raise BackendError(f"simulation spec: {what}.{key}{'.' + cfg if cfg else ''}: a latency "
+                                           f"factor must be a positive number, not {v!r}")
+            if what == "interactions" and any("+" not in k for k in known.get(what) or {}):
+                raise BackendError("simulation spec: an interactions key names two or more keys joined by '+' "
+                                   "(persistent_grid+kernel_hints)")
         if "unit" in known:
             known["unit"] = tuple(known["unit"])
         return cls(**known)
@@ -80,18 +87,15 @@ class SimSpec:
         return d
 
 
-def _count(key: str, v: Version) -> int:
-    """How often a planted key applies to a version: a marker once if present; a transform key
-    once per application in the version's lineage (repeated applications compound)."""
+def _matches(key: str, v: Version) -> bool:
+    """A planted key applies to a version: a marker when its text is in the source; a transform
+    key when the version's *set* holds it (``loop.recipe``: each transform's last setting, so a
+    hint set to 8, then 2, then 8 again counts once, as the source it leaves does)."""
     if key.startswith("marker:"):
         marker = key[len("marker:"):]
-        return int(any(marker in text for text in v.files.values()))
+        return any(marker in text for text in v.files.values())
     name = key.split("{", 1)[0]
-    return sum(1 for a in v.applied if a == key or ("{" not in key and a.split("{", 1)[0] == name))
-
-
-def _matches(key: str, v: Version) -> bool:
-    return _count(key, v) > 0
+    return any(a == key or ("{" not in key and a.split("{", 1)[0] == name) for a in recipe(v.applied))
 
 
 class SimulatedBackend:
@@ -123,10 +127,11 @@ class SimulatedBackend:
     def latency(self, v: Version, config: str) -> float:
         t = float(self.spec.configs[config])
         for key, eff in self.spec.effects.items():
-            n = _count(key, v)
-            if n:
-                f = eff.get(config, 1.0) if isinstance(eff, Mapping) else eff
-                t *= float(f) ** n
+            if _matches(key, v):
+                t *= float(eff.get(config, 1.0) if isinstance(eff, Mapping) else eff)
+        for keys, eff in self.spec.interactions.items():
+            if all(_matches(k, v) for k in keys.split("+")):
+                t *= float(eff.get(config, 1.0) if isinstance(eff, Mapping) else eff)
         return t
 
     def _hang(self, v: Version, deadline: proc.Deadline, what: str) -> None:

@@ -1,0 +1,88 @@
+"""The beam (loop.beam, #30): on a gather-based row norm whose persistent grid gains alone but
+costs with occupancy hints (a planted interaction), a greedy walk locks in the grid; the beam
+ends at the best set it can reach (hints + approximate division, no grid), measures no set
+twice, and the ledger shows the frontier and every step's parent."""
+from __future__ import annotations
+
+
+from looptools import RankedDiagnoser, git, make_loop, rec
+
+from cutile_diag.examples import EXAMPLES_DIR
+from cutile_diag.loop import recipe as rc
+from cutile_diag.loop.backends import SimulatedBackend, Version
+from cutile_diag.loop.transforms import TRANSFORMS
+
+import pytest
+
+SPEC = {"configs": {"large": 0.4}, "bytes": {"large": 2.0e8},   # far below the roof: --until-roof goes on
+        "effects": {"persistent_grid": 0.92, "kernel_hints": 0.86, "approx_div": 0.97},
+        "interactions": {"persistent_grid+kernel_hints": 1.13}, "noise": 0.002, "run_noise": 0.0005}
+RECS = [rec("B", "persistent_grid"), rec("C", "kernel_hints"), rec("H", "approx_div"), rec("A", "gather_to_load")]
+
+
+@pytest.fixture
+def row_norm_repo(tmp_path):
+    """The gather-based row norm, its mean a provably float32 division (approx_div applies)."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    src = (EXAMPLES_DIR / "row_norm.py").read_text()
+    (r / "row_norm.py").write_text(src.replace("ct.sum(acc, axis=0) / N", "ct.sum(acc, axis=0) / ct.astype(N, ct.float32)"))
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "initial")
+    return r
+
+
+def _loop(repo, beam=None, **opts):
+    return make_loop(repo, SPEC, ref=f"{repo / 'row_norm.py'}::row_norm", diagnoser=RankedDiagnoser(RECS),
+                     transforms=TRANSFORMS, until_roof=0.99, rounds=2, max_sweep=2, beam=beam, **opts)
+
+
+def test_the_beam_escapes_the_first_gain(row_norm_repo):
+    r = _loop(row_norm_repo)
+    res = r.start()
+    assert r.opt.beam_width == 3
+    assert res.final_ms / res.baseline_ms <= 0.845, r.led.table_path.read_text()
+    final = r.led.last_kept()
+    names = {rc.name_of(k) for k in rc.recipe(final["applied"])}
+    assert names >= {"kernel_hints", "approx_div"} and "persistent_grid" not in names
+    # the branch ends on the best set
+    assert git(r.s.worktree, "rev-parse", "HEAD") == final["commits"]["kept"]
+    # no set measured twice: every step's candidates are new digests
+    parents = [p for p in r.led.of_type("parent") if p.get("step") is not None]
+    digests = [d for p in parents for d in p["candidates"]]
+    assert digests and len(digests) == len(set(digests))
+    assert next(x for x in r.led.iterations if x["iteration"] == 0)["digest"] not in digests
+    # the ledger names each row's parent and shows the frontier
+    assert all(p["frontier"] and p["move"]["kind"] in ("add", "drop", "setting", "again") for p in parents)
+    assert [p["step"] for p in parents] == [x["iteration"] for x in r.led.iterations if x["iteration"] > 0]
+    assert r.led.of_type("parent")[-1].get("final")
+
+
+def test_the_greedy_walk_locks_in(row_norm_repo):
+    """--beam 1 is today's walk: the persistent grid (ranked first) stays under everything."""
+    r = _loop(row_norm_repo, beam=1)
+    res = r.start()
+    assert res.final_ms / res.baseline_ms > 0.86
+    assert "persistent_grid" in {rc.name_of(k) for k in rc.recipe(r.led.last_kept()["applied"])}
+
+
+def test_a_set_counts_once_and_interactions_multiply():
+    sim = SimulatedBackend(SPEC)
+    files = {"k.py": "x"}
+    hints = ('kernel_hints{"occupancy": 8}', 'kernel_hints{"occupancy": 2}', 'kernel_hints{"occupancy": 8}')
+    assert sim.latency(Version("", files, None, hints), "large") == pytest.approx(0.4 * 0.86)
+    both = Version("", files, None, ("persistent_grid", 'kernel_hints{"occupancy": 4}'))
+    assert sim.latency(both, "large") == pytest.approx(0.4 * 0.92 * 0.86 * 1.13)
+    assert rc.recipe(hints) == ('kernel_hints{"occupancy": 8}',)
+    assert rc.arithmetic_only(["persistent_grid"], ["persistent_grid", "approx_div"])
+    assert not rc.arithmetic_only(["approx_div"], ["approx_div", "kernel_hints"])
+
+
+def test_a_set_is_one_source_whatever_the_order():
+    src = (EXAMPLES_DIR / "row_norm.py").read_text().replace("/ N", "/ ct.astype(N, ct.float32)", 1)
+    orig = Version("baseline", {"row_norm.py": src})
+    kw = dict(kernel_file="row_norm.py", kernel="row_norm", transforms=TRANSFORMS)
+    one = rc.build(['persistent_grid{"blocks_per_sm": 4}', 'kernel_hints{"occupancy": 4}'], orig, **kw)
+    two = rc.build(['kernel_hints{"occupancy": 4}', 'persistent_grid{"blocks_per_sm": 4}'], orig, **kw)
+    assert one is not None and one.digest == two.digest
