@@ -21,7 +21,7 @@ LAYERS = [
     ("errors", "output", "procs", "toolchain", "nvml", "examples", "workload", "pytest_plugin"),
     ("ir_parsers", "source", "ledger"),
     ("capture", "bench", "replay"),
-    ("diff", "roofline"),
+    ("diff", "roofline", "transforms"),
     ("workloads",),
     ("capture.auto", "measure", "replay.run"),
     ("roofline.analysis", "diagnose"),
@@ -45,7 +45,7 @@ DEFERRED = {
                                         "process that measures"),
     "cutile_diag.loop.compile_pool": (("cutile_diag.capture",), "the capture stack loads in the compile child; the "
                                       "runner, costs and the measuring worker import this module and stay light"),
-    "cutile_diag.loop": (("cutile_diag.loop.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
+    "cutile_diag.loop": (("cutile_diag.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
                           "cutile_diag.diff", "cutile_diag.source.model"),
                          "the loop's session and runner load without yaml, libcst or networkx: the rewriting, "
                          "diagnosis, diff and roofline stacks load when a step uses them"),

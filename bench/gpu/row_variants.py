@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop import transforms as T
+from cutile_diag import transforms as T
 from cutile_diag.workloads import examples as ex
 
 OFF = {"tma": "off"}

@@ -168,7 +168,7 @@ def test_the_ir_diff_line_names_a_resident_block_collapse(tmp_path):
     from cutile_diag.capture.auto import capture_auto
     from cutile_diag.examples import EXAMPLES_DIR
     from cutile_diag.loop.integrations import resident_change
-    from cutile_diag.loop.transforms import get
+    from cutile_diag.transforms import get
     caps = []
     for name in ("a", "b"):
         f = tmp_path / name / "row_norm.py"

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping
 
 import libcst as cst
 
-from ...source.model import Kernel, TransformError, TransformNotApplicable, TransformParamError, changed_lines, load
+from ..source.model import Kernel, TransformError, TransformNotApplicable, TransformParamError, changed_lines, load
 
 # ---------------------------------------------------------------------------------------
 # results

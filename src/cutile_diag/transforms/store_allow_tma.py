@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...source.model import (Kernel, TransformNotApplicable, expr, kwarg, lines_text, literal_value, refuse,
+from ..source.model import (Kernel, TransformNotApplicable, expr, kwarg, lines_text, literal_value, refuse,
                              rewrite, set_kwargs)
 from .base import Plan, Transform
 

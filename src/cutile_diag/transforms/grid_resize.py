@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Mapping
 
 import libcst as cst
 
-from ...source.analysis import assignments, require_launches, single_value
-from ...source.model import (Kernel, TransformNotApplicable, TransformParamError, code, expr, find_all, int_value,
+from ..source.analysis import assignments, require_launches, single_value
+from ..source.model import (Kernel, TransformNotApplicable, TransformParamError, code, expr, find_all, int_value,
                              load, refuse, rewrite)
 from .base import Plan, Transform
 

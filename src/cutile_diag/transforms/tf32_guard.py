@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import DtypeInference, assignments, single_value, taken_names
-from ...source.model import (Kernel, code, find_all, fresh_name, insert_in_body, lines_text, positional, refuse,
+from ..source.analysis import DtypeInference, assignments, single_value, taken_names
+from ..source.model import (Kernel, code, find_all, fresh_name, insert_in_body, lines_text, positional, refuse,
                              rewrite, stmt)
 from .base import Plan, Transform
 

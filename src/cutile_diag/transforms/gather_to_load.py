@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
+from ..source.analysis import (AffineGather, affine_gather_form, assignments, bounds_mask_axes, launch_extent,
                                 taken_names)
 from .tma_padding import TMA_OFF_NOTE, TmaChoice, ensure_import_math, tma_setting, valid_mask
-from ...source.model import (Kernel, code, expr, find_all, fresh_name, kwarg, lines_text, literal_value,
+from ..source.model import (Kernel, code, expr, find_all, fresh_name, kwarg, lines_text, literal_value,
                              names_in, refuse, rewrite, stmt)
 from .base import Plan, Transform
 

@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...source.model import TransformNotApplicable, TransformParamError, load, parse_module, refuse
+from ..source.model import TransformNotApplicable, TransformParamError, load, parse_module, refuse
 from .base import Plan, Transform
 from .kernel_hints import KernelHints
 from .latency_hints import LatencyHints

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.model import (Kernel, all_names, expr, fresh_name, kwarg, lines_text, literal_value,
+from ..source.model import (Kernel, all_names, expr, fresh_name, kwarg, lines_text, literal_value,
                              module_bindings, positional, refuse, rewrite, stmt, times)
 from .base import Plan, Transform
 

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import (axis_extent, bid_calls, bid_variables, capture_spec_entries, require_launches,
+from ..source.analysis import (axis_extent, bid_calls, bid_variables, capture_spec_entries, require_launches,
                                 taken_names)
-from ...source.model import (Kernel, TransformParamError, append_dict_item, append_element, code, expr,
+from ..source.model import (Kernel, TransformParamError, append_dict_item, append_element, code, expr,
                              fresh_name, int_value, positional, refuse, rewrite, stmt, times)
 from .base import Plan, Transform
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import DtypeInference
-from ...source.model import (Kernel, TransformParamError, expr, find_all, kwarg, lines_text, literal_value,
+from ..source.analysis import DtypeInference
+from ..source.model import (Kernel, TransformParamError, expr, find_all, kwarg, lines_text, literal_value,
                              refuse, rewrite, set_kwargs)
 from .base import Plan, Transform
 

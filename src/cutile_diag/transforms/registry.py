@@ -1,25 +1,13 @@
-"""Transforms the optimisation loop applies by itself (playbook items A–I and the additions).
+"""The registry of transforms: every transform by name, in playbook order.
 
-Each transform is a frozen dataclass with ``name``, ``playbook_id`` and ``summary`` and
-
-* ``applicable(source, kernel_name, **params) -> (bool, reason)`` — refuses, with a
-  one-line reason, when the rewrite does not apply, is ambiguous, or is already done;
-* ``apply(source, kernel_name, **params)`` -> ``TransformResult`` (new source,
-  description, changed lines, params) for source transforms, ``HintsResult`` (a
-  ``replace_hints`` dict) for hint transforms; raises ``TransformNotApplicable``;
-* ``candidates(source, kernel_name) -> list[dict]`` — parameter sets worth measuring.
-
-Source transforms are libcst rewrites: untouched code keeps its formatting and comments,
-and applying a transform to its own output is refused (idempotent).
-
-    >>> from cutile_diag.loop.transforms import get
-    >>> res = get("latency_hints").apply(source, "matmul")
+The one list of what the loop can apply; the playbook checks its entries' ``transform``
+names against ``names()``.
 """
 from __future__ import annotations
 
 from .approx_div import ApproxDiv
-from ...source.model import TransformError, TransformNotApplicable, TransformParamError
-from .base import HintTransform, HintsResult, Transform, TransformResult
+from ..source.model import TransformError
+from .base import Transform
 from .exp_to_exp2 import ExpToExp2
 from .flush_to_zero import FlushToZero
 from .gather_to_load import GatherToLoad
@@ -65,6 +53,7 @@ class UnknownTransformError(TransformError):
 
 
 def get(name: str) -> Transform:
+    """The transform called ``name``; ``UnknownTransformError`` (with the known names) otherwise."""
     try:
         return TRANSFORMS[name]
     except KeyError:
@@ -73,6 +62,7 @@ def get(name: str) -> Transform:
 
 
 def names() -> list[str]:
+    """Every transform's name, in playbook order."""
     return list(TRANSFORMS)
 
 
@@ -84,11 +74,3 @@ def by_playbook(playbook_id: str) -> list[Transform]:
 def applicability(source: str, kernel_name: str) -> list[tuple[Transform, bool, str]]:
     """Every transform's verdict on a kernel, in playbook order."""
     return [(t, *t.applicable(source, kernel_name)) for t in _ALL]
-
-
-__all__ = ["TRANSFORMS", "Transform", "HintTransform", "TransformResult", "HintsResult",
-           "TransformError", "TransformNotApplicable", "TransformParamError", "UnknownTransformError",
-           "get", "names", "by_playbook", "applicability",
-           "ApproxDiv", "ExpToExp2", "FlushToZero", "GatherToLoad", "GroupMSwizzle", "KernelHints",
-           "LatencyHints", "PersistentGrid", "ReadOnce", "ReplaceHints", "StoreAllowTmaFalse", "Tf32Guard",
-           "TileSizeSweep", "TmaZeroPadding", "ReadOnce", "RowsPerBlock", "JointSweep"]

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import LaunchSite, capture_spec_entries, require_launches
-from ...source.model import (Kernel, TransformNotApplicable, TransformParamError, code, find_all, int_value,
+from ..source.analysis import LaunchSite, capture_spec_entries, require_launches
+from ..source.model import (Kernel, TransformNotApplicable, TransformParamError, code, find_all, int_value,
                              kwarg, load, module_bindings, positional, refuse, rewrite)
 from .base import Plan, Transform
 

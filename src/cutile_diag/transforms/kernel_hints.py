@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.model import (Kernel, TransformParamError, code, expr, kwarg, literal_value, refuse, rewrite,
+from ..source.model import (Kernel, TransformParamError, code, expr, kwarg, literal_value, refuse, rewrite,
                              set_kwargs)
 from .base import Plan, Transform
-from ...source.analysis import ALL_HINTS, hint_overrides
+from ..source.analysis import ALL_HINTS, hint_overrides
 
 KNOBS = ("occupancy", "num_ctas", "num_worker_warps", "opt_level")
 SWEEPS: dict[str, tuple[int, ...]] = {"occupancy": (1, 2, 4, 8), "num_ctas": (2, 4),

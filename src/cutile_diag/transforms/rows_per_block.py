@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import (assignments, bid_calls, capture_spec_entries, reaching_value, require_launches,
+from ..source.analysis import (assignments, bid_calls, capture_spec_entries, reaching_value, require_launches,
                                 taken_names)
-from ...source.model import (Kernel, TransformParamError, append_dict_item, append_element, code, expr,
+from ..source.model import (Kernel, TransformParamError, append_dict_item, append_element, code, expr,
                              find_all, fresh_name, int_value, kwarg, literal_value, positional, refuse, rewrite)
 from .base import Plan, Transform
 from .group_m_swizzle import _append_param

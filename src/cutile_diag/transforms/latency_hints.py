@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.model import (Kernel, TransformParamError, expr, int_value, kwarg, lines_text, refuse, rewrite,
+from ..source.model import (Kernel, TransformParamError, expr, int_value, kwarg, lines_text, refuse, rewrite,
                              set_kwargs)
 from .base import Plan, Transform
 

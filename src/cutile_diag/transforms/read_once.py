@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from ...source.analysis import assignments, reaching_value, taken_names
-from ...source.model import (Kernel, code, expr, find_all, fresh_name, lines_text, names_in, positional, refuse,
+from ..source.analysis import assignments, reaching_value, taken_names
+from ..source.model import (Kernel, code, expr, find_all, fresh_name, lines_text, names_in, positional, refuse,
                              rewrite, stmt)
 from .base import Plan, Transform
 

@@ -24,11 +24,11 @@ from typing import Any, ClassVar, Sequence
 
 import libcst as cst
 
-from ...source.analysis import launch_extent
-from ...source.model import (Kernel, TransformParamError, code, dotted, expr, int_value, kwarg, lines_text,
+from ..source.analysis import launch_extent
+from ..source.model import (Kernel, TransformParamError, code, dotted, expr, int_value, kwarg, lines_text,
                              positional, refuse, rewrite, set_kwargs, stmt)
 from .base import Plan, Transform
-from ...source.model import load
+from ..source.model import load
 
 # padding mode -> the Python value the masked lanes get
 FILL = {"NEG_INF": "-math.inf", "POS_INF": "math.inf", "NAN": "math.nan", "NEG_ZERO": "-0.0"}

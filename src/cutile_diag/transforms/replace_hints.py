@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...source.model import Kernel, refuse
+from ..source.model import Kernel, refuse
 from .base import HintTransform, Plan
 from .kernel_hints import (KNOBS, _describe, _sweep_candidates, _why_none, check_hints, decorator_hints,
                            refuse_overridden)

@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Mapping
 
 import libcst as cst
 
-from ...source.analysis import assignments, axis_extent, bid_calls, bid_variables, require_launches, taken_names
-from ...source.model import (Kernel, TransformParamError, code, expr, find_all, fresh_name, int_value, load,
+from ..source.analysis import assignments, axis_extent, bid_calls, bid_variables, require_launches, taken_names
+from ..source.model import (Kernel, TransformParamError, code, expr, find_all, fresh_name, int_value, load,
                              module_bindings, names_in, positional, refuse, rewrite, stmt)
 from .base import Plan, Transform
 from .group_m_swizzle import PARAM as GROUP_PARAM

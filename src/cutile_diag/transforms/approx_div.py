@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...source.model import (Kernel, TransformParamError, code, lines_text, refuse, rewrite)
+from ..source.model import (Kernel, TransformParamError, code, lines_text, refuse, rewrite)
 from .base import Plan, Transform
 from .flush_to_zero import DIV, f32_kwarg_edits
 
