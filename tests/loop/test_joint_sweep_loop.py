@@ -30,7 +30,7 @@ def test_tile_loads_in_a_one_row_per_block_kernel_are_swept_with_and_without_tma
     threads.  Tried once on this version: not offered again."""
     from looptools import diagnosis
 
-    from cutile_diag.capture.auto import capture_auto
+    from cutile_diag.measure.capture import capture_auto
     from cutile_diag.diagnose.collect_capture import resident_ctas
     from cutile_diag.examples import EXAMPLES_DIR
     from cutile_diag.loop.backends import Version

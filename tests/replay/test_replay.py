@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("cuda.tile")
 import torch  # noqa: E402
 
-from cutile_diag.capture import launch_observer as lo  # noqa: E402
+from cutile_diag.measure import observe as lo  # noqa: E402
 from cutile_diag.cli import main  # noqa: E402
 from cutile_diag import replay  # noqa: E402
 

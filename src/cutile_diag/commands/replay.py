@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..bench.timing import BenchOptions
-    from ..replay.run import replay_folder
+    from ..measure.replay import replay_folder
     opts = BenchOptions()
     if args.rep_ms is not None:
         if args.rep_ms <= 0:

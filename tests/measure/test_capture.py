@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cutile_diag.capture import aot, spec
-from cutile_diag.capture.auto import LaunchNotSeen, capture_auto, launch_from_workload
+from cutile_diag.measure.capture import LaunchNotSeen, capture_auto, launch_from_workload
 from cutile_diag.capture.launches import cpu_cuda, intercept_launches
 from cutile_diag.capture.loader import load_kernel
 from cutile_diag.errors import UsageError
@@ -166,7 +166,8 @@ def test_workload_run_keeps_the_named_kernel_and_its_launch(monkeypatch, tmp_pat
     name among the run's captures, and the observed launch lands in its manifest."""
     import re
 
-    from cutile_diag.capture import auto, run_mode
+    from cutile_diag.capture import run_mode
+    from cutile_diag.measure import capture as auto
     from cutile_diag.capture.launches import LaunchRecord
     wl = load_workload("examples:softmax")
     ref = f"{EXAMPLES_DIR / 'softmax.py'}::softmax"

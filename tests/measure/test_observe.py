@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cutile_diag.capture import launch_observer as lo
+from cutile_diag.measure import observe as lo
 from cutile_diag.capture.launches import LaunchRecord, read_jsonl
 
 pytest.importorskip("cuda.tile")

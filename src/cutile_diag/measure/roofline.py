@@ -24,24 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..capture.launch_observer import ObservedRun, observe_command
+from .observe import ObservedRun, observe_command
 from ..capture.spec import parse_assignments
 from ..errors import CutileDiagError, UsageError
 from ..output import progress
 from ..workload import Workload, WorkloadConfig
 from ..workloads import load_workload
 from ..workloads.kernel import kernel_workload
-from . import device as device_mod       # read at call time, so a patched live_device is the one used
-from .device import DeviceModel
-from .model import RooflinePoint, analyze
-from .ncu import ncu_available, profile_command
-from .observed import KernelResult, attach_ncu, roofline_launches
-from .peaks import Ceilings
-from .plot import plot_roofline
-from .static_cost import count_workload, cross_check
+from ..roofline import device as device_mod       # read at call time, so a patched live_device is the one used
+from ..roofline.device import DeviceModel
+from ..roofline.model import RooflinePoint, analyze
+from ..roofline.ncu import ncu_available, profile_command
+from ..roofline.observed import KernelResult, attach_ncu, roofline_launches
+from ..roofline.peaks import Ceilings
+from ..roofline.plot import plot_roofline
+from ..roofline.static_cost import count_workload, cross_check
 from .. import bench
-from ..measure import MeasureRequest, device_ceilings, measure_isolated, measure_version
-from .ncu import profile_workload
+from .ceilings import device_ceilings
+from .isolated import measure_isolated
+from .version import MeasureRequest, measure_version
+from ..roofline.ncu import profile_workload
 
 
 @dataclass

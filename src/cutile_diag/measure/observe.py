@@ -53,9 +53,9 @@ from typing import Callable
 
 from ..errors import CutileDiagError, UsageError
 from ..procs import die_with_parent, wait_or_kill
-from .launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
+from ..capture.launches import LaunchRecord, describe_launch, read_jsonl, write_jsonl
 from ..output import prog
-from .launches import cpu_cuda
+from ..capture.launches import cpu_cuda
 from ..replay.record import LaunchRecorder
 from ..replay.store import ENV_DIR as REPLAY_ENV_DIR
 

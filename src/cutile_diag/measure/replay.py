@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.timing import BenchOptions
-from ..measure.version import MeasureResult, measure_config
+from .version import MeasureResult, measure_config
 from ..workloads import load_workload
-from .store import ReplayError
-from .workload import REF_PREFIX, ReplayWorkload
+from ..replay.store import ReplayError
+from ..replay.workload import REF_PREFIX, ReplayWorkload
 
 
 @dataclass

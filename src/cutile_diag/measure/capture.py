@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import CutileDiagError, UsageError
-from . import spec as spec_mod
-from .launches import LaunchArgumentsError, LaunchRecord, cpu_cuda, intercept_launches
-from .manifest import MANIFEST, CaptureFolder, load_capture
-from . import run_mode
-from .aot import capture_aot
-from .loader import load_kernel
+from ..capture import spec as spec_mod
+from ..capture.launches import LaunchArgumentsError, LaunchRecord, cpu_cuda, intercept_launches
+from ..capture.manifest import MANIFEST, CaptureFolder, load_capture
+from ..capture import run_mode
+from ..capture.aot import capture_aot
+from ..capture.loader import load_kernel
 from ..workloads import load_workload
 
 DEFAULT_SMS = 132            # the H200 the CPU stand-in pretends to be (the loop's reference GPU)

@@ -1,13 +1,13 @@
 """cutile-diag's launch observer, loaded at interpreter start in the observed command.
 
-``capture.launch_observer.observe_command`` puts this folder first on the child's
+``measure.observe.observe_command`` puts this folder first on the child's
 PYTHONPATH.  It does three things and nothing else at start-up (no cutile_diag import):
 
 1. hands over to the ``sitecustomize`` the interpreter would have loaded without us (the
    user's or the distribution's), with this folder taken off ``sys.path`` so it is found;
 2. registers a one-shot import hook for ``cuda.tile``;
 3. when ``cuda.tile`` has executed, replaces its ``launch`` with the recording one
-   (``launch_observer.install``), before any user module can bind ``from cuda.tile import launch``.
+   (``observe.install``), before any user module can bind ``from cuda.tile import launch``.
 """
 import importlib.util
 import os
@@ -55,7 +55,7 @@ def _install(module) -> None:
     if importlib.util.find_spec("cutile_diag") is None and src:
         sys.path.append(src)          # last: never shadows anything of the user's
     try:
-        from cutile_diag.capture.launch_observer import install
+        from cutile_diag.measure.observe import install
     except Exception as e:           # observing must never break the user's program
         print(f"cutile-diag: launch observer not installed: {type(e).__name__}: {e}", file=sys.stderr)
         return
