@@ -21,7 +21,7 @@ LAYERS = [
     ("errors", "output", "procs", "toolchain", "nvml", "examples", "workload", "pytest_plugin"),
     ("ir_parsers", "source", "ledger"),
     ("capture", "transforms"),
-    ("bench", "replay"),
+    ("harness", "replay"),
     ("diff", "roofline"),
     ("workloads",),
     ("measure",),
@@ -42,16 +42,17 @@ DEFERRED = {
                                    "(libcst, networkx, the GPU stack) only when it runs"),
     "cutile_diag.loop.api": (_ALL, "the loop's entry point: `loop --help` and `optimize --help` stay light; "
                                    "each request loads the parts it uses"),
-    "cutile_diag.loop.backends": (_ALL, "a backend loads the measuring stack (roofline, bench, workloads) in the "
+    "cutile_diag.loop.backends": (_ALL, "a backend loads the measuring stack (roofline, harness, workloads) in the "
                                         "process that measures"),
-    "cutile_diag.loop.compile_pool": (("cutile_diag.capture", "cutile_diag.measure.capture"), "the capture stack loads in the compile child; the "
-                                      "runner, costs and the measuring worker import this module and stay light"),
+    "cutile_diag.loop.compile_pool": (("cutile_diag.capture", "cutile_diag.measure.capture"),
+                                      "the capture stack loads in the compile child; the runner, costs and the "
+                                      "measuring worker import this module and stay light"),
     "cutile_diag.loop": (("cutile_diag.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
                           "cutile_diag.diff", "cutile_diag.source.model"),
                          "the loop's session and runner load without yaml, libcst or networkx: the rewriting, "
                          "diagnosis, diff and roofline stacks load when a step uses them"),
     "cutile_diag.workloads": (("cutile_diag.workloads",), "built-in workloads load when one is named"),
-    "cutile_diag.bench": (("cutile_diag.errors", "cutile_diag.nvml"), "NVML loads in the measuring subprocess"),
+    "cutile_diag.harness": (("cutile_diag.errors", "cutile_diag.nvml"), "NVML loads in the measuring subprocess"),
     "cutile_diag.measure": (("cutile_diag.measure", "cutile_diag.workloads"),
                             "the child's runner and the workload load in the child that measures"),
 }

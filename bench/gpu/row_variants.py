@@ -176,7 +176,7 @@ def main() -> int:
 
 def measure_variants(kernel, config, variants, args):
     from cutile_diag.measure.isolated import measure_config
-    from cutile_diag.bench.timing import BenchOptions
+    from cutile_diag.harness.timing import BenchOptions
     opts = BenchOptions(warmup_ms=20, rep_ms=args.rep_ms)
     live = []
     for label, path, row in variants:

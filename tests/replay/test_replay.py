@@ -158,7 +158,7 @@ def _record_executed(root, out, monkeypatch):
 
 
 def test_an_executed_recording_checks_candidates_and_restores_an_in_place_kernels_input(tmp_path, monkeypatch):
-    from cutile_diag.bench.correctness import check_workload
+    from cutile_diag.harness.correctness import check_workload
     from cutile_diag.workloads import load_workload
     root = tmp_path / "repo"
     root.mkdir()

@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..bench.timing import BenchOptions
+    from ..harness.timing import BenchOptions
     from ..measure.replay import replay_folder
     opts = BenchOptions()
     if args.rep_ms is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bench.timing import BenchOptions
+from ..harness.timing import BenchOptions
 from .version import MeasureResult, measure_config
 from ..workloads import load_workload
 from ..replay.store import ReplayError

@@ -39,7 +39,7 @@ from ..roofline.observed import KernelResult, attach_ncu, roofline_launches
 from ..roofline.peaks import Ceilings
 from ..roofline.plot import plot_roofline
 from ..roofline.static_cost import count_workload, cross_check
-from .. import bench
+from ..harness.timing import BenchOptions
 from .ceilings import device_ceilings
 from .isolated import measure_isolated
 from .version import MeasureRequest, measure_version
@@ -88,7 +88,7 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
                       isolated: bool = True, timeout_s: float = 300.0,
                       static: bool = True, ncu: bool = False,
                       on_step: Callable[[str], None] | None = None) -> list[ConfigResult]:
-    options = options or bench.BenchOptions()
+    options = options or BenchOptions()
     out: list[ConfigResult] = []
     for cfg in cfgs:
         say = on_step or (lambda _m: None)
@@ -257,7 +257,7 @@ def run(req: RooflineRequest, wl: Workload, *,
             raise UsageError(f"--ncu: {why}", hint="install Nsight Compute or drop --ncu")
         if dev.kind != "live":
             raise UsageError("--ncu needs a GPU (it profiles a real run); drop --device")
-    opts = bench.BenchOptions(flush_l2=req.flush_l2, cuda_graph=req.cuda_graph, **({} if req.batch else {"batch": None}))
+    opts = BenchOptions(flush_l2=req.flush_l2, cuda_graph=req.cuda_graph, **({} if req.batch else {"batch": None}))
     if req.warmup_ms is not None:
         opts.warmup_ms = req.warmup_ms
     if req.rep_ms is not None:

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from cutile_diag.bench import BenchOptions, measure, check_workload, compare, summarize, noise_study
+    from cutile_diag.harness import BenchOptions, measure, check_workload, compare, summarize, noise_study
 
     m = measure(fn, BenchOptions())          # fn launches the kernel(s); m.stats.record()
     check_workload(wl, cfg).summary
