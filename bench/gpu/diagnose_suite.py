@@ -2,7 +2,7 @@
 
 Run on a GPU machine (the H200)::
 
-    python -m cutile_diag.diagnose.gpu_run --out bench/results/diagnose
+    python bench/gpu/diagnose_suite.py --out bench/results/diagnose
 
 For every target it runs ``cutile-diag diagnose <target> --json`` and the rich form in a
 subprocess (so one failure does not stop the rest), writes ``<name>.json`` / ``<name>.txt``,
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("CUDA_PATH", None)
     env["COLUMNS"] = "160"
     try:   # measured ceilings once, so every diagnosis compares against them
-        from ..roofline.device import live_device
-        from ..measure.ceilings import device_ceilings
+        from cutile_diag.roofline.device import live_device
+        from cutile_diag.measure.ceilings import device_ceilings
         device_ceilings(live_device(), measure=True)
     except Exception as e:  # no GPU / no peaks: the diagnoses then say so themselves
         print(f"ceilings: {type(e).__name__}: {e}", file=sys.stderr)
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{target}: {row.get('bottleneck') or row.get('error')}", file=sys.stderr)
     lines = [f"# cutile-diag diagnose with GPU evidence — {_dt.date.today().isoformat()}", "",
-             "Produced by `python -m cutile_diag.diagnose.gpu_run --out " + str(out) + "`; per target the JSON "
+             "Produced by `python bench/gpu/diagnose_suite.py --out " + str(out) + "`; per target the JSON "
              "and the rich output are next to this file.", "",
              "| target | bottleneck | % of roof | latency ms | first recommendations |", "|---|---|---|---|---|"]
     for r in rows:
