@@ -13,10 +13,10 @@ from .. import imports, proc
 from ..errors import BackendError, CandidateCrash, MeasurementTimeout
 from ..records import require_records
 from ..stats import RunStat
-from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
+from .base import Backend, Runs, Verification, Version, Workspace, check_deadline, round_order
 
 
-class CommandBackend:
+class CommandBackend(Backend):
     name = "command"
     alternates = True
     observes = True          # verify(observe=True) records the check run's launches (loop.runner's captures)

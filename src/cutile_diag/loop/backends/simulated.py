@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from .. import proc
 from ..errors import BackendError, CandidateCrash, MeasurementTimeout
 from ..stats import RunStat
-from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
+from .base import Backend, Runs, Verification, Version, Workspace, check_deadline, round_order
 
 
 @dataclass
@@ -94,7 +94,7 @@ def _matches(key: str, v: Version) -> bool:
     return _count(key, v) > 0
 
 
-class SimulatedBackend:
+class SimulatedBackend(Backend):
     name = "simulated"
     alternates = True
 
