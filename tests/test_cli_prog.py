@@ -76,7 +76,6 @@ def _string_literals(path: Path):
 NOT_HINTS = {("roofline/peaks.py", "cutile-diag peaks on an NVIDIA H200"),     # a measurement's provenance
              ("loop/git.py", "# cutile-diag optimize: the loops' state"),       # a comment written to a file
              ("commands/demo.py", "cutile-diag demo: "),                         # titles
-             ("diagnose/gpu_run.py", "# cutile-diag diagnose with GPU evidence"),
              ("diff/output/html_render.py", "cutile-diag ir-diff</"),
              ("campaign/report.py", "<title>cutile-diag campaign</title>")}
 

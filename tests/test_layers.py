@@ -14,17 +14,18 @@ import networkx as nx
 SRC = Path(__file__).resolve().parents[1] / "src" / "cutile_diag"
 _PACKAGES = {"cutile_diag." + ".".join(p.parent.relative_to(SRC).parts) for p in SRC.rglob("__init__.py")}
 
-# lowest first; a module may import from its own layer and the layers below it.  A package
-# sits in one layer; the few modules that orchestrate stages above their package's own are named
-# (``capture.auto`` runs a workload, ``roofline.analysis`` measures one).
+# lowest first; a module may import from its own layer and the layers below it.  Each package sits
+# in one layer: what runs a workload (measures it, captures its launch, observes a command) is in
+# ``measure``, above ``workloads``.
 LAYERS = [
     ("errors", "output", "procs", "toolchain", "nvml", "examples", "workload", "pytest_plugin"),
     ("ir_parsers", "source", "ledger"),
-    ("capture", "bench", "replay"),
+    ("capture", "transforms"),
+    ("harness", "replay"),
     ("diff", "roofline"),
     ("workloads",),
-    ("capture.auto", "measure", "replay.run"),
-    ("roofline.analysis", "diagnose"),
+    ("measure",),
+    ("diagnose",),
     ("loop",),
     ("campaign",),
     ("commands",),
@@ -41,16 +42,17 @@ DEFERRED = {
                                    "(libcst, networkx, the GPU stack) only when it runs"),
     "cutile_diag.loop.api": (_ALL, "the loop's entry point: `loop --help` and `optimize --help` stay light; "
                                    "each request loads the parts it uses"),
-    "cutile_diag.loop.backends": (_ALL, "a backend loads the measuring stack (roofline, bench, workloads) in the "
+    "cutile_diag.loop.backends": (_ALL, "a backend loads the measuring stack (roofline, harness, workloads) in the "
                                         "process that measures"),
-    "cutile_diag.loop.compile_pool": (("cutile_diag.capture",), "the capture stack loads in the compile child; the "
-                                      "runner, costs and the measuring worker import this module and stay light"),
-    "cutile_diag.loop": (("cutile_diag.loop.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
+    "cutile_diag.loop.compile_pool": (("cutile_diag.capture", "cutile_diag.measure.capture"),
+                                      "the capture stack loads in the compile child; the runner, costs and the "
+                                      "measuring worker import this module and stay light"),
+    "cutile_diag.loop": (("cutile_diag.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
                           "cutile_diag.diff", "cutile_diag.source.model"),
                          "the loop's session and runner load without yaml, libcst or networkx: the rewriting, "
                          "diagnosis, diff and roofline stacks load when a step uses them"),
     "cutile_diag.workloads": (("cutile_diag.workloads",), "built-in workloads load when one is named"),
-    "cutile_diag.bench": (("cutile_diag.errors", "cutile_diag.nvml"), "NVML loads in the measuring subprocess"),
+    "cutile_diag.harness": (("cutile_diag.errors", "cutile_diag.nvml"), "NVML loads in the measuring subprocess"),
     "cutile_diag.measure": (("cutile_diag.measure", "cutile_diag.workloads"),
                             "the child's runner and the workload load in the child that measures"),
 }

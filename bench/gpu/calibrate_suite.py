@@ -108,7 +108,7 @@ def environment(env: dict) -> dict:
 
 def rel_std_child(workload: str, config: str, runs: int) -> int:
     from cutile_diag.measure.isolated import measure_config
-    from cutile_diag.bench.timing import BenchOptions
+    from cutile_diag.harness.timing import BenchOptions
     from cutile_diag.workloads import load_workload
     wl = load_workload(workload)
     cfg = wl.select([config])[0]

@@ -63,7 +63,7 @@ EFFECTS = {"latency_hints": 0.92, "kernel_hints": 0.97, "gather_to_load": 0.8, "
 
 SIGNATURE_CHECK = r"""
 import json, sys, torch
-from cutile_diag.capture.auto import capture_auto
+from cutile_diag.measure.capture import capture_auto
 from cutile_diag.examples import EXAMPLES_DIR
 from cutile_diag.workloads import load_workload
 name, cfg_name, out, gpu = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"

@@ -64,7 +64,7 @@ def parse_json(res: dict):
 # -- noise study: called in a killable subprocess through run_isolated ----------------------
 
 def noise_study(workload: str, config: str, runs: int = 10, rep_ms: float = 100.0) -> dict:
-    from cutile_diag.bench import BenchOptions, noise_study as summarize_noise
+    from cutile_diag.harness import BenchOptions, noise_study as summarize_noise
     from cutile_diag.measure import measure_config
     from cutile_diag.workloads import load_workload
     wl = load_workload(workload)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop import transforms as T
+from cutile_diag import transforms as T
 from cutile_diag.workloads import examples as ex
 
 OFF = {"tma": "off"}
@@ -176,7 +176,7 @@ def main() -> int:
 
 def measure_variants(kernel, config, variants, args):
     from cutile_diag.measure.isolated import measure_config
-    from cutile_diag.bench.timing import BenchOptions
+    from cutile_diag.harness.timing import BenchOptions
     opts = BenchOptions(warmup_ms=20, rep_ms=args.rep_ms)
     live = []
     for label, path, row in variants:

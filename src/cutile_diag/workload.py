@@ -3,7 +3,7 @@
 A workload says, for each named configuration (shapes, dtypes), how to build fresh random
 inputs, how to run the kernel (usually the op's launch wrapper), what the right answer is
 (a higher-precision reference), how many FLOPs and bytes one run needs, which tensors are
-its outputs, and how close the answer must be.  The benchmark harness (``cutile_diag.bench``)
+its outputs, and how close the answer must be.  The benchmark harness (``cutile_diag.harness``)
 times ``run``; the roofline (``cutile_diag.roofline``) turns the time into TB/s, TFLOP/s and a
 verdict; the static cost model cross-checks ``flops``/``bytes`` against the TileIR.
 

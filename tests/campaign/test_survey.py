@@ -96,7 +96,7 @@ def test_a_failing_survey_says_its_exit_code_and_last_lines_and_is_not_kept(tmp_
     exit code and the command's last lines; nothing is cached, so the next run surveys again."""
     import pytest as _pytest
 
-    from cutile_diag.capture.launch_observer import CommandFailedError
+    from cutile_diag.measure.observe import CommandFailedError
     monkeypatch.chdir(tmp_path)
     state = tmp_path / "state"
     script = tmp_path / "fails.py"

@@ -128,7 +128,7 @@ def test_every_playbook_fact_can_be_produced(evidences, tmp_path):
     assert hev.value("ir.hint_occupancy") == 8 and hev.value("ir.kernel_hints_set") is True
     produced |= set(hev.facts)
     # a capture taken from an intercepted launch carries the launch.* facts
-    from cutile_diag.capture.auto import capture_auto
+    from cutile_diag.measure.capture import capture_auto
     launched = capture_auto(f"{EXAMPLES_DIR / 'row_lse.py'}::row_lse", workload="examples:row_lse",
                             out_dir=tmp_path / "launched", gpu=False)
     produced |= set(collect_capture(launched.folder).facts)

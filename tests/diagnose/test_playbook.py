@@ -10,7 +10,8 @@ import pytest
 
 from cutile_diag.diagnose.classes import CLASSES
 from cutile_diag.diagnose.evidence import FACTS, Evidence, EvidenceError, facts_markdown
-from cutile_diag.diagnose.playbook import (KNOWN_TRANSFORMS, REFERENCES_ENV, PlaybookError, load_playbook,
+from cutile_diag.transforms.registry import TRANSFORMS
+from cutile_diag.diagnose.playbook import (REFERENCES_ENV, PlaybookError, load_playbook,
                                            references_dir)
 
 REFS = references_dir()
@@ -37,7 +38,7 @@ def test_expected_transforms(playbook):
     for i, t in want.items():
         assert playbook.by_id(i).transform == t, i
     for e in playbook.entries:
-        assert e.transform == "" or e.transform in KNOWN_TRANSFORMS
+        assert e.transform == "" or e.transform in TRANSFORMS
         assert e.automatic == bool(e.transform)
 
 

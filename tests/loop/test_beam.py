@@ -10,7 +10,7 @@ from looptools import RankedDiagnoser, git, make_loop, rec
 from cutile_diag.examples import EXAMPLES_DIR
 from cutile_diag.loop import recipe as rc
 from cutile_diag.loop.backends import SimulatedBackend, Version
-from cutile_diag.loop.transforms import TRANSFORMS
+from cutile_diag.transforms import TRANSFORMS
 
 import pytest
 

@@ -165,10 +165,10 @@ def test_the_ir_diff_line_names_a_resident_block_collapse(tmp_path):
     one-row-per-block kernel a TMA pipeline (255 registers, 256 threads, ~56 KB shared memory),
     12 -> 1 resident blocks per SM; the loop's diff line says so before any timing (the H200
     measured that step 7.4x slower: bench/results/acceptance-h200-s2)."""
-    from cutile_diag.capture.auto import capture_auto
+    from cutile_diag.measure.capture import capture_auto
     from cutile_diag.examples import EXAMPLES_DIR
     from cutile_diag.loop.integrations import resident_change
-    from cutile_diag.loop.transforms import get
+    from cutile_diag.transforms import get
     caps = []
     for name in ("a", "b"):
         f = tmp_path / name / "row_norm.py"

@@ -5,7 +5,7 @@ import json
 
 from looptools import make_loop, rec
 
-from cutile_diag.loop.transforms import JointSweep
+from cutile_diag.transforms import JointSweep
 
 J = JointSweep()
 
@@ -30,12 +30,12 @@ def test_tile_loads_in_a_one_row_per_block_kernel_are_swept_with_and_without_tma
     threads.  Tried once on this version: not offered again."""
     from looptools import diagnosis
 
-    from cutile_diag.capture.auto import capture_auto
+    from cutile_diag.measure.capture import capture_auto
     from cutile_diag.diagnose.collect_capture import resident_ctas
     from cutile_diag.examples import EXAMPLES_DIR
     from cutile_diag.loop.backends import Version
     from cutile_diag.loop.choose import choose
-    from cutile_diag.loop.transforms import TRANSFORMS
+    from cutile_diag.transforms import TRANSFORMS
     src = (EXAMPLES_DIR / "row_norm.py").read_text()
     a = Version("baseline", {"row_norm.py": src}, "c0")
     choice, _, _ = choose(diagnosis(rec("A", "gather_to_load")), a, kernel_file="row_norm.py", kernel="row_norm",

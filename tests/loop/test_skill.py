@@ -42,7 +42,7 @@ def test_the_skill_s_tma_advice_is_the_engine_s_ranking():
     """F is the root cause (ranked first in every class) for a warp-specialised kernel without
     mma; P's transform screens its ZERO-padded load with TMA off too.  The prose says both."""
     from cutile_diag.diagnose.playbook import default_playbook
-    from cutile_diag.loop.transforms import tma_padding
+    from cutile_diag.transforms import tma_padding
     pb = default_playbook()
     f = pb.by_id("F")
     assert any(c.root_cause and "cubin.warp_specialised" in c.predicate.names for c in f.clauses)

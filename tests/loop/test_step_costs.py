@@ -37,7 +37,7 @@ def test_busy_time_counts_overlaps_once_and_overlap_is_detected():
 def _hints():
     """kernel_hints restricted to four settings that each change vector_add's machine code (its
     occupancy settings compile to the kept SASS: no-ops, never screened)."""
-    from cutile_diag.loop.transforms.kernel_hints import KernelHints
+    from cutile_diag.transforms.kernel_hints import KernelHints
 
     class Hints(KernelHints):
         SETTINGS = ({"num_ctas": 2}, {"num_ctas": 4}, {"num_worker_warps": 8},

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cutile_diag.bench.timing import BenchOptions  # noqa: E402
+from cutile_diag.harness.timing import BenchOptions  # noqa: E402
 from cutile_diag.measure import MeasureRequest, measure_version, prepare, time_prepared  # noqa: E402
 from cutile_diag.workload import Workload, WorkloadConfig  # noqa: E402
 
@@ -111,9 +111,9 @@ def test_only_the_measure_module_poisons_and_post_checks():
     for f in SRC.rglob("*.py"):
         rel = f.relative_to(SRC).as_posix()
         text = f.read_text()
-        if re.search(r"before_timed\s*=", text) and rel not in ("measure/version.py", "bench/timing.py"):
+        if re.search(r"before_timed\s*=", text) and rel not in ("measure/version.py", "harness/timing.py"):
             found.append(f"{rel}: before_timed")
-        if "check_outputs(" in text and rel not in ("measure/version.py", "bench/correctness.py"):
+        if "check_outputs(" in text and rel not in ("measure/version.py", "harness/correctness.py"):
             found.append(f"{rel}: check_outputs")
     assert found == []
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("cuda.tile")
 import torch  # noqa: E402
 
-from cutile_diag.capture import launch_observer as lo  # noqa: E402
+from cutile_diag.measure import observe as lo  # noqa: E402
 from cutile_diag.cli import main  # noqa: E402
 from cutile_diag import replay  # noqa: E402
 
@@ -158,7 +158,7 @@ def _record_executed(root, out, monkeypatch):
 
 
 def test_an_executed_recording_checks_candidates_and_restores_an_in_place_kernels_input(tmp_path, monkeypatch):
-    from cutile_diag.bench.correctness import check_workload
+    from cutile_diag.harness.correctness import check_workload
     from cutile_diag.workloads import load_workload
     root = tmp_path / "repo"
     root.mkdir()

@@ -3,8 +3,8 @@ import statistics
 
 import pytest
 
-from cutile_diag.bench.stats import RECORD_KEYS, TimingStats, noise_study, summarize
-from cutile_diag.bench.timing import BenchOptions, measure, plan_reps
+from cutile_diag.harness.stats import RECORD_KEYS, TimingStats, noise_study, summarize
+from cutile_diag.harness.timing import BenchOptions, measure, plan_reps
 
 
 def test_record_has_exactly_tilegyms_keys_in_order():
@@ -138,7 +138,7 @@ def test_options_roundtrip():
 
 
 def test_short_kernels_are_timed_in_batches_with_the_flush_accounted_for():
-    from cutile_diag.bench.timing import plan_batch
+    from cutile_diag.harness.timing import plan_batch
 
     class Batching(FakeBackend):
         def batch(self, k):
@@ -177,7 +177,7 @@ def test_short_kernels_are_timed_in_batches_with_the_flush_accounted_for():
 def test_a_kept_set_up_is_reused_by_later_calls_and_freed_when_the_options_change_or_a_call_fails():
     """A loop worker measures one version many times: the first call sets up (estimate, batch
     graphs), later calls with the same options only warm up and sample, with the same plan."""
-    from cutile_diag.bench.timing import Kept
+    from cutile_diag.harness.timing import Kept
 
     class Batching(FakeBackend):
         def batch(self, k):

@@ -201,8 +201,8 @@ def test_peaks_table_shows_each_provenance_once(capsys):
 
 
 def test_check_seed_reaches_the_harness_and_a_failure_says_how_to_replay(capsys, monkeypatch):
-    import cutile_diag.roofline.analysis as analysis
-    from cutile_diag.bench.correctness import CheckResult
+    import cutile_diag.measure.roofline as analysis
+    from cutile_diag.harness.correctness import CheckResult
     from cutile_diag.measure.isolated import MeasureResult
     from cutile_diag.roofline import device
     seen = []

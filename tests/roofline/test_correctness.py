@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cutile_diag.bench.correctness import check_workload, compare, poison_  # noqa: E402
+from cutile_diag.harness.correctness import check_workload, compare, poison_  # noqa: E402
 from cutile_diag.workload import Tolerance, Workload, WorkloadConfig, default_tolerance  # noqa: E402
 
 TOL = Tolerance(rtol=1e-2, atol=1e-2)
@@ -167,7 +167,7 @@ def test_check_workload_with_returned_outputs():
 
 
 def test_result_json_roundtrip():
-    from cutile_diag.bench.correctness import CheckResult
+    from cutile_diag.harness.correctness import CheckResult
     r = check_workload(_Scale("partial"), _Scale.configs[0], seed=3, device="cpu")
     back = CheckResult.from_json(r.to_json())
     assert back.passed == r.passed and back.comparisons[0].worst_index == (61,)

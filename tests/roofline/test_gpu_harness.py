@@ -1,7 +1,7 @@
 """The real harness on a GPU (skipped without one): timing, checks, isolation, ceilings."""
 import pytest
 
-from cutile_diag.bench import BenchOptions
+from cutile_diag.harness import BenchOptions
 from cutile_diag.measure import measure_config, measure_isolated
 from cutile_diag.workloads import load_workload
 

@@ -130,7 +130,7 @@ def test_measure_isolated_bad_workload_is_an_error_result():
 
 def test_measure_result_json_roundtrip():
     from cutile_diag.measure.isolated import MeasureResult
-    from cutile_diag.bench.stats import summarize
+    from cutile_diag.harness.stats import summarize
     r = MeasureResult("w", "c", "ok", stats=summarize([1.0, 1.1]))
     back = MeasureResult.from_json(json.loads(json.dumps(r.to_json())))
     assert back.ok and back.median_ms == pytest.approx(1.05) and back.stats == r.stats

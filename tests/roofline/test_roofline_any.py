@@ -456,7 +456,7 @@ def test_command_table_fits_100_columns(tmp_path, monkeypatch, natural_width):
     import torch
     from dataclasses import replace
     from rich.console import Console
-    from cutile_diag.capture.launch_observer import ObservedRun
+    from cutile_diag.measure.observe import ObservedRun
     from cutile_diag.capture.launches import cpu_cuda, intercept_launches
     from cutile_diag.commands import _roofline_command
     from cutile_diag.roofline.device import preset

@@ -1,7 +1,7 @@
 """approx_div: rounding_mode=APPROX on float32 division (playbook H)."""
 from __future__ import annotations
 
-from cutile_diag.loop.transforms import ApproxDiv, FlushToZero
+from cutile_diag.transforms import ApproxDiv, FlushToZero
 
 from .tf_support import example_source, ir_delta
 

@@ -5,7 +5,7 @@ import libcst as cst
 import pytest
 
 from cutile_diag.errors import CutileDiagError
-from cutile_diag.loop.transforms import ApproxDiv, LatencyHints, TransformError
+from cutile_diag.transforms import ApproxDiv, LatencyHints, TransformError
 from cutile_diag.source.model import changed_lines, code, expr, load, set_kwargs
 
 
@@ -118,8 +118,8 @@ def test_constants_through_module_level_aliases():
     # TileGym spells tile sizes `ConstInt = ct.Constant[int]`; every alias form resolves
     k = load(ALIASED, "k")
     assert k.constant_params() == {"T": "int", "FLAG": "bool", "W": "int", "U": "int"}
-    from cutile_diag.loop.transforms import TileSizeSweep
-    from cutile_diag.loop.transforms.tile_size_sweep import tile_params
+    from cutile_diag.transforms import TileSizeSweep
+    from cutile_diag.transforms.tile_size_sweep import tile_params
     assert tile_params(k) == ["T"]
     res = TileSizeSweep().apply(ALIASED, "k", T=2048)
     assert "(a, b, 2048, True, 4, 2, 5)" in res.new_source

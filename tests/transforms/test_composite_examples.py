@@ -10,7 +10,7 @@ from cutile_diag.examples import EXAMPLES_DIR
 from cutile_diag.loop.backends import Version
 from cutile_diag.loop.composite import enabled_candidates
 from cutile_diag.loop.diagnosis import Rec
-from cutile_diag.loop.transforms import TRANSFORMS
+from cutile_diag.transforms import TRANSFORMS
 
 from .tf_support import emulated
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from cutile_diag import diff
-from cutile_diag.loop import transforms as T
+from cutile_diag import transforms as T
 
 from .tf_support import example_source
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import ExpToExp2, FlushToZero
+from cutile_diag.transforms import ExpToExp2, FlushToZero
 
 from .tf_support import emulated, example_source, op_counts
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutile_diag.loop.transforms import FlushToZero
+from cutile_diag.transforms import FlushToZero
 
 from .tf_support import example_source, ir_delta
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import GatherToLoad
+from cutile_diag.transforms import GatherToLoad
 from cutile_diag.source.analysis import AffineGather, affine_gather_form
 from cutile_diag.source.model import load
 

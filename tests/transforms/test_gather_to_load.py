@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import GatherToLoad
+from cutile_diag.transforms import GatherToLoad
 
 from .tf_support import emulated, example_source, op_counts, op_lines
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutile_diag.loop import transforms as T
+from cutile_diag import transforms as T
 from cutile_diag.source.model import load
 
 from .tf_support import EXAMPLE_FILES, example_source

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_diag.loop import transforms as T
+from cutile_diag import transforms as T
 
 pytestmark = pytest.mark.gpu
 SRC = (Path(__file__).parent / "fixtures" / "row_kernels.py").read_text()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop.transforms import GridResize, PersistentGrid
+from cutile_diag.transforms import GridResize, PersistentGrid
 
 from .tf_support import emulated, example_source
 

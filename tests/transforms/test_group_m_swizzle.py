@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import GroupMSwizzle
+from cutile_diag.transforms import GroupMSwizzle
 
 from .tf_support import emulated, entry_symbol, example_source, op_counts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutile_diag.loop.transforms import JointSweep
+from cutile_diag.transforms import JointSweep
 
 from .tf_support import example_source, op_counts, op_lines
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutile_diag.loop.transforms import (HintsResult, KernelHints, ReplaceHints, TransformNotApplicable,
+from cutile_diag.transforms import (HintsResult, KernelHints, ReplaceHints, TransformNotApplicable,
                                          TransformParamError)
 
 from .tf_support import entry_line, example_source, ir_delta

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cutile_diag.errors import CutileDiagError
-from cutile_diag.loop.transforms import LatencyHints, TransformNotApplicable, TransformParamError
+from cutile_diag.transforms import LatencyHints, TransformNotApplicable, TransformParamError
 
 from .tf_support import example_source, ir_delta, op_hints, op_lines, strip_op_hints
 

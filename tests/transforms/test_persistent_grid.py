@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import GatherToLoad, GroupMSwizzle, PersistentGrid, Tf32Guard
+from cutile_diag.transforms import GatherToLoad, GroupMSwizzle, PersistentGrid, Tf32Guard
 
 from .tf_support import emulated, example_source, op_counts, op_lines
 
@@ -157,7 +157,7 @@ def test_choose_hands_the_diagnosis_evidence_to_the_transform():
     from cutile_diag.loop.backends import Version
     from cutile_diag.loop.choose import choose
     from cutile_diag.loop.diagnosis import LoopDiagnosis, Rec
-    from cutile_diag.loop.transforms import TRANSFORMS
+    from cutile_diag.transforms import TRANSFORMS
     a = Version("baseline", {"softmax.py": example_source("softmax")}, "c0")
     d = LoopDiagnosis(bottleneck="memory-bound", recommendations=[Rec(id="B", name="B", transform="persistent_grid")],
                       evidence=[{"key": "cubin.resident_ctas", "value": 16, "source": "sm_90"}])

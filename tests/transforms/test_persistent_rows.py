@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import PersistentGrid
+from cutile_diag.transforms import PersistentGrid
 
 from .tf_support import emulated, op_lines
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import GatherToLoad, ReadOnce
+from cutile_diag.transforms import GatherToLoad, ReadOnce
 
 from .tf_support import emulated, op_counts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cutile_diag.errors import CutileDiagError
-from cutile_diag.loop import transforms as T
+from cutile_diag import transforms as T
 
 from .tf_support import EXAMPLE_FILES, canonical, example_source
 

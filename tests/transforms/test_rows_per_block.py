@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import PersistentGrid, RowsPerBlock, TmaZeroPadding
+from cutile_diag.transforms import PersistentGrid, RowsPerBlock, TmaZeroPadding
 
 from .tf_support import emulated, example_source, op_lines
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop.transforms import GatherToLoad, ReadOnce
+from cutile_diag.transforms import GatherToLoad, ReadOnce
 from cutile_diag.toolchain import have_tool
 
 from .tf_support import emulated, op_counts, op_lines

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutile_diag.loop.transforms import StoreAllowTmaFalse
+from cutile_diag.transforms import StoreAllowTmaFalse
 
 from .tf_support import example_source, ir_delta, op_hints, strip_op_hints
 
@@ -23,7 +23,7 @@ def test_exactly_the_store_loses_tma(compiler, kernel):
 
 
 def test_combines_with_latency_in_one_hint_dict(compiler):
-    from cutile_diag.loop.transforms import LatencyHints
+    from cutile_diag.transforms import LatencyHints
     src = LatencyHints().apply(example_source("vector_add"), "vector_add").new_source
     res = T.apply(src, "vector_add")
     _, added = ir_delta(compiler.tileir(src, "vector_add"), compiler.tileir(res.new_source, "vector_add"))

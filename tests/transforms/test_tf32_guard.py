@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import Tf32Guard
+from cutile_diag.transforms import Tf32Guard
 
 from .tf_support import canonical, emulated, example_source, ir_delta, op_lines
 

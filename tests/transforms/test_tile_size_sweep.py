@@ -6,7 +6,7 @@ import inspect
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import TileSizeSweep, TransformParamError
+from cutile_diag.transforms import TileSizeSweep, TransformParamError
 
 from .tf_support import emulated, entry_symbol, example_source, op_lines
 

@@ -12,7 +12,7 @@ import pytest
 
 from cutile_diag.diagnose.collect_capture import resident_ctas
 from cutile_diag.examples import EXAMPLES_DIR
-from cutile_diag.loop.transforms import GatherToLoad, StoreAllowTmaFalse, TmaZeroPadding
+from cutile_diag.transforms import GatherToLoad, StoreAllowTmaFalse, TmaZeroPadding
 from cutile_diag.source.model import TransformParamError
 from cutile_diag.toolchain import have_tool
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cutile_diag.loop.transforms import GatherToLoad, TmaZeroPadding
+from cutile_diag.transforms import GatherToLoad, TmaZeroPadding
 from cutile_diag.toolchain import have_tool
 
 from .tf_support import emulated, example_source, op_counts, op_lines
@@ -79,7 +79,7 @@ def test_same_result_on_ragged_rows(emu_dir, kernel, fn):
 def test_tileiras_selects_tma_after(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     from cutile_diag.capture.aot import capture_aot
-    from cutile_diag.loop.transforms.tma_padding import tma_remark_messages
+    from cutile_diag.transforms.tma_padding import tma_remark_messages
     remarks = {}
     for tag, src in (("before", SRC), ("after", P.apply(SRC, "row_max").new_source)):
         path = tmp_path / f"{tag}.py"

@@ -1,7 +1,7 @@
 """The campaign's survey: the user's command run once under the launch observer, incrementally.
 
 Every Python process of the command appends its launches to ``<state>/survey/records/`` as
-they happen (per test under pytest: ``capture.launch_observer`` flushes when
+they happen (per test under pytest: ``measure.observe`` flushes when
 ``PYTEST_CURRENT_TEST`` changes), so a survey that is killed keeps what it saw.  The next
 survey of the same command continues: the tests that had finished (a process went on to
 another test) are kept and passed to pytest as ``--deselect``; the launches of the test that
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..capture.launches import LaunchRecord, read_jsonl, write_jsonl
-from ..capture.launch_observer import CommandFailedError, NoLaunchesError, observe_command
+from ..measure.observe import CommandFailedError, NoLaunchesError, observe_command
 from ..errors import UsageError
 from .reference import time_reference
 

@@ -1,6 +1,6 @@
 """``cutile-diag roofline -- COMMAND``: every kernel a command launches, one point per configuration.
 
-The command runs once with every ``ct.launch`` observed (``capture.launch_observer``); each
+The command runs once with every ``ct.launch`` observed (``measure.observe``); each
 kernel at each configuration gets calls, total and median device time (measured), FLOPs and
 bytes (static estimates from its TileIR at the recorded shapes), TB/s, TFLOP/s, the class,
 percent of the roof and the verdict (``roofline.observed``).  ``--ncu`` runs the command a
@@ -26,8 +26,8 @@ def level_cell(p) -> str:
 def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
     from rich.text import Text
 
-    from ..roofline.analysis import CommandRequest
-    from ..roofline.analysis import run_command as roofline_command
+    from ..measure.roofline import CommandRequest
+    from ..measure.roofline import run_command as roofline_command
     timeout = positive_arg("--timeout", args.timeout)
     pad_us = number_arg("--pad-us", args.pad_us, strict=False)
     gpu = number_arg("--gpu", args.gpu, strict=False, integer=True)

@@ -127,7 +127,7 @@ def run(args) -> int:
         if args.workload or args.from_command:
             if hints:
                 raise UsageError("--hint needs argument specs (--arg), not --workload/--from-command")
-            from ..capture.auto import capture_auto
+            from ..measure.capture import capture_auto
             from ..loop.factory import parse_kv
             with progress(3, f"capturing {args.ref}", enabled=show) as bar:
                 auto = capture_auto(args.ref, specs, workload=args.workload,

@@ -20,8 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..bench.timing import BenchOptions
-    from ..replay.run import replay_folder
+    from ..harness.timing import BenchOptions
+    from ..measure.replay import replay_folder
     opts = BenchOptions()
     if args.rep_ms is not None:
         if args.rep_ms <= 0:

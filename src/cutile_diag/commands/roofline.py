@@ -23,7 +23,7 @@ Two forms need no workload class:
 A kernel reference takes the module's ``CAPTURE_SPECS`` (and ``--arg`` on top); its FLOPs and
 bytes are the static count of its TileIR at those specs (``workloads.kernel``), its latency
 measured on fresh inputs (no reference, so no correctness check) or given offline.  A command
-is run once with every ``ct.launch`` observed (``capture.launch_observer``): one point per
+is run once with every ``ct.launch`` observed (``measure.observe``): one point per
 kernel and configuration, measured times (CUDA events per launch) against static FLOPs/bytes
 (``roofline.observed``).  Such a command exits 1 when it fails (its exit code and stderr
 tail are reported, nothing is written) or launches no cuTile kernel.
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
 def request(args: argparse.Namespace, form: str):
     """The flags (a workload or FILE.py::KERNEL) as the roofline stage's request."""
-    from ..roofline.analysis import RooflineRequest
+    from ..measure.roofline import RooflineRequest
     timeout = number_arg("--timeout", args.timeout if args.timeout is not None else "300")
     warmup_ms = number_arg("--warmup-ms", args.warmup_ms, strict=False)
     rep_ms = number_arg("--rep-ms", args.rep_ms, strict=False)
@@ -224,7 +224,7 @@ def request(args: argparse.Namespace, form: str):
 
 
 def _run_workload(args: argparse.Namespace, form: str) -> int:
-    from ..roofline import analysis
+    from ..measure import roofline as analysis
     req = request(args, form)
     wl = analysis.load_target(req)
     if args.list:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..measure.isolated import measure_isolated
 from ..capture.aot import capture_aot
-from ..capture.auto import capture_workload_run, export_launch, launch_from_workload
+from ..measure.capture import capture_workload_run, export_launch, launch_from_workload
 from ..capture.loader import import_file, is_kernel, kernels_in
 from ..capture.manifest import MANIFEST
 from ..capture.run_mode import capture_run
@@ -450,7 +450,7 @@ def _collect_ncu(req, wl, cfg, out: Path, ev, say):
 def _capture_by_intercepting(req, wl, cfg, arch: str, out: Path, say):
     """No AOT spec and no GPU: build the inputs on the CPU, intercept the launch of the workload's
     ``kernel_name`` (else the one kernel the configuration launches) and export the kernel for
-    that signature (capture.auto)."""
+    that signature (measure.capture)."""
     try:
         rec, cfg_name = launch_from_workload(wl, wl.kernel_name, config=cfg.name, main=True)
         return export_launch(rec, cfg_name, archs=[arch], out_dir=out)

@@ -1,5 +1,5 @@
 """Launch facts from a capture's manifest: the grid, argument specs and SM count of the kernel's
-observed ``ct.launch`` (intercepted on CPU inputs, or seen in a run; ``capture.auto``).
+observed ``ct.launch`` (intercepted on CPU inputs, or seen in a run; ``measure.capture``).
 
 With them the grid-vs-SMs, tail-effect and persistence entries are judged on the real grid
 ("grid 16384 blocks on 132 SMs") instead of a static estimate or "grid size unknown".

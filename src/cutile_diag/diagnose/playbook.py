@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import CutileDiagError
+from ..transforms.registry import TRANSFORMS
 from .classes import CLASSES
 from .evidence import FACTS
 from .predicates import Predicate, PredicateError
@@ -34,12 +35,6 @@ REFERENCES_ENV = "CUTILE_DIAG_REFERENCES"
 # that is exactly "{ops}" or "{ops:KIND,KIND}" expands to the kernel's memory ops of those kinds
 RECIPE_FIELDS = frozenset({"kernel", "wrappers", "path", "constants", "tuned_kind", "tuned_function", "tuned_line"})
 
-# Names of the loop's automatic transforms (cutile_diag.loop.transforms).
-KNOWN_TRANSFORMS = frozenset({
-    "latency_hints", "store_allow_tma_false", "flush_to_zero", "approx_div", "exp_to_exp2",
-    "tf32_guard", "kernel_hints", "tile_size_sweep", "group_m_swizzle", "persistent_grid",
-    "gather_to_load", "tma_zero_padding", "read_once", "rows_per_block", "joint_sweep", "grid_resize",
-})
 RISK_LEVELS = ("none", "low", "medium", "high")
 
 
@@ -219,9 +214,9 @@ def load_entry(path: Path) -> Entry:
     transform = str(d.get("transform", ""))
     alternatives = _str_list(d, "alternatives", where)
     for t in [transform, *alternatives]:
-        if t and t not in KNOWN_TRANSFORMS:
+        if t and t not in TRANSFORMS:
             raise PlaybookError(f"{where}: unknown transform '{t}'",
-                                hint="transforms: " + ", ".join(sorted(KNOWN_TRANSFORMS)))
+                                hint="transforms: " + ", ".join(sorted(TRANSFORMS)))
     risk = str(d.get("risk", "low"))
     if risk not in RISK_LEVELS:
         raise PlaybookError(f"{where}: risk must be one of {', '.join(RISK_LEVELS)}")

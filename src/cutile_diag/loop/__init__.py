@@ -2,7 +2,7 @@
 
 The perf recipe, run by the tool: branch ``cutile-perf-<kernel>-<date>``; iteration 0 is
 the unchanged kernel; each iteration applies one playbook step (a libcst transform from
-``loop.transforms``, or a person's edit through ``loop record``), checks correctness,
+``cutile_diag.transforms``, or a person's edit through ``loop record``), checks correctness,
 measures the candidate against the last kept version interleaved on every configuration,
 commits, records, and keeps or reverts by the recipe's rules.
 
@@ -30,7 +30,6 @@ Modules::
     locate     locate(path, kernel) -> KernelLocation
     git        Git (the CLI), repo_root
     diagnosis  EngineDiagnoser / ApplicabilityDiagnoser / ScriptedDiagnoser -> LoopDiagnosis
-    transforms the libcst rewrites (playbook items the loop applies by itself)
 """
 from .decide import RULES, Decision, stop_rules
 from .errors import (BackendError, CandidateCrash, DirtyTreeError, ForbiddenEditError, GitError, LoopError,

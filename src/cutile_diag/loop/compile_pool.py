@@ -218,7 +218,7 @@ def _warm_cache(ref: str, specs: dict | None, arch: str) -> dict:
 def _child(job: dict) -> dict:
     import contextlib
     from ..capture.aot import capture_aot
-    from ..capture.auto import attach_launch
+    from ..measure.capture import attach_launch
     install_overrides(job.get("overrides") or {})
     specs: dict = dict(job.get("specs") or {})
     from ..capture import spec as spec_mod

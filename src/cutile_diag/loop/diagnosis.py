@@ -165,7 +165,7 @@ class ApplicabilityDiagnoser:
     """Rank the source transforms that apply, by the playbook priority of the kernel's class."""
 
     def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
-        from .transforms import applicability
+        from ..transforms import applicability
         cls, reasons = _class_of(ctx)
         notes: list[str] = []
         try:

@@ -66,7 +66,7 @@ class Evaluation:
         # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.rounds(),
                                screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,
-                               check_workers=n_points if hasattr(self.backend, "prepare") else 1,
+                               check_workers=n_points if getattr(self.backend, "prepare", None) is not None else 1,
                                screen_shared=self._costly)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,

@@ -216,7 +216,7 @@ class Runner(Evaluation):
     @property
     def transforms(self) -> Mapping[str, Any]:
         if self._transforms is None:
-            from .transforms import TRANSFORMS
+            from ..transforms import TRANSFORMS
             self._transforms = TRANSFORMS
         return self._transforms
 

@@ -1,4 +1,5 @@
-"""Stage 3's one way to measure: a version's time (checked) and the device's ceilings.
+"""Stage 3's one way to measure: a version's time (checked) and the device's ceilings; and
+everything else that runs a workload or a command (it sits above ``workloads``).
 
 Public API::
 
@@ -19,6 +20,12 @@ Public API::
   ``run_isolated`` (any ``pkg.mod:function`` there, its JSON-able return value back)
 * ``ceilings`` — ``device_ceilings``, ``live_ceilings`` (a child's entry point),
   ``ceilings_in_child``, ``CeilingAnswer``
+* ``roofline`` — ``roofline_workload`` and the ``roofline`` command's runs: a workload measured and
+  placed on the device roofline
+* ``capture``  — the kernel a workload (or a command) launches, captured with its observed launch
+* ``observe``  — ``observe_command``: a command run with every ``ct.launch`` seen and timed
+  (``_observer_site`` is the child's ``sitecustomize``); optionally recorded for replay
+* ``replay``   — ``replay_folder``: a recorded launch timed and checked against its outputs
 """
 from .ceilings import CeilingAnswer, ceilings_in_child, device_ceilings
 from .isolated import IsolatedError, IsolatedTimeout, measure_isolated, run_isolated

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import CutileDiagError
 from ..output import to_jsonable, write_atomic
-from ..bench.timing import BenchOptions, default_flush_bytes
+from ..harness.timing import BenchOptions, default_flush_bytes
 
 
 def _write(path: str, obj) -> None:

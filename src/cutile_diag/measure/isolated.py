@@ -34,7 +34,7 @@ from ..procs import die_with_parent, kill_group
 from ..source.ref import split_ref
 from ..workload import Workload, WorkloadConfig, WorkloadError
 from ..workloads import load_workload
-from ..bench.timing import BenchOptions
+from ..harness.timing import BenchOptions
 
 # ---------------------------------------------------------------------------------------
 # isolation

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..bench.correctness import (
+from ..harness.correctness import (
     CheckResult,
     check_outputs,
     check_workload,
@@ -27,9 +27,9 @@ from ..bench.correctness import (
     reference_outputs,
     run_outputs,
 )
-from ..bench.observers import ClockObserver
-from ..bench.stats import TimingStats
-from ..bench.timing import BenchOptions, Kept, Measurement, measure
+from ..harness.observers import ClockObserver
+from ..harness.stats import TimingStats
+from ..harness.timing import BenchOptions, Kept, Measurement, measure
 from ..errors import CutileDiagError
 from ..workload import Workload, WorkloadConfig, WorkloadError
 
@@ -145,7 +145,7 @@ def prepare(wl: Workload, cfg: WorkloadConfig, *, seed: int = 0, device: str = "
 
 def time_prepared(p: Prepared, options: BenchOptions | None = None, *, post_check: bool = True,
                   observers: Sequence[Any] = (), backend: Any = None) -> Timed:
-    """Steps (3) and (4): warm-up, outputs poisoned, the timed repetitions (``bench.timing.measure``
+    """Steps (3) and (4): warm-up, outputs poisoned, the timed repetitions (``harness.timing.measure``
     under ``options``, with ``observers`` and, for tests, a fake timer ``backend``), then the
     outputs the timed runs left verified (``post_check`` and ``p.verify``).  Raises what the
     run raises; the caller turns that into its own error."""

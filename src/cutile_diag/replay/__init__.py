@@ -6,10 +6,10 @@ One job per module:
 * ``record`` — in the observed process: the first launch of each signature is written to a folder
   (argument contents before, written arguments after, grid, scalars, the wrapper's call);
 * ``load``   — ``load(folder) -> Replay`` (``.args``, ``.grid``, ``.kernel``, ``.wrapper``, ``.outputs``);
-* ``workload`` — ``ReplayWorkload``: a ``Workload`` over one or more recordings, so the bench harness
+* ``workload`` — ``ReplayWorkload``: a ``Workload`` over one or more recordings, so the timing harness
   and the loop's long-lived workers time and check a replay like any other workload;
-* ``run``    — ``replay_folder(folder)``: time it and check it against the recorded outputs
-  (``cutile-diag replay FOLDER``).
+* timing a replay and checking it against the recorded outputs is ``measure.replay.replay_folder``
+  (``cutile-diag replay FOLDER``): it runs the workload, so it sits above ``workloads``.
 """
 from .load import Replay, load
 from .store import ReplayError

@@ -1,4 +1,4 @@
-"""Record a launch for replay, inside the observed process (``capture.launch_observer`` calls it).
+"""Record a launch for replay, inside the observed process (``measure.observe`` calls it).
 
 The first launch of each signature (kernel + grid + argument specs) is recorded; later ones of
 the same signature are not (a suite launches a kernel thousands of times at a few shapes).

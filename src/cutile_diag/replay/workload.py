@@ -1,6 +1,6 @@
 """``ReplayWorkload``: recorded launches as a ``Workload``, one configuration per recording.
 
-So everything that times and checks a workload (``bench.measure_config``, the loop's long-lived
+So everything that times and checks a workload (``measure.measure_config``, the loop's long-lived
 workers) times and checks a replay: inputs are the recorded bytes (restored before every check and
 every timed block; pure outputs poisoned), ``run`` calls the kernel's module *as it is now* (the
 candidate's wrapper when the recording has the wrapper's call, else the bare launch), and the

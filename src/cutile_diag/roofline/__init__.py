@@ -5,7 +5,7 @@ Public API::
     from cutile_diag.roofline import (device_model, live_device, preset, get_ceilings, analyze,
                                       recipe_class, static_count, count_workload, cross_check,
                                       plot_roofline)
-    from cutile_diag.roofline.analysis import roofline_workload     # measures: above bench and workloads
+    from cutile_diag.measure.roofline import roofline_workload     # measures: above harness and workloads
 
     pts = roofline_workload(wl, configs, device=dev, ceilings=c, latencies={"4096-f16": 0.25})
     # -> list[RooflinePoint]; measures on the GPU when no latency is given (measure.measure_isolated)

@@ -20,7 +20,7 @@ The attainable time of a kernel is the larger of the launch floor, its bytes at 
 curve's bandwidth for that many bytes (L2 flushed or not, as it was timed) and its FLOPs at
 the compute ceiling: what a plain copy of the same bytes, or a GEMM of the same FLOPs, takes.
 
-Every point is timed by ``bench.timing.measure`` (the harness kernels are timed with: short
+Every point is timed by ``harness.timing.measure`` (the harness kernels are timed with: short
 ones batched in CUDA graphs, flush inside and subtracted); bytes moved = reads + writes (a
 copy of n bytes moves 2n).
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..bench.timing import BenchOptions, measure
+from ..harness.timing import BenchOptions, measure
 from ..output import write_atomic
 
 SCHEMA = "cutile-diag.roof-curve/1"
@@ -198,7 +198,7 @@ def measure_curve(dev, *, sizes=DEFAULT_SIZES, flush_modes=(True, False), ops=OP
     return BandwidthCurve(
         bytes=[float(n) for n in sizes], series=series, floor_ms=graph.stats.median,
         floor_eager_ms=eager.stats.median,
-        source=(f"measured: {dev.name}, torch {torch.__version__} (sum / fill / device copy per size, bench.timing: "
+        source=(f"measured: {dev.name}, torch {torch.__version__} (sum / fill / device copy per size, harness.timing: "
                 "median per point, short points batched in CUDA graphs with the L2 flush subtracted; floor: a "
                 "one-element add)"),
         measured_at=when, seconds=round(secs, 2),

@@ -8,7 +8,7 @@ Public API::
     static_for_launch(rec) -> StaticCount              # AOT export of the kernel at the recorded specs
     compute_unit_of(sc) -> ("f16", "tensor") | ("f32", "cuda") ...
 
-Times are *measured* (CUDA events around each launch, ``capture.launch_observer``); FLOPs
+Times are *measured* (CUDA events around each launch, ``measure.observe``); FLOPs
 and bytes are *static estimates*: the kernel's TileIR, exported ahead of time at the
 recorded argument specs and counted by ``static_cost``; the bytes placed on the roof are the
 minimum DRAM traffic (``bytes_compulsory``: issued tile traffic capped by the arrays'

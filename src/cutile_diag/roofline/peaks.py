@@ -39,7 +39,7 @@ from typing import Any
 from ..output import write_atomic
 from .curve import BandwidthCurve, measure_curve, preset_curve
 from .device import DeviceModel, Quantity
-from ..bench.observers import ClockObserver
+from ..harness.observers import ClockObserver
 from ..errors import NoGPUError
 from ..workload import torch_dtype
 

@@ -4,11 +4,12 @@ and the ``Backend`` protocol every measurement mode implements (``verify``, ``me
 ``roofline``, ``retain``)."""
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
 
 from .. import imports, proc
 from ..errors import BackendError, LoopError, MeasurementTimeout
@@ -144,19 +145,65 @@ class Verification:
 Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one RunStat per round
 
 
-class Backend(Protocol):
+class Backend(abc.ABC):
+    """What the loop asks of a measurement mode (workload, command, replay, simulated).
+
+    The abstract methods are required.  The optional parts below them default to "not supported":
+    a hook left ``None`` is one the backend does not have, and the loop then does without it."""
     name: str
     alternates: bool        # rounds go A B, B A, ... (round_order); else A B every round
 
-    def describe(self) -> dict: ...
-    def configs(self) -> list[str] | None: ...          # None: discovered by the first measurement
-    def workload_info(self) -> dict[str, dict]: ...    # config -> {flops, bytes, unit} where known
-    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification: ...
+    observes = False        # verify(observe=True) records the check run's launches (the runner's captures)
+    costly_runs = False     # a check or a timed run is a process of its own: the evaluation screens less
+    check_cost_s: float | None = None   # what one check costs, where known better than the ledger's guess
+    roofline_off: str | None = None     # why the roofline is not measured here (None: it is)
+    uses_preset = False     # the device's ceilings come from a preset, not this GPU
+    requests: list | None = None        # the launches a replay backend times, for the runner's captures
+
+    # optional hooks (None: absent)
+    prepare = None          # prepare(versions, ws, deadline): load the versions' processes at once
+    keep_spares = None      # keep_spares(ws, n): keep n spare worker processes warm for a sweep
+    confirm_keep = None     # confirm_keep(v, ws, deadline) -> Verification | None: re-check a keep
+    suite_bench = None      # suite_bench(v, ws, deadline) -> {config: ms} | None: the user's own bench
+    ceiling = None          # ceiling(measure) -> dict | str | None: the backend's own device ceiling
+
+    @abc.abstractmethod
+    def describe(self) -> dict:
+        """The backend's settings as JSON, for the ledger's setup record."""
+
+    @abc.abstractmethod
+    def configs(self) -> list[str] | None:
+        """The configuration names measured; None: discovered by the first measurement."""
+
+    @abc.abstractmethod
+    def workload_info(self) -> dict[str, dict]:
+        """Per configuration ``{flops, bytes, unit}`` where known (the roofline's and the report's work)."""
+
+    @abc.abstractmethod
+    def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
+        """Check ``v``'s outputs against the reference, within the deadline."""
+
+    @abc.abstractmethod
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline,
-                rounds: int) -> Runs: ...
-    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str: ...
-    def retain(self, versions: Sequence[Version]) -> None: ...
-    def close(self) -> None: ...
+                rounds: int) -> Runs:
+        """Time ``versions`` interleaved over ``rounds`` rounds: per version label and configuration,
+        one RunStat a round.  Raises MeasurementTimeout when the deadline runs out."""
+
+    @abc.abstractmethod
+    def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        """``v``'s roofline point per configuration at the measured ``latencies`` (ms), or why not."""
+
+    @abc.abstractmethod
+    def retain(self, versions: Sequence[Version]) -> None:
+        """Keep what ``versions`` need (worker processes, inputs) and drop the rest."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every process and file the backend holds."""
+
+    def abort(self) -> None:
+        """Release after an error or an interrupt; a backend with processes that may hang kills them."""
+        self.close()
 
 
 @contextlib.contextmanager
@@ -166,7 +213,7 @@ def closing(backend: Backend):
     try:
         yield backend
     except BaseException:
-        getattr(backend, "abort", backend.close)()
+        getattr(backend, "abort", backend.close)()     # a duck-typed backend may lack abort
         raise
     backend.close()
 

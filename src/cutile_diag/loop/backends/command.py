@@ -13,10 +13,10 @@ from .. import imports, proc
 from ..errors import BackendError, CandidateCrash, MeasurementTimeout
 from ..records import require_records
 from ..stats import RunStat
-from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
+from .base import Backend, Runs, Verification, Version, Workspace, check_deadline, round_order
 
 
-class CommandBackend:
+class CommandBackend(Backend):
     name = "command"
     alternates = True
     observes = True          # verify(observe=True) records the check run's launches (loop.runner's captures)
@@ -118,7 +118,7 @@ class CommandBackend:
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
         """Run the test command; ``observe``: with every ``ct.launch`` of its processes recorded
-        (``capture.launch_observer``, no timing pad: the check is not timed), so the one run that
+        (``measure.observe``, no timing pad: the check is not timed), so the one run that
         checks the version also gives its capture the launch arguments (``Verification.launches``)."""
         import tempfile
         with tempfile.TemporaryDirectory(prefix="cutile-diag-check-launches-") as tmp:
@@ -138,7 +138,7 @@ class CommandBackend:
     def launch_block(ver: Verification, function: str) -> tuple[dict | None, str]:
         """The launch of ``function`` an observed check recorded, as a capture manifest's ``launch``
         block (its largest grid: the tests' costliest launch of the kernel), or (None, why not)."""
-        from ...capture.auto import launch_json
+        from ...measure.capture import launch_json
         mine = [r for r in ver.launches if r.kernel == function]
         if not mine:
             seen = ver.observed.get("kernels") or []
@@ -209,7 +209,7 @@ class CommandBackend:
 def _observer_env(rec_dir: Path, env: Mapping[str, str], replay_dir: Path | None = None) -> dict[str, str]:
     """The launch observer's additions, its site first on the child's PYTHONPATH (ahead of the
     import audit's: both hand over to the next ``sitecustomize``)."""
-    from ...capture.launch_observer import observer_env
+    from ...measure.observe import observer_env
     path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     return observer_env(rec_dir, execute=True, pad_us=0.0, base={"PYTHONPATH": path}, replay_dir=replay_dir)
 
@@ -217,7 +217,7 @@ def _observer_env(rec_dir: Path, env: Mapping[str, str], replay_dir: Path | None
 def _observed(rec_dir: Path, res: proc.ProcResult) -> tuple[list, dict]:
     """The launches the observed check recorded, and a summary for the ledger (how many, of which
     kernels, how many processes imported cuda.tile, the observer's own warning if it printed one)."""
-    from ...capture.launch_observer import OBSERVER_NOTE, read_records
+    from ...measure.observe import OBSERVER_NOTE, read_records
     launches, importers = read_records(rec_dir)
     info: dict[str, Any] = {"launches": len(launches), "importers": importers,
                             "kernels": sorted({r.kernel for r in launches})[:20]}

@@ -26,7 +26,7 @@ from .base import Backend, Runs, Verification, Version, Workspace
 from .command import CommandBackend
 
 
-class ReplayBackend:
+class ReplayBackend(Backend):
     name = "replay"
     alternates = False
     observes = True             # the baseline's check records the launches (captures and recordings)

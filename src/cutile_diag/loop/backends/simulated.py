@@ -17,7 +17,7 @@ from .. import proc
 from ..errors import BackendError, CandidateCrash, MeasurementTimeout
 from ..stats import RunStat
 from ..recipe import recipe
-from .base import Runs, Verification, Version, Workspace, check_deadline, round_order
+from .base import Backend, Runs, Verification, Version, Workspace, check_deadline, round_order
 
 
 @dataclass
@@ -98,7 +98,7 @@ def _matches(key: str, v: Version) -> bool:
     return any(a == key or ("{" not in key and a.split("{", 1)[0] == name) for a in recipe(v.applied))
 
 
-class SimulatedBackend:
+class SimulatedBackend(Backend):
     name = "simulated"
     alternates = True
 

@@ -92,7 +92,7 @@ def _load(req: dict, st: _State) -> dict:
 
 
 def _measure(req: dict, st: _State) -> dict:
-    from ...bench.timing import BenchOptions
+    from ...harness.timing import BenchOptions
     from ...measure.version import time_prepared
     name = req["config"]
     if name not in st.prepared:

@@ -16,7 +16,7 @@ from .. import proc
 from .. import spares as spares_mod
 from ..errors import BackendError, CandidateCrash, LoopError, MeasurementTimeout
 from ..stats import RunStat
-from .base import CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline
+from .base import Backend, CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline
 
 
 WORKER = "cutile_diag.loop.backends.worker"
@@ -129,7 +129,7 @@ class _Worker:
             pass
 
 
-class WorkloadBackend:
+class WorkloadBackend(Backend):
     name = "workload"
     alternates = False          # A B every round after a lead-in (see measure)
 
