@@ -37,6 +37,7 @@ LAYER = {part: i for i, names in enumerate(LAYERS) for part in names}
 # with its modules) -> (the imported modules it may defer, as prefixes; why)
 _ALL = ("cutile_diag",)
 DEFERRED = {
+    "cutile_diag.loop.recipe": (("cutile_diag.loop.backends",), "the simulated backend imports recipe"),
     "cutile_diag.cli": (("cutile_diag.commands",), "commands are discovered when the parser is built"),
     "cutile_diag.commands": (_ALL, "cli imports every command to build its parser; a command loads its stage "
                                    "(libcst, networkx, the GPU stack) only when it runs"),

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .backends import Version
 from .candidate import Candidate
 from .choose import Choice, choose
+from .decide import cumulative_ratios
 from .diagnosis import LoopDiagnosis, Rec
 from . import recipe as rc
 
@@ -257,5 +258,4 @@ class Beam:
 def lineage_cumulative(iterations: list[dict], digest: str) -> Mapping[str, Any]:
     """``decide.cumulative_ratios`` along ``digest``'s lineage (not every keep: the keeps of a
     beam are not one chain)."""
-    from .decide import cumulative_ratios
     return cumulative_ratios((r["status"], r.get("comparison")) for r in lineage(iterations, digest))
