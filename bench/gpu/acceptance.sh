@@ -17,6 +17,13 @@ run() {   # run SUITE WALL_LIMIT_S ARGS...
   timeout -k 10 "$limit" python bench/gpu/"$name".py --out "$W/$name" --tilegym "$TG" "$@" >"$W/$name.log" 2>&1
   echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n 8 "$W/$name.log"
   tar -czf "$OUT/$name.tgz" -C "$W" "$name" "$name.log" 2>/dev/null || tar -czf "$OUT/$name.tgz" -C "$W" "$name.log"
+  # the device returns files of at most 16 MiB: past 15, keep the records (text under 2 MB) and drop the rest
+  # (session 10 lost a whole campaign's results to a 16 MiB tarball)
+  if [ "$(stat -c %s "$OUT/$name.tgz")" -gt 15000000 ]; then
+    (cd "$W" && find "$name" -type f -size -2M \( -name '*.md' -o -name '*.json' -o -name '*.jsonl' -o -name '*.txt' \
+       -o -name '*.log' -o -name '*.svg' -o -name '*.html' \) -print0 | tar -czf "$OUT/$name.tgz" --null -T - "$name.log")
+  fi
+  cp "$W/$name.log" "$OUT/$name.log" 2>/dev/null
 }
 case "${1:-}" in
   # session 2's calls (results in bench/results/acceptance-h200-s2): small budgets for little device time

@@ -41,7 +41,9 @@ import optimize_suite as suite  # noqa: E402
 from harness import ROOT, child_env, parse_suite_args  # noqa: E402
 
 GOAL_STEP_S = 20.0
-LOOP = ("--rounds", "1", "--max-sweep", "1", "--no-capture")   # no AOT capture: 28-30 s a version on TileGym
+# no AOT capture: 28-30 s a version on TileGym; --continue: without it a < 2 % keep ends the loop after one
+# step (session 10: one step per loop, each a keep that ran the test command, 26-32 s)
+LOOP = ("--rounds", "1", "--max-sweep", "1", "--no-capture", "--continue")
 SHARES = {"replay": 1.0, "no-replay": 1.2}     # --no-replay: a ~45 s baseline and ~60 s steps with LOOP; one step is enough
 
 

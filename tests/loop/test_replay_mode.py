@@ -9,6 +9,7 @@ import sys
 
 from looptools import FakeTransform, RankedDiagnoser, checkout_state, rec, untouched
 from test_command_mode import lse_cmd, runs  # noqa: F401  (the counting fixture)
+from cutile_diag.loop.costs import split_line
 
 
 def make(repo, transforms, recs, spec, **opts):
@@ -48,6 +49,9 @@ def test_four_steps_run_the_bench_command_twice_and_the_test_command_once_per_ke
     wrong = its[1]
     assert wrong["correctness"] == "FAIL" and wrong["decision"]["rule"] == "correctness"
     assert "test_cmd" not in wrong and all("test_cmd" in i for i in its if i["status"] == "keep")
+    # what only a keep pays (the test command) is its own phase of the step's cost split
+    assert all(("confirm" in i["step_costs"]) == (i["status"] == "keep") for i in its)
+    assert "confirm" in split_line(its[0]["step_costs"]) and "(the test command)" in split_line(its[0]["step_costs"])
     # start and final in the suite's own numbers, next to the replayed ratio
     suite = r.led.of_type("suite")
     assert [s["when"] for s in suite] == ["start", "end"] and suite[1]["digest"] == its[2]["digest"]

@@ -1,4 +1,4 @@
-"""Where a step's wall time goes (issue 21, item 3): diagnose, compile, capture, check, time.
+"""Where a step's wall time goes (issue 21, item 3): diagnose, compile, capture, check, time, confirm.
 
 ``StepClock`` collects the intervals of one iteration (wall-clock timestamps, so intervals of
 concurrent compiles compare across processes); ``to_json`` is what the ledger keeps under
@@ -8,6 +8,8 @@ checks, compiles and captures; for ``time`` the measurements, one version in one
 in command mode one run of --bench-cmd apiece); each compile's own interval (``compiles``);
 and the whole step (``wall_s``: from the clock's start — before the diagnosis for a loop
 step — to its record) with what no phase covers (``other_s``: git, IR diffs, the decision).
+``confirm`` is the user's test command a replayed step runs before it is kept (issue 29): kept
+apart so a step's screening cost reads apart from what only keeps pay.
 ``loop status`` shows it per iteration (``split_line``).
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 from .compile_pool import stamp
 
-PHASES = ("diagnose", "compile", "capture", "check", "time")
+PHASES = ("diagnose", "compile", "capture", "check", "time", "confirm")
 
 
 def _busy(intervals: Iterable[tuple[float, float]]) -> float:
@@ -96,6 +98,8 @@ def split_line(step_costs: Mapping | None) -> str:
             extra = f" ({n} {'in parallel' if n > 1 and overlapping(sc['compiles']) else 'compile' + ('s' if n > 1 else '')})"
         elif p == "time" and d.get("requests"):     # a worker's measure requests, and their share timing
             extra = f" ({int(d['requests'])} runs, {d.get('worker_s', 0):.1f} s of them timing)"
+        elif p == "confirm":
+            extra = " (the test command)"
         elif p in ("check", "time", "capture") and d.get("runs"):
             extra = f" ({d['runs']} run{'s' if d['runs'] != 1 else ''})"
         parts.append(f"{p} {d['s']:.1f} s{extra}")

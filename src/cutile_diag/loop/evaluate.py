@@ -261,7 +261,10 @@ class Evaluation:
         """Replay backends: the user's test command, once, before a step measured on recordings is kept;
         a failure reverts it as incorrect (``record`` says so)."""
         confirm = getattr(self.backend, "confirm_keep", None)
-        ver = confirm(v, self.ws, deadline) if confirm is not None else None
+        if confirm is None:
+            return True
+        with self.clock.phase("confirm"):
+            ver = confirm(v, self.ws, deadline)
         if ver is None:
             return True
         record["test_cmd"] = ver.to_json()
