@@ -106,7 +106,7 @@ class DtypeInference:
         self._block(k.func.body.body, env)
 
     def dtype(self, node: cst.CSTNode) -> str | None:
-        """The inferred dtype of ``node``, or None when unknown or conflicting."""
+        """The inferred dtype of ``node``, or None when unknown (or not bound yet in the flow)."""
         t = self.types.get(node)
         return None if t is _BOTTOM else t
 
