@@ -12,7 +12,7 @@ SRC = ROOT / "src" / "cutile_diag"
 DOC = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
 
 # share of public functions and classes (methods included) with a docstring: the level reached
-# (1251 of 1616 on s10-docs-b; 689 before); raised at merge, toward 0.70
+# (1234 of 1616 on s10-docs-b; 689 before); raised at merge, toward 0.70
 DOCSTRING_FLOOR = 0.42
 
 
