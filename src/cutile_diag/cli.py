@@ -30,6 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``cutile-diag`` parser: one subcommand per module of ``commands/``."""
     parser = _Parser(
         prog=prog(),        # usage lines read as the user runs it (./dev, or the console script)
         description="Capture, diff, roofline, diagnose and optimise cuTile kernels.")
@@ -56,6 +57,8 @@ def _chosen(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (after ``--``: the command to run) and return the exit code; a
+    CutileDiagError is one line on stderr, never a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after the first '--' is a command to run (capture run mode, loop commands)
     passthrough: list[str] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 class CutileDiagError(Exception):
+    """The base of every error the CLI reports as one line (message and hint), exit code 2."""
     exit_code = 2
 
     def __init__(self, message: str, *, hint: str | None = None):
@@ -17,6 +18,7 @@ class CutileDiagError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
+        """The message and hint on one line, whitespace collapsed."""
         text = " ".join(self.message.split())
         if self.hint:
             text += f" ({' '.join(self.hint.split())})"

@@ -98,6 +98,7 @@ def short_text(text: str, n: int = 110) -> str:
 
 
 def format_latency(ms: float | None) -> str:
+    """A latency for the table: six decimals, ``-`` when missing or not finite."""
     if ms is None or not isinstance(ms, (int, float)) or not math.isfinite(ms):
         return "-"
     return f"{float(ms):.6f}"
@@ -212,6 +213,7 @@ class IterationRecord:
 
     @classmethod
     def from_json(cls, rec: dict) -> "IterationRecord":
+        """The typed view of an iteration record (the entry's predicted effect taken from its diagnosis)."""
         entry = (rec.get("entry") or {}).get("id")
         pred = next((x.get("predicted_effect") or {} for x in (rec.get("diagnosis") or {}).get("recommendations", [])
                      if x.get("id") == entry), {}) if entry else {}
@@ -242,6 +244,8 @@ class IterationRecord:
 
 
 class Ledger:
+    """A loop's ``ledger.jsonl`` (plus the ``perf_results.md`` table it keeps): read, queried and
+    appended record by record."""
     def __init__(self, state_dir: str | Path):
         self.dir = Path(state_dir)
         self.path = self.dir / LEDGER_FILE
@@ -287,20 +291,25 @@ class Ledger:
 
     @classmethod
     def exists(cls, state_dir: str | Path) -> bool:
+        """Whether ``state_dir`` holds a ledger."""
         return (Path(state_dir) / LEDGER_FILE).exists()
 
     @property
     def setup(self) -> dict:
+        """The setup record (always the first)."""
         return self.records[0]
 
     def of_type(self, t: str) -> list[dict]:
+        """The records of type ``t``, in order."""
         return [r for r in self.records if r.get("type") == t]
 
     @property
     def iterations(self) -> list[dict]:
+        """The iteration records (one per table row)."""
         return self.of_type("iteration")
 
     def iteration_records(self) -> list[IterationRecord]:
+        """The iteration records, typed."""
         return [IterationRecord.from_json(r) for r in self.iterations]
 
     def pending(self) -> dict | None:
@@ -318,6 +327,7 @@ class Ledger:
         return pend
 
     def next_iteration(self) -> int:
+        """The number the next iteration gets (after the recorded and the pending ones)."""
         its = [r["iteration"] for r in self.iterations]
         pend = self.pending()
         if pend is not None:
@@ -337,6 +347,7 @@ class Ledger:
         return kept[-1] if kept else None
 
     def kept_commit(self) -> str:
+        """The commit of the kept version; LedgerError when no baseline was recorded."""
         k = self.last_kept()
         if k is None or not k.get("commits", {}).get("kept"):
             raise LedgerError(f"{self.path}: no kept version recorded (the baseline is missing)")
@@ -368,6 +379,7 @@ class Ledger:
         return out
 
     def last_stop(self) -> dict | None:
+        """The last stop record, unless an iteration or begin came after it."""
         stops = self.of_type("stop")
         if not stops:
             return None
@@ -384,6 +396,7 @@ class Ledger:
         return bool(self.records) and (self.setup.get("backend") or {}).get("backend") == "simulated"
 
     def rows(self) -> list[dict]:
+        """The table's rows: its columns of each iteration plus the correctness word."""
         sim = self.simulated
         return [{**{k: r.get(k) for k in COLUMNS}, "correctness": row_correctness(r, simulated=sim)}
                 for r in self.iterations]
@@ -395,6 +408,8 @@ class Ledger:
         write_atomic(self.table_path, render_table(self.rows()))
 
     def append(self, record: dict) -> dict:
+        """Check and store one record (time-stamped, JSON-safe), rewrite the files and tell the
+        watchers; a gzipped ledger is read-only."""
         if self.path.name.endswith(".gz"):
             raise LedgerError(f"{self.path}: a gzipped ledger is read-only",
                               hint="gunzip it into ledger.jsonl to continue the loop")
@@ -428,6 +443,7 @@ class Ledger:
         return self.append({"type": "abandoned", "iteration": iteration, "reason": reason})
 
     def create(self, setup: dict) -> None:
+        """Start a new ledger with its setup record; LedgerError when one exists."""
         if self.path.exists():
             raise LedgerError(f"{self.path} already exists", hint="continue it with --resume, or choose another --out")
         self.records = []

@@ -20,6 +20,7 @@ from typing import Any
 
 @functools.cache
 def nvml_available() -> str | None:
+    """None when NVML initialises, else why not."""
     try:
         import pynvml
     except ImportError:
@@ -88,6 +89,7 @@ def _call(name: str, fn, *args) -> tuple[Any, str]:
 
 
 def read_nvml(handle) -> dict[str, tuple[Any, str]]:
+    """Every device fact NVML gives for ``handle``: name -> (value or None, source or error)."""
     import pynvml
     out: dict[str, tuple[Any, str]] = {}
     out["name"] = (lambda r: (_as_str(r[0]) if r[0] is not None else None, r[1]))(
@@ -116,6 +118,7 @@ def read_nvml(handle) -> dict[str, tuple[Any, str]]:
 
 
 def sample_sm_clock(handle) -> int | None:
+    """The current SM clock in MHz, or None."""
     import pynvml
     try:
         return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
@@ -124,6 +127,7 @@ def sample_sm_clock(handle) -> int | None:
 
 
 def clock_event_reasons(handle) -> int | None:
+    """The bit mask of why clocks are held down (either NVML spelling), or None."""
     import pynvml
     for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
         f = getattr(pynvml, fn, None)

@@ -62,6 +62,7 @@ class Footnotes:
         self.texts: dict[str, int] = {}
 
     def ref(self, text: str) -> str:
+        """``[n]`` for ``text``, numbered at first use."""
         return f"[{self.texts.setdefault(text, len(self.texts) + 1)}]"
 
     def cell(self, text: str) -> str:
@@ -84,6 +85,7 @@ class Footnotes:
         return short if len(short) <= self.inline else self.ref(short)
 
     def print(self, to: Console) -> None:
+        """Print the footnotes in order."""
         for text, n in self.texts.items():
             to.print(f"[{n}] {text}", markup=False, highlight=False)
 
@@ -110,10 +112,12 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
+    """``obj`` as indented JSON, through ``to_jsonable``."""
     return json.dumps(to_jsonable(obj), indent=2, sort_keys=False)
 
 
 def print_json(obj: Any) -> None:
+    """Write ``obj`` as JSON to stdout (the ``--json`` output)."""
     sys.stdout.write(dumps(obj) + "\n")
     sys.stdout.flush()
 
@@ -155,6 +159,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def human_bytes(n: float | int | None) -> str:
+    """A byte count in B, KiB, MiB or GiB (``-`` for None)."""
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -165,4 +170,5 @@ def human_bytes(n: float | int | None) -> str:
 
 
 def join_nonempty(parts: Iterable[str], sep: str = ", ") -> str:
+    """The non-empty parts joined by ``sep``."""
     return sep.join(p for p in parts if p)

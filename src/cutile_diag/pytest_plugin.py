@@ -59,6 +59,7 @@ def _add_option(parser) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config, parser, args):
+    """Add ``--print-record`` after the initial conftests, so that TileGym's own options come first."""
     # let the initial conftests (TileGym's tests/conftest.py) register their options first
     try:
         return (yield)
@@ -67,6 +68,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 
 def pytest_configure(config):
+    """Register the record printer."""
     config.pluginmanager.register(_Printer(config), "cutile_diag_record_printer")
 
 

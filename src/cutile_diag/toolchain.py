@@ -63,6 +63,7 @@ def find_tool(name: str) -> Path:
 
 
 def have_tool(name: str) -> bool:
+    """Whether ``find_tool`` finds ``name``."""
     try:
         find_tool(name)
         return True
@@ -72,6 +73,7 @@ def have_tool(name: str) -> bool:
 
 @dataclass(frozen=True)
 class ToolResult:
+    """A finished tool run: the command, exit code and output."""
     args: list[str]
     returncode: int
     stdout: str
@@ -80,6 +82,8 @@ class ToolResult:
 
 def run_tool(name: str, args: list[str], *, timeout: float = 300.0, check: bool = True,
              cwd: str | os.PathLike | None = None) -> ToolResult:
+    """Run tool ``name`` with ``args`` (CUDA_HOME unset, see the comment); a timeout, an
+    unrunnable file or (with ``check``) a non-zero exit raises ToolFailedError in one line."""
     exe = find_tool(name)
     env = dict(os.environ)
     # tileiras picks libnvvm from $CUDA_HOME when set; an older toolkit there fails every
@@ -139,6 +143,7 @@ def tool_version(name: str) -> str | None:
 
 
 def tool_versions(names=("tileiras", "tileirdisasm", "ptxas", "cuobjdump", "nvdisasm")) -> dict:
+    """The versions of the tools and of the cuda-tile and torch packages (None when absent)."""
     import importlib.metadata as md
     out: dict[str, str | None] = {n: tool_version(n) for n in names}
     for pkg in ("cuda-tile", "torch"):

@@ -88,6 +88,7 @@ def exact_matmul():
 
 
 def gemm_flops(cfg) -> float:
+    """2·M·N·K of a GEMM configuration."""
     return 2.0 * cfg["M"] * cfg["N"] * cfg["K"]
 
 
@@ -107,6 +108,7 @@ def seeded_randn(shape, dtype, seed, device, scale=1.0):
 
 
 def torch_dtype(name: Any):
+    """The torch dtype of a short or long name (f16, bfloat16, ...); UsageError when unknown."""
     import torch
     if isinstance(name, torch.dtype):
         return name
@@ -118,6 +120,7 @@ def torch_dtype(name: Any):
 
 @dataclass(frozen=True)
 class Tolerance:
+    """Relative and absolute tolerance of an output comparison."""
     rtol: float
     atol: float
 
@@ -136,6 +139,7 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 
 
 def default_tolerance(dtype: Any) -> Tolerance:
+    """The default tolerance of ``dtype`` (1e-5/1e-8 for dtypes without one)."""
     return DEFAULT_TOLERANCES.get(dtype_name(dtype), Tolerance(1e-5, 1e-8))
 
 
@@ -157,9 +161,11 @@ class WorkloadConfig:
                                 hint="parameters: " + ", ".join(self.params)) from None
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The parameter ``key``, or ``default``."""
         return self.params.get(key, default)
 
     def to_json(self) -> dict:
+        """The configuration as JSON."""
         return {"name": self.name, "params": {k: _jsonable_param(v) for k, v in self.params.items()},
                 "description": self.description}
 
@@ -211,18 +217,23 @@ class Workload:
 
     # -- required -----------------------------------------------------------------------
     def make_inputs(self, cfg: WorkloadConfig, seed: int, device: str = "cuda") -> dict[str, Any]:
+        """*Required*: the inputs of one run at ``cfg``, seeded; keys starting ``_`` ride along to ``run``."""
         raise NotImplementedError
 
     def run(self, inputs: dict[str, Any]) -> Any:
+        """*Required*: one call of the kernel on ``inputs``; returns the outputs unless ``outputs`` names them."""
         raise NotImplementedError
 
     def reference(self, inputs: dict[str, Any]) -> Any:
+        """*Required*: the expected outputs, computed in higher precision."""
         raise NotImplementedError
 
     def flops(self, cfg: WorkloadConfig) -> float:
+        """*Required*: the FLOPs of one run at ``cfg``."""
         raise NotImplementedError
 
     def bytes(self, cfg: WorkloadConfig) -> float:
+        """*Required*: the minimum DRAM bytes one run at ``cfg`` moves."""
         raise NotImplementedError
 
     # -- optional -----------------------------------------------------------------------
@@ -231,9 +242,11 @@ class Workload:
         return ("f32", "cuda")
 
     def capture(self, cfg: WorkloadConfig, num_sms: int) -> CaptureSpec | None:
+        """The AOT capture spec of ``cfg`` (kernel, argument specs, grid), or None when there is none."""
         return None
 
     def tolerance(self, cfg: WorkloadConfig, dtype: Any) -> Tolerance:
+        """The tolerance for an output of ``dtype``: ``tolerances`` when it names the dtype, else the default."""
         name = dtype_name(dtype)
         over = self.tolerances.get(name) if self.tolerances else None
         if over is not None:
@@ -250,6 +263,7 @@ class Workload:
 
     # -- helpers ------------------------------------------------------------------------
     def config(self, name: str) -> WorkloadConfig:
+        """The configuration ``name``; WorkloadError listing the configurations when absent."""
         for c in self.configs:
             if c.name == name:
                 return c
@@ -257,12 +271,14 @@ class Workload:
                             hint="configurations: " + ", ".join(c.name for c in self.configs))
 
     def select(self, names: Iterable[str] | None) -> list[WorkloadConfig]:
+        """The configurations named (every one when none are)."""
         names = list(names or [])
         if not names:
             return list(self.configs)
         return [self.config(n) for n in names]
 
     def describe(self) -> dict:
+        """The workload's name, reference, outputs and configurations as JSON."""
         return {"name": self.name, "ref": self.ref, "description": self.description,
                 "outputs": list(self.outputs), "kernel_name": self.kernel_name,
                 "configs": [c.to_json() for c in self.configs]}
@@ -288,6 +304,8 @@ def missing_methods(wl: Workload) -> list[str]:
 
 
 def validate(wl: Workload, where: str = "") -> Workload:
+    """Check that ``wl`` implements the required methods and has uniquely named configurations
+    (one line naming what is missing); it is named after its class when unnamed."""
     label = where or wl.name or type(wl).__name__
     miss = missing_methods(wl)
     if "reference" in miss:

@@ -125,6 +125,7 @@ def export_bytecode(loaded, bound: spec_mod.BoundSpec, *, hints: dict | None = N
 
 
 def opt_level_for(kernel, arch: str) -> int:
+    """The -O level cuTile compiles ``kernel`` with for ``arch`` (3 when its options cannot say)."""
     try:
         return int(kernel._compiler_options.opt_level_for_target(arch))
     except Exception:

@@ -76,6 +76,7 @@ def check_out_dir(out: str | Path) -> Path:
 
 
 def make_dir(p: Path) -> Path:
+    """Create ``p`` (and parents) after ``check_out_dir``; an OS failure is one UsageError line."""
     check_out_dir(p)
     try:
         p.mkdir(parents=True, exist_ok=True)
@@ -112,6 +113,7 @@ class KernelInfo:
 
 
 def bytecode_version(bc: bytes) -> str | None:
+    """The "major.minor" of a TileIR bytecode blob, or None when it lacks the magic."""
     if bc[:8] != BYTECODE_MAGIC or len(bc) < 10:
         return None
     return f"{bc[8]}.{bc[9]}"
@@ -418,6 +420,7 @@ class CaptureSet:
         return self
 
     def write(self, info: KernelInfo, **kw) -> CaptureFolder:
+        """Write one kernel's capture into the staging folder and remember its name for ``commit``."""
         assert self.stage is not None
         c = write_capture(self.stage, info, **kw)
         self.names.append(c.path.name)
@@ -442,6 +445,7 @@ class CaptureSet:
 
 
 def unique_name(out_root: Path, base: str, taken: set[str]) -> str:
+    """``base``, or ``base-2``, ``base-3``... the first not in ``taken`` (which it joins)."""
     name, k = base, 2
     while name in taken:
         name, k = f"{base}-{k}", k + 1

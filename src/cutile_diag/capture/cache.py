@@ -21,6 +21,7 @@ DB_NAME = "cache.db"
 
 @dataclass
 class CacheEntry:
+    """One row of cuTile's sqlite cache: the cubin blob and its JSON metadata."""
     key: str
     cubin: bytes
     metadata: dict
@@ -28,6 +29,7 @@ class CacheEntry:
 
     @property
     def kernel_names(self) -> list[str]:
+        """The mangled kernel symbols the metadata lists."""
         return list(self.metadata.get("kernel_names") or [])
 
     @property
@@ -36,20 +38,25 @@ class CacheEntry:
         return self.metadata.get("remarks")
 
     def sections(self):
+        """The cubin's ELF sections by name."""
         return cubin_mod.read_sections(self.cubin)
 
     def arch(self) -> str | None:
+        """The ``sm_XX`` of the cubin, read from its embedded PTX's ``.target`` (None without PTX)."""
         ptx = cubin_mod.embedded_ptx(self.sections())
         return cubin_mod.arch_of_ptx_target(cubin_mod.ptx_target(ptx or ""))
 
 
 def default_cache_dir() -> Path:
+    """Where cuTile keeps its cache: CUDA_TILE_CACHE_DIR unless it turns the cache off, else
+    ``$XDG_CACHE_HOME/cutile-python``."""
     base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
     env = os.environ.get("CUDA_TILE_CACHE_DIR")
     return Path(env) if env and env.strip().lower() not in ("0", "off", "none") else Path(base) / "cutile-python"
 
 
 def resolve_db(path: str | Path | None) -> Path:
+    """The cache database file for a folder or file (None: the default folder); UsageError when absent."""
     p = Path(path) if path else default_cache_dir()
     if p.is_dir():
         p = p / DB_NAME
@@ -60,6 +67,7 @@ def resolve_db(path: str | Path | None) -> Path:
 
 
 def read_cache(path: str | Path | None) -> list[CacheEntry]:
+    """Every entry of the cache database, newest first, read through a read-only connection."""
     db = resolve_db(path)
     try:
         # read-only: never touch a cache another process may be using

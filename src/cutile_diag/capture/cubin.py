@@ -17,12 +17,14 @@ EM_CUDA = 190
 
 @dataclass(frozen=True)
 class ElfSection:
+    """One ELF section: its name, type (SHT_*) and bytes (empty for SHT_NOBITS)."""
     name: str
     type: int
     data: bytes
 
 
 def read_sections(data: bytes, *, path: str | None = None) -> dict[str, ElfSection]:
+    """The sections of a 64-bit little-endian CUDA ELF by name; ParseError on anything else."""
     if len(data) < 64 or data[:4] != b"\x7fELF":
         raise ParseError("not an ELF file (no \\x7fELF magic)", path=path)
     if data[4] != 2 or data[5] != 1:
@@ -54,6 +56,7 @@ def _text(sec: ElfSection) -> str:
 
 
 def embedded_ptx(sections: dict[str, ElfSection]) -> str | None:
+    """The PTX tileiras keeps in ``.nv_debug_ptx_txt``, cut before its bookkeeping block (None if absent)."""
     sec = sections.get(".nv_debug_ptx_txt")
     if sec is None:
         return None
@@ -67,6 +70,7 @@ def embedded_ptx(sections: dict[str, ElfSection]) -> str | None:
 
 
 def embedded_tileir(sections: dict[str, ElfSection]) -> str | None:
+    """The TileIR text a cubin carries in ``.nv.tileir.debug_txt*``, newline-terminated (None if absent)."""
     for name, sec in sections.items():
         if name.startswith(".nv.tileir.debug_txt"):
             text = sec.data.rstrip(b"\0").decode("utf-8", "replace")
@@ -75,10 +79,12 @@ def embedded_tileir(sections: dict[str, ElfSection]) -> str | None:
 
 
 def kernel_symbols(sections: dict[str, ElfSection]) -> list[str]:
+    """The symbols that have a ``.text.<symbol>`` section."""
     return [n[len(".text."):] for n in sections if n.startswith(".text.")]
 
 
 def static_shared_bytes(sections: dict[str, ElfSection], symbol: str) -> int | None:
+    """The size of ``symbol``'s static shared memory section, or None when it has none."""
     return None if f".nv.shared.{symbol}" not in sections else len(sections[f".nv.shared.{symbol}"].data)
 
 
@@ -86,6 +92,7 @@ _TARGET_RE = re.compile(r"^\s*\.target\s+(sm_\d+[a-z]?)", re.M)
 
 
 def ptx_target(ptx: str) -> str | None:
+    """The ``.target`` of a PTX text (e.g. ``sm_90a``), or None."""
     m = _TARGET_RE.search(ptx or "")
     return m.group(1) if m else None
 
@@ -107,6 +114,8 @@ _PTX_DIRECTIVES = {
 
 
 def ptx_directives(ptx: str) -> dict[str, object]:
+    """The launch-bound directives the PTX declares (reqntid, maxnreg, minnctapersm,
+    reqnctapercluster): one int, or a list for the multi-dimensional ones."""
     out: dict[str, object] = {}
     for key, rx in _PTX_DIRECTIVES.items():
         m = rx.search(ptx or "")
@@ -136,6 +145,8 @@ _LANGUAGES = {7: "TILEIR"}
 
 
 def nv_info_records(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """Decode an ``.nv.info`` section into (format, attribute, value) records: an int for the
+    fixed-size formats, the payload bytes for EIFMT_SVAL."""
     recs, i = [], 0
     while i + 4 <= len(data):
         fmt, attr = data[i], data[i + 1]

@@ -51,6 +51,7 @@ class ArgInfo:
                          align=self.align or 16, layout=_layout(self.shape, self.strides))
 
     def text(self) -> str:
+        """The spec as written on a command line, or ``<type>`` for an argument without one."""
         s = self.spec()
         return s.text() if s is not None else f"<{self.type_name}>"
 
@@ -68,6 +69,7 @@ class LaunchRecord:
 
     @property
     def grid_blocks(self) -> int:
+        """The number of blocks the grid launches."""
         return math.prod(self.grid) if self.grid else 1
 
     def specs(self) -> dict[str, ParamSpec]:
@@ -86,12 +88,14 @@ class LaunchRecord:
         return (self.kernel, self.grid, tuple((a.name, a.text()) for a in self.args))
 
     def to_json(self) -> dict:
+        """The record as a JSON-able dict, stamped with the launch schema."""
         d = asdict(self)
         d["schema"] = SCHEMA
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "LaunchRecord":
+        """The record ``to_json`` wrote (shapes and strides back to tuples)."""
         args = tuple(ArgInfo(**{k: (tuple(v) if k in ("shape", "strides") and v is not None else v)
                                 for k, v in a.items()}) for a in d["args"])
         return cls(d["kernel"], d.get("module"), d.get("file"), tuple(d["grid"]), args,
@@ -110,6 +114,7 @@ def _ct_dtype(torch_dtype) -> str:
 
 
 def kernel_name(kernel) -> str:
+    """The Python function name of a ``ct.kernel`` object (or of whatever it is given)."""
     f = getattr(kernel, "_pyfunc", None)
     return getattr(f, "__name__", None) or getattr(kernel, "__name__", type(kernel).__name__)
 
@@ -124,6 +129,8 @@ def _param_info(kernel) -> tuple[list[str], set[str]]:
 
 
 def describe_arg(name: str, value, constant: bool) -> ArgInfo:
+    """What a launch argument is for capture: a constant, an array (dtype, shape, strides, the
+    base pointer's alignment up to 16), a scalar (int32/int64 by value, float32, bool) or other."""
     if constant:
         return ArgInfo(name, "constant", value=value)
     if hasattr(value, "data_ptr") and hasattr(value, "stride") and hasattr(value, "dtype"):
@@ -165,6 +172,8 @@ def check_launch_args(kernel, args) -> None:
 
 
 def describe_launch(kernel, grid, args) -> LaunchRecord:
+    """The record of ``ct.launch(stream, grid, kernel, args)``: arguments bound to parameter
+    names (checked first), and the arguments that alias one array noted under ``extra``."""
     check_launch_args(kernel, args)
     names, consts = _param_info(kernel)
     names = names or [f"arg{i}" for i in range(len(args))]
@@ -288,12 +297,14 @@ def cpu_cuda(sm_count: int = 132, name: str = "NVIDIA H200 (CPU stand-in)") -> I
 
 
 def write_jsonl(records: list[LaunchRecord], path) -> None:
+    """Append the records to ``path``, one JSON line each."""
     with open(path, "a", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r.to_json()) + "\n")
 
 
 def read_jsonl(path) -> list[LaunchRecord]:
+    """The records in ``path``; a truncated last line (a killed writer) is skipped."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -15,6 +15,7 @@ from ..source.ref import split_ref
 
 @dataclass
 class LoadedKernel:
+    """A ``@ct.kernel`` imported from ``FILE.py::NAME``, with what capture reads from it."""
     ref: str            # as given
     path: Path          # absolute source file
     attr: str           # attribute name in the module
@@ -23,21 +24,26 @@ class LoadedKernel:
 
     @property
     def pyfunc(self):
+        """The decorated Python function."""
         return self.kernel._pyfunc
 
     @property
     def function_name(self) -> str:
+        """The function's ``__name__`` (may differ from the module attribute)."""
         return self.pyfunc.__name__
 
     @property
     def line(self) -> int:
+        """The first line of the function (its ``def`` or decorator) in its file."""
         return self.pyfunc.__code__.co_firstlineno
 
     @property
     def param_names(self) -> list[str]:
+        """The kernel's parameter names, in order."""
         return list(self.kernel._annotated_function.pysig.parameters)
 
     def constant_params(self) -> set[str]:
+        """The parameters annotated ``ct.Constant[...]``."""
         ann = self.kernel._annotated_function
         names = list(ann.pysig.parameters)
         return {n for n, a in zip(names, ann.parameter_annotations) if getattr(a, "constant", False)}
@@ -154,6 +160,7 @@ def _import_error(path: Path, e: BaseException) -> KernelLoadError:
 
 
 def is_kernel(obj) -> bool:
+    """Whether ``obj`` is a cuda.tile kernel object (False when cuda.tile is not installed)."""
     try:
         from cuda.tile._execution import kernel as _kernel_cls
     except ImportError:  # pragma: no cover
@@ -162,10 +169,13 @@ def is_kernel(obj) -> bool:
 
 
 def kernels_in(module: ModuleType) -> dict[str, object]:
+    """The module's public ``@ct.kernel`` attributes by name."""
     return {n: v for n, v in vars(module).items() if is_kernel(v) and not n.startswith("_")}
 
 
 def load_kernel(ref: str) -> LoadedKernel:
+    """Import ``FILE.py[::NAME]`` and return its kernel; without NAME the file's only kernel.
+    A missing file, name or a non-kernel attribute is one line with a hint."""
     path, name = split_ref(ref)
     module = import_file(path)
     found = kernels_in(module)

@@ -36,6 +36,7 @@ TARGET_FILES = {"cubin": "kernel.cubin", "remarks": "remarks.yaml", "sass": "ker
 
 
 def sha256_file(path: Path) -> str:
+    """The hex SHA-256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -45,6 +46,7 @@ def sha256_file(path: Path) -> str:
 
 @dataclass
 class CaptureFolder:
+    """A capture folder and its manifest; ``problems`` lists what made it unreadable or foreign."""
     path: Path
     manifest: dict
     schema_ok: bool = True
@@ -53,17 +55,21 @@ class CaptureFolder:
     # --- identity
     @property
     def name(self) -> str:
+        """The kernel name the manifest records, else the folder's name."""
         return self.manifest.get("kernel", {}).get("name") or self.path.name
 
     @property
     def symbol(self) -> str | None:
+        """The kernel's mangled symbol, when the manifest has it."""
         return self.manifest.get("kernel", {}).get("symbol")
 
     @property
     def targets(self) -> list[str]:
+        """The compiled architectures, sorted."""
         return sorted(self.manifest.get("targets", {}))
 
     def target(self, arch: str | None = None) -> dict:
+        """The manifest's entry of ``arch`` (default: ``default_arch``); UsageError when it was not compiled."""
         t = self.manifest.get("targets", {})
         if not t:
             raise UsageError(f"{self.path}: capture has no compiled target")
@@ -75,6 +81,7 @@ class CaptureFolder:
 
     @property
     def default_arch(self) -> str | None:
+        """sm_90 when captured, else the first target (None without targets)."""
         t = self.targets
         if not t:
             return None
@@ -82,6 +89,8 @@ class CaptureFolder:
 
     # --- files
     def file(self, role: str, arch: str | None = None) -> Path | None:
+        """The path of a kernel-level (``KERNEL_FILES``) or per-arch (``TARGET_FILES``) role, or None
+        when that file does not exist."""
         if role in KERNEL_FILES:
             p = self.path / KERNEL_FILES[role]
         else:
@@ -92,13 +101,16 @@ class CaptureFolder:
         return p if p.exists() else None
 
     def read(self, role: str, arch: str | None = None) -> str | None:
+        """The text of a role's file, or None when it does not exist."""
         p = self.file(role, arch)
         return p.read_text(errors="replace") if p else None
 
     def tileir_text(self) -> str | None:
+        """The tileirdisasm text (no source locations), or None."""
         return self.read("tileir")
 
     def tileir_loc_text(self) -> str | None:
+        """The ``tileirdisasm -g`` text (with source locations), or None."""
         return self.read("tileir_loc")
 
     @cached_property
@@ -110,22 +122,27 @@ class CaptureFolder:
         return parse_tileir(p.read_text(errors="replace"), path=str(p))
 
     def remarks(self, arch: str | None = None):
+        """The parsed remarks YAML of ``arch``, or None."""
         p = self.file("remarks", arch)
         return parse_remarks(p.read_text(errors="replace"), path=str(p)) if p else None
 
     def sass(self, arch: str | None = None):
+        """The parsed SASS of ``arch`` (``{function: SassFunction}``), or None."""
         t = self.read("sass", arch)
         return parse_sass(t) if t is not None else None
 
     def resources(self, arch: str | None = None):
+        """The parsed ``cuobjdump -res-usage`` report of ``arch``, or None."""
         p = self.file("resources", arch)
         return parse_resource_usage(p.read_text(), path=str(p)) if p else None
 
     def ptxas(self, arch: str | None = None):
+        """The parsed ``ptxas -v`` output of ``arch``, or None."""
         t = self.read("ptxas", arch)
         return parse_ptxas_verbose(t) if t is not None else None
 
     def attributes(self, arch: str | None = None):
+        """The parsed ELF attributes (``.nv.info``) of ``arch``, or None."""
         t = self.read("elf_info", arch)
         return parse_elf_attributes(t) if t is not None else None
 
@@ -207,6 +224,7 @@ def _check_shape(manifest: dict) -> list[str]:
 
 
 def list_captures(root: str | Path) -> list[CaptureFolder]:
+    """The capture at ``root``, or every capture folder directly under it (sorted by name)."""
     root = Path(root)
     if (root / MANIFEST).exists():
         return [load_capture(root)]

@@ -41,6 +41,8 @@ def summary_table(summaries: list[CaptureSummary], title: str = "Captured kernel
 
 
 def detail_lines(s: CaptureSummary) -> list[Text | str]:
+    """The indented rich-markup lines under a capture's summary row: ops, memory paths, the
+    compiler's TMA/MMA choices, hints and the problems (FMA fallback, spills, missing files)."""
     out: list[Text | str] = []
     if s.missing:
         out.append(f"  [bold red]INCOMPLETE[/] ({s.arch}): missing {', '.join(s.missing)}")

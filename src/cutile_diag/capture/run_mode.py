@@ -34,6 +34,7 @@ _DUMP_NAME_RE = re.compile(r"^(?P<func>.+?)\.(?P<stem>[^.]+)\.ln(?P<line>\d+)\.[
 
 
 class RunFailedError(CutileDiagError):
+    """The captured command failed or timed out, or collecting its kernels did; nothing was written."""
     pass
 
 
@@ -49,6 +50,7 @@ def _one_line(err: BaseException) -> str:
 
 @dataclass
 class RunCapture:
+    """What ``capture_run`` did: the command, its exit code and time, the captures, and notes."""
     command: list[str]
     returncode: int
     seconds: float
@@ -108,6 +110,9 @@ def _match_cache(bc: bytes, entries: list[CacheEntry], archs: list[str]) -> tupl
 def capture_run(command: list[str], *, out_dir: str | Path, timeout: float | None = None,
                 archs: list[str] | None = None, echo: Callable[[str], None] | None = None,
                 on_step: Callable[[str], None] | None = None) -> RunCapture:
+    """Run ``command`` with cuTile's bytecode dump and a fresh cache, then write one capture per
+    dumped kernel (its JIT cubin when one matches, else compiled here) and per cubin without a
+    dump, all-or-nothing into ``out_dir``."""
     if not command:
         raise UsageError("no command given after '--'", hint=f"e.g. {prog()} capture --out DIR -- python script.py")
     check_out_dir(out_dir)       # before the run, which may take minutes
@@ -197,6 +202,8 @@ CACHE_UNAVAILABLE = {
 
 
 def capture_cache_entry(e: CacheEntry, cs: CaptureSet, taken: set[str], mode: str = "cache") -> CaptureFolder:
+    """One cache entry as a capture in ``cs``: the cubin, its embedded TileIR and remarks; the files
+    a cache cannot hold are listed as unavailable."""
     sections = e.sections()
     tileir = embedded_tileir(sections)
     arch = e.arch() or "sm_unknown"

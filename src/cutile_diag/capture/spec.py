@@ -47,6 +47,7 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ArraySpec:
+    """An array parameter: dtype, shape (ints or symbols), index width, alignment and layout."""
     dtype: str                         # cuda.tile dtype name, e.g. "float16"
     shape: tuple[int | str, ...]       # ints or symbolic names
     index_dtype: str = "int32"
@@ -57,18 +58,22 @@ class ArraySpec:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     @property
     def concrete(self) -> bool:
+        """Whether every dimension is an int (no symbolic size)."""
         return all(isinstance(d, int) for d in self.shape)
 
     def nbytes(self) -> int | None:
+        """The array's size in bytes, or None when a dimension is symbolic."""
         if not self.concrete:
             return None
         return math.prod(self.shape) * BITS[self.dtype] // 8
 
     def text(self) -> str:
+        """The spec in the ``parse_spec`` grammar, options only where not the default."""
         opts = []
         if self.index_dtype != "int32":
             opts.append(f"index={SHORT[self.index_dtype]}")
@@ -82,19 +87,23 @@ class ArraySpec:
 
 @dataclass(frozen=True)
 class ScalarSpec:
+    """A scalar parameter of a cuda.tile dtype (a run-time value)."""
     dtype: str
     kind = "scalar"
 
     def text(self) -> str:
+        """The dtype's short name (e.g. ``i32``)."""
         return SHORT[self.dtype]
 
 
 @dataclass(frozen=True)
 class ConstSpec:
+    """A ``ct.Constant`` parameter's value, compiled into the kernel."""
     value: int | float | bool
     kind = "constant"
 
     def text(self) -> str:
+        """The value as written in a spec (booleans lower-case)."""
         return str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
 
 
@@ -192,12 +201,15 @@ class BoundSpec:
     dims: dict[str, int] = field(default_factory=dict)   # symbolic dim values, if known
 
     def as_dict(self) -> dict[str, str]:
+        """Parameter name -> spec text."""
         return {n: s.text() for n, s in zip(self.names, self.specs)}
 
     def constants(self) -> dict[str, int | float | bool]:
+        """The constant parameters' values."""
         return {n: s.value for n, s in zip(self.names, self.specs) if isinstance(s, ConstSpec)}
 
     def arrays(self) -> dict[str, ArraySpec]:
+        """The array parameters' specs."""
         return {n: s for n, s in zip(self.names, self.specs) if isinstance(s, ArraySpec)}
 
 

@@ -10,6 +10,8 @@ from .manifest import CaptureFolder
 
 @dataclass
 class CaptureSummary:
+    """The facts ``capture`` prints per kernel: TileIR op counts and memory paths, plus the
+    cubin side of one arch (TMA, tensor cores, registers, spills) when it was compiled."""
     name: str                               # the capture's name (--name, or the kernel's)
     kernel: str                             # the Python function captured
     symbol: str | None
@@ -49,10 +51,12 @@ class CaptureSummary:
                      "tma_failures", "sass_instructions", "missing")
 
     def target_facts(self) -> dict:
+        """The per-arch fields (``TARGET_FIELDS``) as a dict."""
         return {k: getattr(self, k) for k in self.TARGET_FIELDS}
 
 
 def summarize_capture(c: CaptureFolder, arch: str | None = None) -> CaptureSummary:
+    """The summary of a capture at ``arch`` (default: the capture's default arch)."""
     mod = c.module
     entry = mod.entries[0]
     ops = list(entry.walk())

@@ -72,9 +72,11 @@ class DiagnoseRequest:
 
 @dataclass
 class DiagnoseResult:
+    """The diagnoses of one ``diagnose`` call, one per kernel."""
     diagnoses: list[Diagnosis]
 
     def to_json(self) -> dict:
+        """One diagnosis as its own object; several under ``diagnoses``."""
         if len(self.diagnoses) == 1:
             return self.diagnoses[0].to_json()
         return {"diagnoses": [d.to_json() for d in self.diagnoses]}

@@ -21,6 +21,7 @@ from ..ledger import LEDGER_FILE, Ledger, LedgerError, find_ledgers
 
 @dataclass
 class PastStep:
+    """One step of a past loop: its playbook entry, outcome and measured vs predicted gain."""
     entry: str
     kernel: str
     iteration: int
@@ -33,11 +34,13 @@ class PastStep:
     cls: str | None = None               # the kernel's evidence class when it was diagnosed (None: not recorded)
 
     def to_json(self) -> dict:
+        """The step's fields as a dict."""
         return dict(vars(self))
 
 
 @dataclass
 class Calibration:
+    """The past steps read from ledgers, which temper the predicted effect of an entry."""
     steps: list[PastStep] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
 
@@ -47,6 +50,7 @@ class Calibration:
         return [s for s in self.steps if s.entry == entry and (cls is None or s.cls in (None, cls))]
 
     def measured(self, entry: str, cls: str | None = None) -> list[float]:
+        """The measured gains of the entry's timed similar steps."""
         return [s.measured for s in self.similar(entry, cls) if s.measured is not None]
 
     def __bool__(self) -> bool:

@@ -19,6 +19,7 @@ from .evidence import Evidence
 
 @dataclass(frozen=True)
 class BottleneckClass:
+    """A bottleneck class; ``escalate`` marks a class the playbook cannot fix by tuning."""
     id: str
     title: str
     description: str
@@ -57,6 +58,7 @@ AI_COMPUTE_BOUND = 50.0
 
 @dataclass
 class Candidate:
+    """One rule's vote for a class: its score (0..0.99), the reason and the facts it read."""
     cls: str
     score: float
     reason: str
@@ -65,6 +67,7 @@ class Candidate:
 
 @dataclass
 class Classification:
+    """The winning class with its confidence, reasons and facts, and the runners-up."""
     bottleneck: str
     confidence: str                   # high | medium | low
     score: float
@@ -74,10 +77,12 @@ class Classification:
 
     @property
     def escalate(self) -> bool:
+        """Whether the class asks for more than tuning (see ``BottleneckClass``)."""
         return CLASSES[self.bottleneck].escalate
 
 
 def confidence_label(score: float) -> str:
+    """high from 0.75, medium from 0.5, else low."""
     return "high" if score >= 0.75 else "medium" if score >= 0.5 else "low"
 
 
@@ -86,6 +91,8 @@ def _num(v) -> float | None:
 
 
 def candidates(ev: Evidence) -> list[Candidate]:
+    """Every class rule that fires on the evidence, in rule order (specific first); measured
+    facts (roofline class, % of roof) outweigh the static ones."""
     v = ev.values()
     out: list[Candidate] = []
 
@@ -192,6 +199,7 @@ def candidates(ev: Evidence) -> list[Candidate]:
 
 
 def classify(ev: Evidence) -> Classification:
+    """The best-scoring candidate, its class's reasons and facts merged; ``unknown`` without evidence."""
     cands = candidates(ev)
     if not cands:
         return Classification("unknown", "low", 0.0, ["no evidence to classify the kernel"], [])

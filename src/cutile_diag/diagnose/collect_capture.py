@@ -80,6 +80,8 @@ def _archs_on_disk(folder: CaptureFolder) -> list[str]:
 
 def collect_capture(folder: CaptureFolder | str | Path, ev: Evidence | None = None, *,
                     arch: str | None = None, entry: str | None = None) -> Evidence:
+    """Add a capture folder's facts to ``ev`` (new when None): its TileIR, then the cubin side
+    of ``arch`` (remarks, SASS, resources, ptxas) and the launch the manifest recorded."""
     if not isinstance(folder, CaptureFolder):
         folder = load_capture(folder)
     ev = ev if ev is not None else Evidence(kernel=folder.name)

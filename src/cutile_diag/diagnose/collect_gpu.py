@@ -204,6 +204,8 @@ def collect_gpu(ev: Evidence, *, points: Sequence[Any] = (), primary: str | None
                 baseline: Sequence[Any] = (), host_ms: float | None = None, kernel_ms: float | None = None,
                 ncu: Mapping[str, Any] | None = None, ctas_per_sm: int | None = None,
                 records: Sequence[Any] = (), variant_of: Mapping[str, str] | None = None) -> Evidence:
+    """Add measured facts to ``ev``: the roofline points (the ``primary`` configuration's first),
+    variants, host overhead and ncu metrics; without points, observed launch records."""
     pts = list(points)
     if not pts:
         if records:

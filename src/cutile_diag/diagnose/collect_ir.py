@@ -59,6 +59,7 @@ class Aff:
 
     @staticmethod
     def unknown(desc: str = "?") -> "Aff":
+        """An index of unknown form (not affine, divisor 1)."""
         return Aff(None, 1, None, False, desc)
 
 
@@ -416,6 +417,8 @@ def _flops(op: Op) -> float:
 
 def collect_tileir(module: Module | str, ev: Evidence | None = None, *, entry: str | None = None,
                    ir_file: str | None = None) -> Evidence:
+    """Add the ``ir.*`` facts of one TileIR entry to ``ev`` (new when None): ops, tile sizes,
+    MMAs, loops and persistence, hints, re-reads and the FLOP/byte counts per iteration."""
     if isinstance(module, str):
         module = parse_tileir(module, path=ir_file)
     path = ir_file or module.path

@@ -13,6 +13,8 @@ from .residency import add_waves
 
 
 def collect_launch(folder, ev: Evidence, arch: str | None) -> None:
+    """Add the manifest's recorded launch to ``ev``: grid, blocks, argument specs, SM count and
+    the waves they make; nothing when the capture has no launch."""
     launch = (folder.manifest or {}).get("launch")
     if not launch or not launch.get("grid"):
         return

@@ -35,6 +35,7 @@ MIN_PROMOTED_GAIN = 0.05     # up to this expected gain, evidence can demote an 
 
 @dataclass
 class Recommendation:
+    """One ranked playbook entry for a kernel: why, on what evidence, its predicted effect and risk."""
     id: str
     name: str
     reason: str
@@ -60,6 +61,7 @@ class Recommendation:
 
 @dataclass
 class Diagnosis:
+    """A kernel's bottleneck class and its ranked recommendations, with what could not be checked."""
     kernel: str | None
     bottleneck: str
     confidence: str
@@ -79,12 +81,15 @@ class Diagnosis:
 
     @property
     def first(self) -> Recommendation | None:
+        """The top recommendation, or None."""
         return self.recommendations[0] if self.recommendations else None
 
     def ids(self) -> list[str]:
+        """The recommended entry ids, best first."""
         return [r.id for r in self.recommendations]
 
     def to_json(self) -> dict:
+        """The ``--json`` form, with the class's title and every recommendation."""
         return {
             "kernel": self.kernel,
             "bottleneck": self.bottleneck,

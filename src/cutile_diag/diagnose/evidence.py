@@ -24,6 +24,7 @@ class EvidenceError(CutileDiagError):
 
 @dataclass(frozen=True)
 class FactSpec:
+    """A key of the evidence vocabulary: its value type, producer and meaning."""
     type: str          # int | float | bool | str | list | dict
     producer: str      # tileir | capture | device | launch | gpu | ncu
     description: str
@@ -242,12 +243,14 @@ class Site:
     op: str | None = None        # op name for IR sites
 
     def text(self) -> str:
+        """``source (python line): detail``, the Python line left out when the source names it."""
         where = self.source + (f" ({self.python})" if self.python and self.python not in self.source else "")
         return f"{where}: {self.detail}" if self.detail else where
 
 
 @dataclass
 class Fact:
+    """One fact: its value, where it was read, and the sites behind it."""
     key: str
     value: Any
     source: str                  # primary source, e.g. 'kernel.loc.tileir:30 (gather_scale.py:13)'
@@ -255,6 +258,7 @@ class Fact:
     sites: list[Site] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The fact as a dict; empty detail, sites and site fields are left out."""
         out = {"key": self.key, "value": self.value, "source": self.source}
         if self.detail:
             out["detail"] = self.detail
@@ -274,11 +278,13 @@ class Fact:
 
 @dataclass
 class NotChecked:
+    """A check the evidence could not make: what is missing and how to get it."""
     check: str                   # what could not be checked
     missing: str                 # which piece of evidence is missing
     how: str = ""                # how to get it
 
     def text(self) -> str:
+        """``check: missing (how)``."""
         return f"{self.check}: {self.missing}" + (f" ({self.how})" if self.how else "")
 
 
@@ -296,6 +302,7 @@ class Evidence:
     # --- writing
     def add(self, key: str, value: Any, source: str, detail: str = "",
             sites: Iterable[Site] = ()) -> Fact:
+        """Set fact ``key``; a key outside ``FACTS`` raises EvidenceError."""
         if key not in FACTS:
             raise EvidenceError(f"fact key '{key}' is not in the evidence vocabulary")
         fact = Fact(key, value, source, detail, list(sites))
@@ -303,6 +310,7 @@ class Evidence:
         return fact
 
     def missing(self, check: str, missing: str, how: str = "") -> None:
+        """Record a check that could not be made (once per check)."""
         if not any(n.check == check for n in self.not_checked):
             self.not_checked.append(NotChecked(check, missing, how))
 
@@ -315,19 +323,24 @@ class Evidence:
         return key in self.facts
 
     def get(self, key: str) -> Fact | None:
+        """The fact of ``key``, or None."""
         return self.facts.get(key)
 
     def value(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` when unknown."""
         f = self.facts.get(key)
         return f.value if f is not None else default
 
     def values(self) -> dict[str, Any]:
+        """Key -> value of every known fact (what predicates read)."""
         return {k: f.value for k, f in self.facts.items()}
 
     def has_producer(self, producer: str) -> bool:
+        """Whether any fact came from ``producer`` (tileir, capture, gpu, ...)."""
         return any(FACTS[k].producer == producer for k in self.facts)
 
     def to_json(self) -> dict:
+        """Facts, checks not made, collectors and notes, as JSON."""
         return {"kernel": self.kernel, "collected": list(self.collected),
                 "facts": [f.to_json() for f in self.facts.values()],
                 "not_checked": [vars(n) for n in self.not_checked],

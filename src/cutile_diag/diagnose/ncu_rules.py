@@ -44,6 +44,7 @@ class NcuRulesError(CutileDiagError):
 
 @dataclass(frozen=True)
 class RuleMap:
+    """What an Nsight Compute rule maps to: playbook entries, a bottleneck class, a note."""
     entries: tuple[str, ...]
     cls: str | None
     note: str
@@ -51,6 +52,7 @@ class RuleMap:
 
 @dataclass
 class Finding:
+    """One Nsight Compute rule result, normalised."""
     rule: str                         # rule_identifier, e.g. 'UncoalescedGlobalAccess'
     title: str
     message: str
@@ -66,9 +68,11 @@ class Finding:
 
     @property
     def is_finding(self) -> bool:
+        """Whether the rule reports a problem (a finding type, or an estimated speedup)."""
         return self.type.upper() in FINDING_TYPES or (self.speedup_pct or 0.0) > 0.0
 
     def to_json(self) -> dict:
+        """The finding's fields as a dict."""
         return asdict(self)
 
 
@@ -87,6 +91,7 @@ def _load_map(path: str) -> dict[str, RuleMap]:
 
 
 def rule_map(root: str | Path | None = None) -> dict[str, RuleMap]:
+    """Rule id -> RuleMap from ``ncu-rules.toml`` under ``root`` (default: the shipped references)."""
     base = Path(root) if root is not None else references_dir()
     return _load_map(str(base / RULES_FILE))
 

@@ -44,6 +44,7 @@ class PlaybookError(CutileDiagError):
 
 @dataclass(frozen=True)
 class Clause:
+    """One ``applies_when`` clause: the predicate, the reason it renders, the facts it cites."""
     predicate: Predicate
     reason: str
     cite: tuple[str, ...] = ()
@@ -53,6 +54,7 @@ class Clause:
 
 @dataclass(frozen=True)
 class Adjust:
+    """A predicate that, when true, adds a note and may override the expected effect's bounds."""
     predicate: Predicate
     note: str
     effect_high: float | None = None
@@ -61,6 +63,8 @@ class Adjust:
 
 @dataclass
 class Entry:
+    """One playbook TOML: when it applies, its rank per class, expected effect, risk, transform
+    and the steps ``loop next`` shows."""
     id: str
     slug: str
     name: str
@@ -86,12 +90,15 @@ class Entry:
 
     @property
     def automatic(self) -> bool:
+        """Whether a transform applies it (else the user edits by hand)."""
         return bool(self.transform)
 
     def rank(self, cls: str) -> float:
+        """The entry's priority in class ``cls`` (lower ranks first; default 100)."""
         return self.priority.get(cls, self.priority.get("default", 100.0))
 
     def fact_keys(self) -> set[str]:
+        """Every fact key its clauses, citations, adjustments and already-applied test read."""
         keys: set[str] = set()
         for c in self.clauses:
             keys |= c.predicate.names | set(c.cite)
@@ -104,10 +111,12 @@ class Entry:
 
 @dataclass
 class Playbook:
+    """The loaded playbook entries and the folder they came from."""
     entries: list[Entry]
     root: Path
 
     def by_id(self, id_: str) -> Entry:
+        """The entry ``id_``; KeyError when there is none."""
         for e in self.entries:
             if e.id == id_:
                 return e
@@ -115,6 +124,7 @@ class Playbook:
 
     @property
     def ids(self) -> list[str]:
+        """Every entry id, in file order."""
         return [e.id for e in self.entries]
 
 
@@ -169,6 +179,8 @@ def _str_list(d: dict, key: str, where: str) -> list[str]:
 
 
 def load_entry(path: Path) -> Entry:
+    """Parse and check one playbook TOML; a missing field, bad predicate or unknown fact key
+    raises PlaybookError naming the file."""
     where = str(path)
     try:
         d = tomllib.loads(path.read_text())
@@ -262,6 +274,8 @@ def _recipe_lines(d: dict, key: str, where: str) -> list[str]:
 
 
 def load_playbook(root: str | Path | None = None) -> Playbook:
+    """Every ``*.toml`` under ``root`` (or its ``playbook/``; default: the shipped references),
+    ids unique."""
     base = Path(root) if root is not None else references_dir()
     pdir = base / "playbook" if (base / "playbook").is_dir() else base
     files = sorted(p for p in pdir.glob("*.toml"))
@@ -283,4 +297,5 @@ def _cached(root: str) -> Playbook:
 
 
 def default_playbook() -> Playbook:
+    """The shipped playbook, loaded once per process."""
     return _cached(str(references_dir()))

@@ -58,16 +58,19 @@ _BIN: dict[type, Callable[[Any, Any], Any]] = {
 
 @dataclass
 class Result:
+    """A predicate's value with the known facts it read and the unknown ones."""
     value: Any                                   # True | False | UNKNOWN (or a value for non-boolean exprs)
     used: list[str] = field(default_factory=list)     # facts read that were known
     missing: list[str] = field(default_factory=list)  # facts read that were unknown
 
     @property
     def true(self) -> bool:
+        """Known and true (UNKNOWN is not true)."""
         return self.value is not UNKNOWN and bool(self.value) is True
 
     @property
     def unknown(self) -> bool:
+        """Whether a missing fact left the value undecided."""
         return self.value is UNKNOWN
 
 
@@ -252,6 +255,7 @@ class Predicate:
         self.names = names(self.expr)
 
     def evaluate(self, facts: Mapping[str, Any]) -> Result:
+        """Evaluate against ``facts`` (three-valued: a missing fact gives UNKNOWN where it matters)."""
         e = _Eval(facts)
         v = e.ev(self._tree.body)
         return Result(v, e.used, e.missing)
@@ -261,4 +265,5 @@ class Predicate:
 
 
 def evaluate(expr: str, facts: Mapping[str, Any]) -> Result:
+    """Compile ``expr`` and evaluate it against ``facts`` in one call."""
     return Predicate(expr).evaluate(facts)

@@ -32,11 +32,13 @@ class RereadGroup:
 
     @property
     def rereads(self) -> list[Op]:
+        """The loads after the first pass."""
         return self.loads[1:]
 
 
 @dataclass
 class RereadReport:
+    """The re-read groups of one entry and the bytes one program moves in all."""
     groups: list[RereadGroup] = field(default_factory=list)
     moved_bytes: int = 0             # every load and store of one program (trip counts applied)
 
@@ -47,14 +49,17 @@ class RereadReport:
 
     @property
     def redundant_loads(self) -> int:
+        """How many loads re-read what an earlier pass loaded."""
         return sum(len(g.rereads) for g in self.groups)
 
     @property
     def reread_bytes(self) -> int:
+        """The bytes one program re-reads, summed over the groups."""
         return sum(g.reread_bytes for g in self.groups)
 
     @property
     def max_passes(self) -> int:
+        """The most passes any address expression is read in (1 without groups)."""
         return max((g.passes for g in self.groups), default=1)
 
 

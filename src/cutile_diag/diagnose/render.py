@@ -14,6 +14,7 @@ _RISK_STYLE = {"none": "green", "low": "green", "medium": "yellow", "high": "red
 
 
 def effect_text(pe: dict) -> str:
+    """A predicted effect as ``~+12% (+5% … +30%)`` (a high bound of 2x or more as a factor)."""
     lo, hi = pe.get("low", 0.0), pe.get("high", 0.0)
     rng = f"{lo:+.0%} … {1 + hi:.1f}x" if hi >= 1.0 else f"{lo:+.0%} … {hi:+.0%}"
     exp = pe.get("expected")
@@ -31,6 +32,8 @@ def _producers(missing: list[str]) -> str:
 
 
 def render_diagnosis(d: Diagnosis, console: Console, *, brief: bool = False, all_evidence: bool = False) -> None:
+    """Print a diagnosis: the class and reasons, then each recommendation with its evidence
+    (``brief``: fewer lines; ``all_evidence``: every fact)."""
     title = CLASSES[d.bottleneck].title
     style = "bold red" if d.escalate else "bold cyan"
     where = ", ".join(d.collected) or "no evidence collectors ran"

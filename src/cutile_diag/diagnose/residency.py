@@ -73,6 +73,7 @@ def add_waves(ev: Evidence, prefix: str, blocks: int, unit: str, arch: str | Non
 
 @dataclass(frozen=True)
 class Waves:
+    """How a grid fills the GPU's resident CTA slots, wave by wave."""
     blocks: int
     slots: int               # SMs x resident CTAs per SM
     waves: float
@@ -81,6 +82,7 @@ class Waves:
 
     @classmethod
     def of(cls, blocks: int, sms: int, per_sm: int) -> "Waves":
+        """The waves of ``blocks`` on ``sms`` SMs holding ``per_sm`` CTAs each."""
         slots = sms * per_sm
         waves = blocks / slots
         full = math.ceil(waves)
@@ -88,4 +90,5 @@ class Waves:
         return cls(blocks, slots, waves, tail, blocks - (full - 1) * slots)
 
     def last_wave_text(self) -> str:
+        """The last wave's fill as a phrase for a fact's detail."""
         return f"last wave holds {self.last_wave} of {self.slots} slots"

@@ -33,12 +33,14 @@ BYTECODE_MAGIC = b"\x7fTileIR\x00"
 
 @dataclass
 class DiffInput:
+    """One side of a diff: the parsed module, what it was read from, and its capture folder if any."""
     path: str
     module: Module
     kind: str                       # tileir | bytecode | capture
     capture: object | None = None   # CaptureFolder
 
     def info(self) -> InputInfo:
+        """The side's summary for the result (path, kind, entries, op count, capture name)."""
         return _module_info(self.module, path=self.path, kind=self.kind,
                             capture_name=getattr(self.capture, "name", None))
 
@@ -219,6 +221,7 @@ def _module_info(m: Module, path: str | None = None, kind: str = "tileir",
 
 
 def diff_texts(a: str, b: str, **kw) -> DiffResult:
+    """Diff two TileIR texts (``diff_modules``' keywords apply)."""
     return diff_modules(parse_tileir(a, path="<before>"), parse_tileir(b, path="<after>"), **kw)
 
 

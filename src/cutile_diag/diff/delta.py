@@ -28,6 +28,8 @@ class Names:
 
 
 def display_names(m: Matching) -> tuple[Names, Names]:
+    """The display names of both sides: the before side's canonical names; after, the matched
+    before value's name or ``%new<n>`` (see the module docstring)."""
     A, B = m.a, m.b
     na = Names(A.res_names, A.barg_names, A.cid)
     res: list[list[str]] = []
@@ -108,6 +110,7 @@ def _source(g: IRGraph, node: int) -> str | None:
 
 
 def is_dead(g: IRGraph, node: int) -> bool:
+    """Whether ``node``'s results are unused and removing it changes nothing (a pure op without regions)."""
     op = g.ops[node]
     if op is None or not op.results or g.users[node]:
         return False
@@ -172,6 +175,8 @@ def attribute_aspects(A: IRGraph, a: int, B: IRGraph, b: int) -> list[Aspect]:
 
 
 def compute_deltas(m: Matching, entry_name: str, start_id: int = 0) -> tuple[list[StructDelta], list[RegionDelta], Names, Names]:
+    """The structural deltas (added, removed, moved, rewired, attribute) and per-region op counts
+    of one matched entry pair, ids from ``start_id``, with both sides' display names."""
     A, B = m.a, m.b
     na, nb = display_names(m)
     out: list[StructDelta] = []

@@ -64,6 +64,7 @@ _NONE: tuple = ()
 
 
 def blockarg_port(region: int, index: int) -> int:
+    """The (negative) port of block argument ``index`` of region ``region``."""
     return -(1 + region * _BA + index)
 
 
@@ -76,6 +77,7 @@ def decode_port(port: int) -> tuple[str, int, int]:
 
 
 def erase_ssa(text: str) -> str:
+    """Replace every SSA name by ``%`` (string literals kept): a text's shape without its names."""
     if '"' not in text:
         return _SSA_TOKEN.sub("%", text)
     return _SSA_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] == '"' else "%", text)
@@ -130,13 +132,16 @@ class IRGraph:
 
     @property
     def size(self) -> int:
+        """The number of nodes (root, arguments and ops)."""
         return len(self.kind)
 
     @property
     def op_nodes(self) -> range:
+        """The node ids of the ops (after the root and the arguments)."""
         return range(1 + len(self.entry.args), len(self.kind))
 
     def value_name(self, src: int, port: int) -> str:
+        """The canonical name of value (src, port)."""
         return value_label(self.res_names, self.barg_names, self.cid, src, port)
 
     def region_path(self, node: int) -> str:
@@ -445,4 +450,5 @@ def _to_networkx(g: IRGraph) -> nx.MultiDiGraph:
 
 
 def build_graphs(module: Module) -> list[IRGraph]:
+    """One graph per entry of ``module``."""
     return [build_graph(e) for e in module.entries]

@@ -32,6 +32,7 @@ _SIDE_EFFECTS = STORES | frozenset({"atomic_rmw_tko", "atomic_cas_tko", "print_t
 
 @dataclass
 class Impact:
+    """One change's impact slice: the after-side ops its value flow reaches and the stores it ends at."""
     entry: str
     seeds: list[str]                    # display ids of the changed ops (after side)
     ops: int                            # ops reached
@@ -41,9 +42,11 @@ class Impact:
     bits: int = field(default=0, repr=False)   # every reached after-graph node, as a bit set
 
     def node_ids(self) -> list[int]:
+        """The reached nodes' ids, from the slice's bit set."""
         return list(_bits(self.bits))
 
     def to_json(self) -> dict:
+        """The slice as JSON; a node list cut at ``limit`` says how many it omits."""
         d = {"entry": self.entry, "seeds": self.seeds, "ops": self.ops, "by_op": self.by_op,
              "stores": self.stores, "nodes": self.nodes}
         if len(self.nodes) < self.ops:

@@ -38,6 +38,7 @@ from .graph import ROOT, IRGraph
 
 @dataclass
 class MatchOptions:
+    """Bounds that keep matching near-linear on large dumps, and the similarity thresholds."""
     max_fanout: int = 256          # users examined per node during propagation
     max_candidates: int = 64       # candidates scored per node
     max_group: int = 400           # similarity matrices are at most max_group^2 per op name
@@ -49,6 +50,7 @@ class MatchOptions:
 
 @dataclass
 class Matching:
+    """A one-to-one node pairing of two graphs (-1: unmatched), with the stage that paired each node."""
     a: IRGraph
     b: IRGraph
     a2b: list[int]
@@ -57,10 +59,12 @@ class Matching:
     stats: dict[str, int] = field(default_factory=dict)
 
     def matched(self, a: int) -> int:
+        """The B node paired with A node ``a``, or -1."""
         return self.a2b[a]
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
+        """Every (a, b) pair, in A's node order."""
         return [(a, b) for a, b in enumerate(self.a2b) if b >= 0]
 
 
@@ -422,6 +426,8 @@ def _wl_signatures(g: IRGraph, free: list[int], matched: list[int], pair_id, ite
 
 
 def match_graphs(A: IRGraph, B: IRGraph, opts: MatchOptions | None = None) -> Matching:
+    """Pair the nodes of A and B: root and arguments, Merkle anchors, propagation, twins, WL
+    signatures, then rounds of similarity recovery (see the module docstring)."""
     m = _Matcher(A, B, opts or MatchOptions())
     m.pair(ROOT, ROOT, "root")
     for i in range(min(len(A.entry.args), len(B.entry.args))):

@@ -40,6 +40,7 @@ class StructDelta:
     explained_by: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The delta as JSON; attribute aspects under ``fields``."""
         d = {"id": self.id, "kind": self.kind, "entry": self.entry, "op": self.op,
              "region_path": self.region_path, "line_before": self.line_before,
              "line_after": self.line_after, "source": self.source,
@@ -90,6 +91,7 @@ class Change:
         return " ".join(parts)
 
     def to_json(self) -> dict:
+        """The change as JSON; knob, arch, the deltas it explains and its impact only when set."""
         d = {"id": self.id, "kind": self.kind, "level": self.level, "detail": self.detail,
              "where": self.where,
              "entry": self.entry, "region_path": self.region_path, "op": self.op,
@@ -108,6 +110,7 @@ class Change:
 
 @dataclass
 class RegionDelta:
+    """Op counts by name of one region, before and after."""
     entry: str
     region_path: str
     before: dict[str, int]
@@ -115,11 +118,13 @@ class RegionDelta:
 
     @property
     def delta(self) -> dict[str, int]:
+        """Op name -> after minus before, only where they differ."""
         keys = sorted(set(self.before) | set(self.after))
         return {k: self.after.get(k, 0) - self.before.get(k, 0) for k in keys
                 if self.after.get(k, 0) != self.before.get(k, 0)}
 
     def to_json(self) -> dict:
+        """The region's totals and per-op delta as JSON."""
         return {"entry": self.entry, "region_path": self.region_path or "entry",
                 "ops_before": sum(self.before.values()), "ops_after": sum(self.after.values()),
                 "delta": self.delta}
@@ -127,6 +132,7 @@ class RegionDelta:
 
 @dataclass
 class EntryPairing:
+    """How an entry of one side pairs with the other's, and how many of its ops matched."""
     before: str | None             # symbols
     after: str | None
     function_before: str | None = None
@@ -138,6 +144,7 @@ class EntryPairing:
 
     @property
     def status(self) -> str:
+        """added, removed, matched (same symbol) or renamed."""
         if self.before is None:
             return "added"
         if self.after is None:
@@ -146,9 +153,11 @@ class EntryPairing:
 
     @property
     def name(self) -> str:
+        """The Python function's name (after side first), else a symbol."""
         return self.function_after or self.function_before or self.after or self.before or "?"
 
     def to_json(self) -> dict:
+        """The pairing as JSON, status and op counts included."""
         return {"before": self.before, "after": self.after, "status": self.status,
                 "ops_before": self.ops_before, "ops_after": self.ops_after,
                 "ops_matched": self.matched}
@@ -156,6 +165,7 @@ class EntryPairing:
 
 @dataclass
 class InputInfo:
+    """What one side was: path, kind, whether it has source locations, its entries and op count."""
     path: str
     kind: str                      # tileir | capture | bytecode
     has_locations: bool = False
@@ -176,6 +186,7 @@ class EntryDetail:
 
 @dataclass
 class DiffResult:
+    """A whole diff: entry pairing, classified changes, structural and region deltas, cubin facts."""
     before: InputInfo
     after: InputInfo
     entries: list[EntryPairing]
@@ -189,16 +200,21 @@ class DiffResult:
 
     @property
     def ir_equivalent(self) -> bool:
+        """No structural delta and no entry added or removed."""
         return not self.structural and all(e.status in ("matched", "renamed") for e in self.entries)
 
     @property
     def equivalent(self) -> bool:
+        """IR-equivalent and no cubin-level change either."""
         return self.ir_equivalent and not any(c.level == "cubin" for c in self.changes)
 
     def semantic(self) -> list[Change]:
+        """The changes named in kernel-author terms (level ``semantic``)."""
         return [c for c in self.changes if c.level == "semantic"]
 
     def summary(self) -> dict:
+        """Counts: entries and ops (matched, added, removed), structural deltas by kind, changes by
+        level and kind, dead ops."""
         by_kind: dict[str, int] = {}
         for c in self.changes:
             by_kind[c.kind] = by_kind.get(c.kind, 0) + 1
@@ -222,6 +238,7 @@ class DiffResult:
         }
 
     def to_json(self) -> dict:
+        """The ``--json`` form under its schema."""
         return {
             "schema": SCHEMA,
             "equivalent": self.equivalent,

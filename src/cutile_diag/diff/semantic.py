@@ -105,6 +105,8 @@ class _EntryCtx:
 
 
 class Classifier:
+    """Names the structural deltas of each entry in kernel-author terms, rule by rule, marking
+    which deltas each change explains."""
     def __init__(self, start_id: int = 0):
         self.changes: list[Change] = []
         self.next_id = start_id
@@ -116,6 +118,7 @@ class Classifier:
     # -- helpers
     def change(self, kind: str, detail: str, ctx: _EntryCtx | None, delta: StructDelta | None = None,
                level: str = "semantic", **kw) -> Change:
+        """Record a new change (next id); its op, region and lines default to ``delta``'s."""
         c = Change(id=self.next_id, kind=kind, level=level, detail=detail,
                    entry=ctx.name if ctx else None, **kw)
         if delta is not None:
@@ -130,6 +133,7 @@ class Classifier:
 
     @staticmethod
     def explain(c: Change, d: StructDelta, aspects: list[Aspect] | None = None) -> None:
+        """Mark ``d`` (or only ``aspects`` of it) as explained by change ``c``."""
         if aspects is None:
             d.explained_by.append(c.id)
             for a in d.aspects:
@@ -144,10 +148,12 @@ class Classifier:
 
     @staticmethod
     def open_aspects(d: StructDelta) -> list[Aspect]:
+        """The aspects of ``d`` no change explains yet."""
         return [a for a in d.aspects if not a.explained_by]
 
     @staticmethod
     def is_open(d: StructDelta) -> bool:
+        """Whether ``d`` is still unexplained (an attribute delta: any aspect is)."""
         if d.explained_by:
             return False
         if d.kind == ATTRIBUTE:
@@ -156,6 +162,8 @@ class Classifier:
 
     # -- entry point
     def classify(self, ctx: _EntryCtx) -> None:
+        """Run every rule on one entry (specific rules first, residual last), then add counts to the
+        details of merged view and dtype changes."""
         self.entry_rules(ctx)
         self.loop_rules(ctx)
         self.access_rules(ctx)
@@ -174,6 +182,7 @@ class Classifier:
 
     # -- entry hints and arguments
     def entry_rules(self, ctx: _EntryCtx) -> None:
+        """Entry hint changes (``entry_hint``) and argument type/signature changes."""
         for d in ctx.deltas:
             if d.op == "entry" and d.kind == ATTRIBUTE:
                 for a in d.aspects:
@@ -262,6 +271,7 @@ class Classifier:
 
     # -- loops
     def loop_rules(self, ctx: _EntryCtx) -> None:
+        """Loops added or removed: a grid-stride loop is ``persistent_loop``."""
         A, B, m = ctx.m.a, ctx.m.b, ctx.m
         for d in list(ctx.deltas):
             if d.kind not in (ADDED, REMOVED) or d.op not in _LOOPS or d.explained_by:
@@ -315,6 +325,8 @@ class Classifier:
 
     # -- memory access pattern
     def access_rules(self, ctx: _EntryCtx) -> None:
+        """Memory ops swapped between tile views and pointer gather/scatter, or between view kinds
+        (``access_pattern``)."""
         A, B, m = ctx.m.a, ctx.m.b, ctx.m
         mem = VIEW_MEMORY | PTR_MEMORY
         removed = [d for d in ctx.deltas if d.kind == REMOVED and d.op in mem and not d.explained_by]
@@ -388,6 +400,7 @@ class Classifier:
 
     # -- one math op replaced by another (exp -> exp2 with log2(e) folded in, ...)
     def math_rules(self, ctx: _EntryCtx) -> None:
+        """One math op replaced by another feeding the same users (``math_function``, e.g. exp -> exp2)."""
         A, B, m = ctx.m.a, ctx.m.b, ctx.m
         removed = [d for d in ctx.deltas if d.kind == REMOVED and not d.explained_by
                    and op_class(d.op) in _MATH_CLASSES]
@@ -428,6 +441,7 @@ class Classifier:
 
     # -- MMA operand types
     def mma_rules(self, ctx: _EntryCtx) -> None:
+        """MMA operand or accumulator types changed (``mma_dtype``)."""
         A, B, m = ctx.m.a, ctx.m.b, ctx.m
         for d in ctx.deltas:
             if d.kind != ATTRIBUTE or d.op not in _MMA:
@@ -499,6 +513,8 @@ class Classifier:
 
     # -- attributes, field by field
     def attribute_rules(self, ctx: _EntryCtx) -> None:
+        """Attribute deltas: tile shapes, dtypes, view layouts and op hints, each merged across the
+        ops one source change touches."""
         shape_only: list[tuple[StructDelta, Aspect, str, str]] = []
         dtype_only: dict[tuple[str, str], list[tuple[StructDelta, Aspect]]] = defaultdict(list)
         view_changes: dict[int, list[Change]] = defaultdict(list)    # B node -> changes on its result
@@ -735,6 +751,8 @@ class Classifier:
 
     # -- what no rule explained
     def residual(self, ctx: _EntryCtx) -> None:
+        """What no rule explained, as unclassified structural changes (ops added/removed, moved,
+        rewired, attributes); dead ops are left out."""
         A, B = ctx.m.a, ctx.m.b
         for kind, side in ((ADDED, "b"), (REMOVED, "a")):
             open_ds = {getattr(d, side): d for d in ctx.deltas
@@ -938,6 +956,7 @@ def _view_noun(op: str) -> str:
 
 
 def classify(entries: list[tuple[str, Matching, list[StructDelta], Names, Names]], start_id: int = 0) -> list[Change]:
+    """The changes of every matched entry, ids from ``start_id``."""
     cl = Classifier(start_id)
     for name, m, deltas, na, nb in entries:
         cl.classify(_EntryCtx(name, m, deltas, na, nb))

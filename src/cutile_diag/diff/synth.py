@@ -369,4 +369,5 @@ def op_lines(text: str, name: str) -> list[int]:
 
 
 def module_size(mod: Module) -> int:
+    """The number of ops in ``mod``."""
     return sum(1 for _ in mod.walk())

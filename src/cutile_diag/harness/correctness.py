@@ -34,6 +34,8 @@ from ..workload import Tolerance, Workload, WorkloadConfig, WorkloadError, dtype
 
 @dataclass
 class Comparison:
+    """One output against its reference: pass/fail under (rtol, atol), the bad and NaN counts
+    and the worst element."""
     name: str
     passed: bool
     shape: tuple[int, ...]
@@ -51,6 +53,7 @@ class Comparison:
     message: str = ""
 
     def to_json(self) -> dict:
+        """The comparison as JSON; non-finite errors and values become strings."""
         d = dict(self.__dict__)
         d["shape"] = list(self.shape)
         d["worst_index"] = list(self.worst_index) if self.worst_index is not None else None
@@ -62,6 +65,7 @@ class Comparison:
 
     @classmethod
     def from_json(cls, d: dict) -> "Comparison":
+        """The comparison ``to_json`` wrote (tuples and non-finite floats restored)."""
         d = dict(d)
         d["shape"] = tuple(d.get("shape") or ())
         if d.get("worst_index") is not None:
@@ -74,6 +78,7 @@ class Comparison:
 
 @dataclass
 class CheckResult:
+    """A correctness check: passed, the seed of its inputs, one comparison per output, or the error."""
     passed: bool
     seed: int | None = None
     comparisons: list[Comparison] = field(default_factory=list)
@@ -81,6 +86,7 @@ class CheckResult:
 
     @property
     def summary(self) -> str:
+        """One line: the error, ``PASS`` with the largest absolute error, or the failing outputs."""
         if self.error:
             return f"error: {self.error}"
         bad = [c for c in self.comparisons if not c.passed]
@@ -91,11 +97,13 @@ class CheckResult:
         return head + "; ".join(f"{c.name}: {c.message}" for c in bad)
 
     def to_json(self) -> dict:
+        """The result as JSON, summary included."""
         return {"passed": self.passed, "seed": self.seed, "error": self.error, "summary": self.summary,
                 "comparisons": [c.to_json() for c in self.comparisons]}
 
     @classmethod
     def from_json(cls, d: dict | None) -> "CheckResult | None":
+        """The result ``to_json`` wrote (None stays None)."""
         if d is None:
             return None
         return cls(bool(d["passed"]), d.get("seed"), [Comparison.from_json(c) for c in d.get("comparisons", [])],
@@ -107,6 +115,8 @@ def _fmt_index(idx: tuple[int, ...]) -> str:
 
 
 def compare(actual, expected, tol: Tolerance, name: str = "out") -> Comparison:
+    """Compare ``actual`` with ``expected`` elementwise: |a - e| <= atol + rtol·|e|, a NaN only
+    matching a NaN; a non-tensor output or a shape mismatch fails with the reason."""
     import torch
     if not isinstance(actual, torch.Tensor):
         return Comparison(name, False, (), type(actual).__name__, tol.rtol, tol.atol, 0,
@@ -213,6 +223,7 @@ def _as_named(obj, names: tuple[str, ...], what: str) -> dict[str, Any]:
 
 
 def reference_outputs(wl: Workload, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The workload's reference on a clone of the inputs (no grad), named by its outputs."""
     import torch
     with torch.no_grad():
         ref = wl.reference(_clone_inputs(inputs))
@@ -220,6 +231,7 @@ def reference_outputs(wl: Workload, inputs: Mapping[str, Any]) -> dict[str, Any]
 
 
 def run_outputs(wl: Workload, inputs: Mapping[str, Any], result: Any) -> dict[str, Any]:
+    """The outputs of a run: the named ``outputs`` from the inputs dict, else what ``run`` returned."""
     names = tuple(wl.outputs)
     if names:
         missing = [n for n in names if n not in inputs]
@@ -234,6 +246,7 @@ def run_outputs(wl: Workload, inputs: Mapping[str, Any], result: Any) -> dict[st
 
 def check_outputs(wl: Workload, cfg: WorkloadConfig, actual: Mapping[str, Any], expected: Mapping[str, Any],
                   seed: int | None = None) -> CheckResult:
+    """Compare every output with the reference at the workload's tolerance for its dtype."""
     if set(actual) != set(expected):
         return CheckResult(False, seed, error=f"outputs {sorted(actual)} do not match the reference's "
                                                 f"{sorted(expected)}")
@@ -252,6 +265,7 @@ def _sync(device) -> None:
 
 
 def fresh_seed() -> int:
+    """A random 31-bit seed for one check's inputs."""
     import secrets
     return secrets.randbits(31)        # torch.manual_seed and numpy both take it
 

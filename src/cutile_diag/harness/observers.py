@@ -15,6 +15,8 @@ from typing import Any
 
 
 class ClockObserver:
+    """Samples the GPU's SM clock (and clock event reasons) through NVML in a thread while
+    started; ``stop`` returns them, or why it could not."""
     def __init__(self, device=None, period_s: float = 0.01):
         self.device = device
         self.period_s = period_s
@@ -26,6 +28,7 @@ class ClockObserver:
         self._handle = None
 
     def start(self) -> None:
+        """Start sampling every ``period_s``; without NVML only the reason is kept."""
         try:
             from ..nvml import nvml_handle_for_torch_device
             self._handle = nvml_handle_for_torch_device(self.device)
@@ -49,6 +52,7 @@ class ClockObserver:
             self._stop.wait(self.period_s)
 
     def stop(self) -> dict[str, Any]:
+        """Stop and return the SM clock's median/min/max and the OR of the clock event reasons."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=1.0)

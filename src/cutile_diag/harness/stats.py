@@ -24,6 +24,7 @@ RECORD_KEYS = ("mean", "std", "rel_std", "median", "min", "max", "nrep", "peak_m
 
 @dataclass(frozen=True)
 class TimingStats:
+    """The summary of one measurement's samples (ms; rel_std in percent)."""
     mean: float
     std: float
     rel_std: float          # percent
@@ -41,6 +42,7 @@ class TimingStats:
 
     @classmethod
     def from_record(cls, d: dict) -> "TimingStats":
+        """The stats of a timing record; ValueError naming the keys it lacks."""
         missing = [k for k in RECORD_KEYS if k not in d]
         if missing:
             raise ValueError(f"timing record lacks {', '.join(missing)}")
@@ -49,6 +51,7 @@ class TimingStats:
 
 
 def summarize(times_ms: Sequence[float], peak_mem_mb: int | float = 0) -> TimingStats:
+    """The stats of the samples; ValueError on none or on a negative or non-finite sample."""
     xs = [float(t) for t in times_ms]
     if not xs:
         raise ValueError("no timing samples")
@@ -75,10 +78,13 @@ class NoiseStudy:
     runs_over_1pct: int               # runs whose own rel_std exceeds 1 %
 
     def to_json(self) -> dict:
+        """The study's fields as JSON (tuples as lists)."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
 def noise_study(runs: Sequence[TimingStats]) -> NoiseStudy:
+    """How far repeated measurements of one kernel disagree: the spread of their medians and
+    their own rel_std."""
     if not runs:
         raise ValueError("no runs")
     meds = tuple(r.median for r in runs)

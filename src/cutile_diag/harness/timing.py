@@ -49,6 +49,7 @@ MIB = 1 << 20
 
 @dataclass
 class BenchOptions:
+    """How to time: warm-up and timed budgets (ms), repetition bounds, L2 flush and timer choice."""
     warmup_ms: float = 100.0          # TileGym's WARMUP default
     rep_ms: float = 100.0             # timed budget (kernel time, flush excluded)
     min_rep: int = 10
@@ -65,10 +66,12 @@ class BenchOptions:
     sample_clocks: bool = True        # NVML SM-clock sampling during the timed phase
 
     def to_json(self) -> dict:
+        """The options as a dict."""
         return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, d: dict | None) -> "BenchOptions":
+        """The options of a dict, unknown keys ignored (None: the defaults)."""
         d = dict(d or {})
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         return cls(**known)
@@ -97,6 +100,7 @@ def plan_reps(estimate_ms: float, opts: BenchOptions) -> tuple[int, int]:
 
 
 class TimerBackend(Protocol):
+    """What ``measure`` needs of a timer (CUDA events, CUDA graphs)."""
     name: str
 
     def setup(self, fn: Callable[[], Any], opts: BenchOptions) -> None: ...
@@ -110,6 +114,7 @@ class TimerBackend(Protocol):
 
 @dataclass
 class Measurement:
+    """One timed measurement: stats, samples, the plan that made them and what was observed."""
     stats: TimingStats
     samples_ms: list[float]
     n_warmup: int
@@ -122,6 +127,7 @@ class Measurement:
     observed: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        """The measurement as JSON (stats as a timing record)."""
         return {"stats": self.stats.record(), "samples_ms": self.samples_ms, "n_warmup": self.n_warmup,
                 "estimate_ms": self.estimate_ms, "host_enqueue_ms": self.host_enqueue_ms,
                 "first_call_s": self.first_call_s, "backend": self.backend,
@@ -144,9 +150,11 @@ class Kept:
     timer: dict = field(default_factory=dict)
 
     def holds(self, opts: BenchOptions) -> bool:
+        """Whether a set-up is kept and was made with these options."""
         return self.backend is not None and self.opts == opts
 
     def close(self) -> None:
+        """Tear the kept backend down (frees the flush buffer and graphs)."""
         if self.backend is not None:
             self.backend.teardown()
         self.backend = None
@@ -230,6 +238,7 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
 # CUDA mechanisms
 
 def default_flush_bytes(device=None) -> int:
+    """Twice the device's L2, at least 256 MiB: what one zeroing must write to flush L2."""
     import torch
     l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
     return max(2 * l2, 256 * MIB)
@@ -247,6 +256,8 @@ def _sm_clock_mhz(device=None) -> float:
 
 
 class CudaEventBackend:
+    """Times each repetition with two CUDA events around one call, L2 flushed (and the GPU spun
+    past the host's enqueue) before it; short kernels are batched in graphs."""
     name = "cuda-events"
 
     def __init__(self, device=None):
@@ -262,6 +273,8 @@ class CudaEventBackend:
         self.fn()
 
     def setup(self, fn, opts):
+        """Call ``fn`` once (compile, autotune, allocate) and allocate the flush buffer; NoGPUError
+        without a CUDA GPU."""
         import torch
         if not torch.cuda.is_available():
             raise NoGPUError("no CUDA GPU visible to torch: timing needs a GPU",
@@ -276,12 +289,15 @@ class CudaEventBackend:
         self._clock_mhz = _sm_clock_mhz(self.device)
 
     def run(self, n):
+        """``n`` untimed calls, then synchronize."""
         import torch
         for _ in range(n):
             self._launch()
         torch.cuda.synchronize(self.device)
 
     def estimate(self, n):
+        """(device ms, host enqueue ms) per call over ``n`` back-to-back calls; sizes the GPU spin
+        that keeps the host's enqueue out of each timed rep."""
         import torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize(self.device)
@@ -341,6 +357,7 @@ class CudaEventBackend:
         return None
 
     def timer_info(self) -> dict:
+        """The batched timer's flush-only time per launch (empty unbatched), for ``observed["timer"]``."""
         return dict(getattr(self, "_batch_info", {}))
 
     def warm(self, n: int) -> None:
@@ -374,6 +391,7 @@ class CudaEventBackend:
         return [max(0.0, s1.elapsed_time(e1) - f) / k for s1, e1, _, _ in pairs]
 
     def time_reps(self, n):
+        """``n`` timed calls (ms each), each after an L2 flush; batched when the kernel is short."""
         import torch
         if getattr(self, "_batch", None):
             return self._time_batched(n)
@@ -392,17 +410,20 @@ class CudaEventBackend:
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
     def reset_peak_memory(self):
+        """Reset torch's peak-memory counter of the device."""
         import torch
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
 
     def peak_memory_mb(self):
+        """The peak memory torch allocated, less the flush buffer, in MiB."""
         import torch
         peak = torch.cuda.max_memory_allocated(self.device)
         # the flush buffer is the harness's, not the workload's
         return max(0, int((peak - self.flush_bytes) // MIB))
 
     def teardown(self):
+        """Drop the flush buffer and batch graphs."""
         self.flush_buf = None
         self._batch = None
 
@@ -412,6 +433,7 @@ class CudaGraphBackend(CudaEventBackend):
     name = "cuda-graph"
 
     def setup(self, fn, opts):
+        """The events backend's set-up, then capture one call of ``fn`` in a graph (warmed on a side stream)."""
         import torch
         super().setup(fn, opts)
         # warm the allocator and any lazy state on a side stream, as torch.cuda.graphs advises
@@ -434,5 +456,6 @@ class CudaGraphBackend(CudaEventBackend):
         self.graph.replay()
 
     def teardown(self):
+        """Drop the graph as well."""
         super().teardown()
         self.graph = None

@@ -19,6 +19,7 @@ KINDS = ("Passed", "Missed", "Failure", "Analysis")
 
 @dataclass
 class Remark:
+    """One tileiras optimisation remark: kind, pass, name, location, message and named args."""
     kind: str                     # Passed | Missed | Failure | Analysis
     pass_name: str                # Memory | Tensor-core | Hints | ...
     name: str                     # RemarkMemoryLoadInstructionSelected, ...
@@ -36,6 +37,7 @@ class Remark:
 
     @property
     def location(self) -> str:
+        """``file.py:line:col`` (file name only), or ``?`` without a location."""
         if self.file is None:
             return "?"
         return f"{self.file.rsplit('/', 1)[-1]}:{self.line}:{self.column}"
@@ -43,28 +45,35 @@ class Remark:
     # classification helpers used by summaries and diagnosis
     @property
     def is_tma_load(self) -> bool:
+        """A load lowered to TMA."""
         return self.name == "RemarkMemoryLoadInstructionSelected" and "TMA" in (self.instruction or "")
 
     @property
     def is_tma_store(self) -> bool:
+        """A store lowered to TMA."""
         return self.name == "RemarkMemoryStoreInstructionSelected" and "TMA" in (self.instruction or "")
 
     @property
     def is_tma_failure(self) -> bool:
+        """A load or store that could not use TMA (the remark says why)."""
         return self.name in ("RemarkMemoryTmaLoadFailed", "RemarkMemoryTmaStoreFailed")
 
     @property
     def is_tensor_core(self) -> bool:
+        """An MMA mapped to tensor cores."""
         return self.name == "RemarkTensorCoreMMA" and self.kind == "Passed"
 
     @property
     def is_fma_fallback(self) -> bool:
+        """An MMA that fell back to FMA on CUDA cores."""
         return self.name == "RemarkTensorCoreMMA" and self.kind == "Failure"
 
     # schedule / pipeline / resource remarks (names in the tileiras binary; 13.5 emits none of
     # them through the CLI, newer releases print II and NumOps): numbers come from named args
     # first, then from the message text ("Software pipeline applied: 3 stages")
     def number(self, *keys: str, pattern: str | None = None) -> int | None:
+        """The first integer among the named ``keys`` of the args (case-insensitive), else group 1 of
+        ``pattern`` in the message, else None."""
         for k in keys:
             for ak, av in self.args.items():
                 if ak.lower() == k.lower():
@@ -79,41 +88,50 @@ class Remark:
 
     @property
     def initiation_interval(self) -> int | None:
+        """The modulo schedule's initiation interval (II), when the remark gives one."""
         return self.number("II", "InitiationInterval", pattern=r"(?:\bII|initiation interval)\D{0,5}(\d+)")
 
     @property
     def num_ops(self) -> int | None:
+        """The op count a schedule remark gives, or None."""
         return self.number("NumOps", "Ops", pattern=r"NumOps\s*[=:]?\s*(\d+)")
 
     @property
     def pipeline_stages(self) -> int | None:
+        """The software pipeline's stage count, or None."""
         return self.number("Stages", "NumStages", pattern=r"(\d+)\s*stages?")
 
     @property
     def is_loop_pipelined(self) -> bool:
+        """A loop the compiler software-pipelined."""
         return self.name == "RemarkLoopPipeline" and self.kind == "Passed"
 
     @property
     def is_loop_not_pipelined(self) -> bool:
+        """A loop left unpipelined (missed or failed), or one whose unrolling was disabled."""
         return (self.name == "RemarkLoopPipeline" and self.kind in ("Missed", "Failure")) \
             or self.name == "RemarkLoopUnrollDisabled"
 
     @property
     def is_schedule(self) -> bool:
+        """A schedule remark (it carries an initiation interval)."""
         return self.initiation_interval is not None
 
     @property
     def smem_bytes(self) -> int | None:
+        """The shared memory a RemarkMemorySmemAllocated reports, else None."""
         if self.name != "RemarkMemorySmemAllocated":
             return None
         return self.number("Bytes", "Size", "SharedMemory", pattern=r"(\d+)\s*bytes")
 
     @property
     def is_register_spill(self) -> bool:
+        """A remark of register spills or local memory use."""
         return self.name in ("RemarkPerfRegisterSpill", "RemarkPerfLocalMemoryUsage")
 
     @property
     def is_hint_out_of_range(self) -> bool:
+        """A hint the compiler rejected as out of range."""
         return self.name == "RemarkHintOutOfRange"
 
 
@@ -140,6 +158,8 @@ def _shape(v) -> list[int] | None:
 
 
 def parse_remarks(text: str, *, path: str | None = None) -> list[Remark]:
+    """The remarks of a tileiras ``--remarks`` YAML stream (empty text: none); malformed YAML
+    raises ParseError with its line."""
     if not text.strip():
         return []
     try:
@@ -190,6 +210,7 @@ def parse_remarks(text: str, *, path: str | None = None) -> list[Remark]:
 
 @dataclass
 class RemarkSummary:
+    """Counts over a kernel's remarks: load/store paths, TMA failures, MMAs, pipelining, spills."""
     tma_loads: int = 0
     global_loads: int = 0
     ldgsts_loads: int = 0
@@ -219,6 +240,7 @@ def dedupe(remarks: list[Remark]) -> list[Remark]:
 
 
 def summarize(remarks: list[Remark]) -> RemarkSummary:
+    """The summary of ``remarks``, de-duplicated first (see ``dedupe``)."""
     remarks = dedupe(remarks)
     s = RemarkSummary()
     s.counts = dict(Counter(f"{r.kind}:{r.name}" for r in remarks))

@@ -28,6 +28,8 @@ _KV_RE = re.compile(r"([A-Z_]+(?:\[\d+\])?):(\d+)")
 
 
 def parse_resource_usage(text: str, *, path: str | None = None) -> dict[str, ResourceUsage]:
+    """Function -> ResourceUsage from ``cuobjdump -res-usage`` (REG, STACK, SHARED, LOCAL,
+    CONSTANT[0]; other keys in ``extra``); a resource line without REG raises ParseError."""
     out: dict[str, ResourceUsage] = {}
     current = None
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -66,6 +68,7 @@ class PtxasReport:
 
     @property
     def spill_bytes(self) -> int:
+        """Spill stores plus spill loads, in bytes."""
         return self.spill_stores + self.spill_loads
 
 
@@ -143,6 +146,7 @@ class CubinAttributes:
 
     @property
     def threads(self) -> int | None:
+        """Threads per CTA (x·y·z), or None when the cubin does not fix them."""
         if not self.threads_per_cta:
             return None
         x, y, z = self.threads_per_cta
@@ -150,6 +154,7 @@ class CubinAttributes:
 
     @property
     def cluster_size(self) -> int:
+        """CTAs per cluster (1 without a cluster shape)."""
         if not self.cluster_shape:
             return 1
         x, y, z = self.cluster_shape

@@ -34,6 +34,8 @@ _WIDTH_RE = re.compile(r"\.(8|16|32|64|128|U8|S8|U16|S16)\b")
 
 @dataclass
 class SassFunction:
+    """One function's SASS: instruction counts by opcode and class, MUFU and MMA forms, global
+    access widths, and a digest of its encoding."""
     name: str
     instructions: int = 0
     opcodes: Counter = field(default_factory=Counter)          # base opcode -> count
@@ -53,6 +55,7 @@ class SassFunction:
         return self._code.hexdigest()[:16]
 
     def to_json(self) -> dict:
+        """The counts as JSON (sorted keys; widths as strings)."""
         return {"name": self.name, "instructions": self.instructions, "digest": self.digest,
                 "classes": dict(sorted(self.classes.items())),
                 "mufu": dict(sorted(self.mufu.items())),
@@ -63,6 +66,7 @@ class SassFunction:
 
 
 def classify_opcode(op: str) -> str:
+    """The class of a base SASS opcode (tensor_core, tma, global_load, ffma, mufu, integer, ...)."""
     for cls, rx in _CLASSES:
         if rx.match(op):
             return cls
@@ -86,6 +90,7 @@ def _width(mods: str, default: int = 32) -> int:
 
 
 def parse_sass(text: str) -> dict[str, SassFunction]:
+    """Function -> SassFunction from a ``cuobjdump -sass`` / ``nvdisasm`` listing."""
     funcs: dict[str, SassFunction] = {}
     cur: SassFunction | None = None
     for line in text.splitlines():

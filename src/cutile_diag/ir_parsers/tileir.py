@@ -28,6 +28,7 @@ from .tileir_types import IRType, TypeSyntaxError, parse_type, split_top
 
 @dataclass(frozen=True)
 class SourceLoc:
+    """A Python source location of an op (file, line, column), with the call site of an inlined helper."""
     file: str
     line: int
     column: int = 0
@@ -36,6 +37,7 @@ class SourceLoc:
 
     @property
     def short(self) -> str:
+        """``file.py:line``."""
         return f"{Path(self.file).name}:{self.line}"
 
     def __str__(self) -> str:
@@ -44,12 +46,14 @@ class SourceLoc:
 
 @dataclass(frozen=True)
 class Arg:
+    """An entry or block argument: SSA name and type."""
     name: str
     type: IRType
 
 
 @dataclass
 class Region:
+    """A region of an op (loop body, then/else) or an entry body: block arguments and ops."""
     args: list[Arg] = field(default_factory=list)
     ops: list["Op"] = field(default_factory=list)
     label: str = "body"          # body | then | else
@@ -69,6 +73,8 @@ class Region:
 
 @dataclass
 class Op:
+    """One TileIR operation as parsed: names, operands with their roles, attributes, hints,
+    types, nested regions and its line and Python source."""
     name: str
     results: list[str]                       # '%x:2' is expanded to ['%x#0', '%x#1']
     operands: list[str]                      # SSA uses in textual order
@@ -92,10 +98,12 @@ class Op:
 
     @property
     def op_class(self) -> str:
+        """The op's class from ``tileir_ops.OP_CLASS`` (memory, mma, control, ...)."""
         return op_class(self.name)
 
     @property
     def region_path(self) -> tuple[str, ...]:
+        """The enclosing ops outermost first, each as ``name[region index]``."""
         path = []
         p = self.parent
         child = self
@@ -106,6 +114,7 @@ class Op:
 
     @property
     def loop_depth(self) -> int:
+        """How many ``for``/``loop`` ops enclose this op."""
         return sum(1 for p in self.region_path if p.startswith(("for[", "loop[")))
 
     def hint(self, key: str, arch: str | None = None):
@@ -125,6 +134,7 @@ class Op:
 
 @dataclass
 class Entry:
+    """One ``entry`` (a compiled kernel): symbol, arguments, per-arch hints and body."""
     symbol: str
     args: list[Arg]
     hints: dict[str, dict]
@@ -135,17 +145,21 @@ class Entry:
 
     @property
     def function_name(self) -> str:
+        """The Python function's name, read from the mangled symbol."""
         # symbols are '<fn>_K<callconv>_...'; the Python name precedes the first '_K'
         m = re.match(r"^(.*?)_K[a-z]\d", self.symbol)
         return m.group(1) if m else self.symbol
 
     def walk(self) -> Iterator[Op]:
+        """Every op of the body, pre-order."""
         return self.body.walk()
 
     def ops_named(self, *names: str) -> list[Op]:
+        """The ops whose name is one of ``names``, pre-order."""
         return [op for op in self.walk() if op.name in names]
 
     def hint(self, key: str, arch: str | None = None):
+        """The entry hint ``key`` for ``arch``, else its default value, else None."""
         if arch and arch in self.hints and key in self.hints[arch]:
             return self.hints[arch][key]
         return self.hints.get("default", {}).get(key)
@@ -153,6 +167,7 @@ class Entry:
 
 @dataclass
 class Module:
+    """A parsed TileIR module: its entries, location aliases and parse warnings."""
     entries: list[Entry]
     locations: dict[str, SourceLoc | None] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -160,6 +175,7 @@ class Module:
     has_locations: bool = False
 
     def entry(self, name: str | None = None) -> Entry:
+        """The entry by symbol or Python name (the first when None); KeyError when absent."""
         if name is None:
             return self.entries[0]
         for e in self.entries:
@@ -168,6 +184,7 @@ class Module:
         raise KeyError(name)
 
     def walk(self) -> Iterator[Op]:
+        """Every op of every entry, pre-order."""
         for e in self.entries:
             yield from e.walk()
 
@@ -1013,6 +1030,7 @@ def _loc_of(ref: str, table: dict[str, SourceLoc | None]) -> SourceLoc | None:
 
 
 def parse_tileir_file(path: str | Path) -> Module:
+    """Parse a TileIR file; a missing path or a folder raises ParseError."""
     p = Path(path)
     if not p.exists():
         raise ParseError("no such file", path=str(p))

@@ -40,4 +40,5 @@ TERMINATORS = frozenset({"return", "yield", "continue", "break"})
 
 
 def op_class(name: str) -> str:
+    """The class of a TileIR op name, ``unknown`` for names not in the table."""
     return OP_CLASS.get(name, "unknown")

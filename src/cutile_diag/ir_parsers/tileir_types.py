@@ -17,6 +17,7 @@ VIEW_KINDS = ("tensor_view", "partition_view", "gather_scatter_view", "strided_v
 
 
 class TypeSyntaxError(ValueError):
+    """A type spelling the parser cannot read, with the column where it failed."""
     def __init__(self, message: str, column: int = 0):
         super().__init__(message)
         self.column = column
@@ -24,6 +25,7 @@ class TypeSyntaxError(ValueError):
 
 @dataclass(frozen=True)
 class IRType:
+    """A parsed TileIR type (tile, token, a view...) with its shape, element type and view parameters."""
     kind: str                                   # tile | token | tensor_view | partition_view | ... | other
     text: str                                   # normalised spelling
     shape: tuple[int | None, ...] = ()          # tile/view dims; None = dynamic ('?')
@@ -33,24 +35,29 @@ class IRType:
 
     @property
     def param(self) -> dict[str, str]:
+        """The view parameters as a dict."""
         return dict(self.params)
 
     @property
     def is_scalar(self) -> bool:
+        """A 0-d tile."""
         return self.kind == "tile" and self.shape == ()
 
     @property
     def is_pointer(self) -> bool:
+        """Whether the element type is ``ptr<...>``."""
         return bool(self.elem and self.elem.startswith("ptr<"))
 
     @property
     def pointee(self) -> str | None:
+        """The element type a pointer points to, or None."""
         if self.is_pointer:
             return self.elem[4:-1]  # type: ignore[index]
         return None
 
     @property
     def numel(self) -> int | None:
+        """The element count, or None when a dimension is dynamic."""
         if any(d is None for d in self.shape):
             return None
         n = 1
@@ -60,6 +67,7 @@ class IRType:
 
     @property
     def elem_bits(self) -> int | None:
+        """Bits per element (64 for pointers), or None when unknown."""
         if self.elem is None:
             return None
         if self.is_pointer:
@@ -88,6 +96,7 @@ class IRType:
 
     @property
     def padding(self) -> str | None:
+        """The view's ``padding_value`` (e.g. ``neg_inf``), or None."""
         return self.param.get("padding_value")
 
     @property
@@ -189,6 +198,7 @@ def _dims(spec: str) -> tuple[tuple[int | None, ...], str]:
 
 
 def parse_type(text: str) -> IRType:
+    """The IRType of a type spelling (cached); TypeSyntaxError when it cannot be read."""
     # IRType is immutable and the same few type spellings repeat on every line
     try:
         return _TYPE_CACHE[text]

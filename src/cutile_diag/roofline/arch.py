@@ -25,6 +25,7 @@ DTYPES = ("f64", "f32", "tf32", "f16", "bf16", "f8", "i8", "f4")
 
 @dataclass(frozen=True)
 class Rate:
+    """FLOPs per clock per SM of one (dtype, unit), with the datasheet line it comes from."""
     per_clk_per_sm: int
     source: str
 
@@ -121,6 +122,7 @@ _DTYPE_ALIASES = {"f8e4m3": "f8", "f8e5m2": "f8", "f8e4m3fn": "f8", "fp8": "f8",
 
 
 def canonical_dtype(dtype: str) -> str:
+    """The arch tables' dtype name (``torch.float16``/``fp16`` -> ``f16``; every f8/f4 form one name)."""
     d = str(dtype).lower().replace("torch.", "")
     if d.startswith(("float8", "f8")):
         return "f8"
@@ -130,14 +132,17 @@ def canonical_dtype(dtype: str) -> str:
 
 
 def arch_family(arch: str) -> str:
+    """The arch whose table applies (e.g. sm_87 -> sm_80); unknown archs map to themselves."""
     return arch if arch in ARCH_TABLES else _FAMILY.get(arch, arch)
 
 
 def arch_of_capability(cc: tuple[int, int]) -> str:
+    """``sm_XY`` of a compute capability (X, Y)."""
     return f"sm_{cc[0]}{cc[1]}"
 
 
 def flops_per_clk_per_sm(arch: str, dtype: str, unit: str) -> Rate | None:
+    """The dense rate of ``dtype`` on ``unit`` (tensor or cuda) for ``arch``, or None when the table has none."""
     table = ARCH_TABLES.get(arch_family(arch))
     if table is None:
         return None

@@ -47,6 +47,7 @@ PRESETS_DIR = Path(__file__).with_name("curves")
 
 
 def series_key(op: str, flushed: bool) -> str:
+    """The key of a series in ``BandwidthCurve.series`` (``copy:flushed``, ``read:warm``...)."""
     return f"{op}:{'flushed' if flushed else 'warm'}"
 
 
@@ -80,12 +81,14 @@ class BandwidthCurve:
         return pts[-1][1]
 
     def to_json(self) -> dict:
+        """The curve as JSON under its schema (the form cached and committed for presets)."""
         return {"schema": SCHEMA, "bytes": list(self.bytes), "series": {k: list(v) for k, v in self.series.items()},
                 "floor_ms": self.floor_ms, "floor_eager_ms": self.floor_eager_ms, "source": self.source,
                 "measured_at": self.measured_at, "seconds": self.seconds, "details": self.details}
 
     @classmethod
     def from_json(cls, d: dict) -> "BandwidthCurve":
+        """The curve ``to_json`` wrote."""
         return cls(bytes=[float(x) for x in d["bytes"]], series={k: list(v) for k, v in d["series"].items()},
                    floor_ms=d.get("floor_ms"), floor_eager_ms=d.get("floor_eager_ms"), source=d.get("source", ""),
                    measured_at=d.get("measured_at", ""), seconds=d.get("seconds"), details=d.get("details") or {})
@@ -102,6 +105,7 @@ class Attainable:
 
     @property
     def tbps(self) -> float | None:
+        """The bandwidth in TB/s, or None."""
         return self.bw / 1e12 if self.bw else None
 
 

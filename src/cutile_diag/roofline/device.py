@@ -42,15 +42,18 @@ KIB = 1 << 10
 
 @dataclass(frozen=True)
 class Quantity:
+    """A device number with its unit and where it came from (an unknown one says why in ``source``)."""
     value: Any
     unit: str
     source: str
 
     @property
     def known(self) -> bool:
+        """Whether the value is known."""
         return self.value is not None
 
     def to_json(self) -> dict:
+        """The value, unit and source as a dict."""
         return {"value": self.value, "unit": self.unit, "source": self.source}
 
 
@@ -60,6 +63,7 @@ def _q(value, unit, source) -> Quantity:
 
 @dataclass
 class DeviceModel:
+    """A GPU's specification, read live (torch/NVML) or from a preset, each number sourced."""
     name: str
     arch: str
     compute_capability: tuple[int, int]
@@ -84,6 +88,7 @@ class DeviceModel:
 
     # -- derived roofs ---------------------------------------------------------------------
     def theoretical_dram_bw(self) -> Quantity:
+        """2 x max memory clock x bus width (DDR), or unknown naming the missing input."""
         mc, bw = self.mem_clock_max_mhz, self.bus_width_bits
         if not (mc.known and bw.known):
             why = mc.source if not mc.known else bw.source
@@ -93,6 +98,7 @@ class DeviceModel:
                                 f"[{bw.source}] / 8 (DDR)")
 
     def theoretical_flops(self, dtype: str, unit: str = "tensor") -> Quantity:
+        """SMs x max SM clock x the arch table's rate for (dtype, unit), or unknown naming why."""
         rate = flops_per_clk_per_sm(self.arch, dtype, unit)
         label = f"{canonical_dtype(dtype)} {unit}"
         if rate is None:
@@ -107,12 +113,14 @@ class DeviceModel:
                                    f"[{clk.source}]")
 
     def ridge(self, dtype: str, unit: str = "tensor") -> float | None:
+        """The theoretical ridge point (FLOP/byte) for (dtype, unit), or None when a roof is unknown."""
         f, b = self.theoretical_flops(dtype, unit), self.theoretical_dram_bw()
         if not (f.known and b.known) or b.value <= 0:
             return None
         return f.value / b.value
 
     def theoretical_peaks(self) -> dict[str, Quantity]:
+        """``dtype:unit`` -> theoretical FLOP/s for every rate of the arch's table."""
         table = ARCH_TABLES.get(arch_family(self.arch), {})
         return {f"{d}:{u}": self.theoretical_flops(d, u) for (d, u) in table}
 
@@ -136,9 +144,11 @@ class DeviceModel:
 
     @property
     def key(self) -> str:
+        """``name|uuid|driver``: what cached ceilings are keyed by (a driver update re-measures)."""
         return f"{self.name}|{self.uuid or 'no-uuid'}|driver {self.driver_version or 'unknown'}"
 
     def to_json(self) -> dict:
+        """The model as JSON, each quantity with its source, plus the theoretical roofs."""
         out: dict[str, Any] = {"name": self.name, "arch": self.arch,
                                "compute_capability": list(self.compute_capability), "kind": self.kind,
                                "driver_version": self.driver_version, "uuid": self.uuid, "index": self.index}
@@ -253,10 +263,13 @@ _PRESET_ALIASES = {"a100-sxm4": "a100", "a100-80gb": "a100", "h100-sxm": "h100",
 
 
 def preset_names() -> list[str]:
+    """The preset names, sorted."""
     return sorted(PRESETS)
 
 
 def preset(name: str) -> DeviceModel:
+    """A copy of the preset ``name`` (case and ``_``/``-`` insensitive, aliases too); UsageError
+    listing the presets when unknown."""
     key = name.strip().lower().replace("_", "-")
     key = _PRESET_ALIASES.get(key, key)
     if key not in PRESETS:
@@ -278,6 +291,8 @@ _TORCH = "torch.cuda.get_device_properties"
 
 
 def live_device(index: int | None = None) -> DeviceModel:
+    """The model of GPU ``index`` (default: torch's current) from torch's properties and NVML, the
+    datasheet of its exact variant filling gaps; NoGPUError without a GPU."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
@@ -362,4 +377,5 @@ def _nvq(nv: dict, key: str, unit: str, why: str | None) -> Quantity:
 
 
 def device_model(name: str | None = None, index: int | None = None) -> DeviceModel:
+    """The preset ``name`` when given, else the live GPU ``index``."""
     return preset(name) if name else live_device(index)

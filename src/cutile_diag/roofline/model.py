@@ -55,6 +55,8 @@ THEORETICAL_SLACK = 0.02
 
 
 def recipe_class(ai: float | None) -> str:
+    """The recipe's class by arithmetic intensity: memory-bound below 10 FLOP/B, compute-bound
+    above 50, balanced between."""
     if ai is None:
         return "unknown"
     if ai < RECIPE_MEMORY_MAX:
@@ -66,6 +68,8 @@ def recipe_class(ai: float | None) -> str:
 
 @dataclass
 class RooflinePoint:
+    """One configuration on the roofline: achieved rates, the roofs (theoretical, datasheet,
+    measured) with % of each, the attainable time, and whether the point is valid."""
     workload: str
     config: str
     latency_ms: float
@@ -111,13 +115,16 @@ class RooflinePoint:
 
     @property
     def achieved_tbps(self) -> float:
+        """Achieved bandwidth in TB/s."""
         return self.achieved_bw / 1e12
 
     @property
     def achieved_tflops(self) -> float:
+        """Achieved TFLOP/s."""
         return self.achieved_flops / 1e12
 
     def to_json(self) -> dict:
+        """Every field as JSON, the roofs as quantities, plus TB/s and TFLOP/s."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         for k in [k for k in d if k.startswith("roof_")]:
             d[k] = d[k].to_json() if d[k] is not None else None
@@ -218,6 +225,9 @@ def analyze(workload: str, config: str, *, latency_ms: float, flops: float, byte
             unit: tuple[str, str], device: DeviceModel, ceilings: Ceilings | None = None,
             latency_source: str = "measured", grid: tuple[int, ...] | None = None,
             guard_margin: float = 0.03, l2_flushed: bool = True) -> RooflinePoint:
+    """Place a latency on the roofline of ``device`` (and its measured ``ceilings``): achieved
+    rates, bound, % of each roof and of the attainable time; a point above any roof by more
+    than ``guard_margin`` is marked invalid with the reason."""
     if not (latency_ms and latency_ms > 0 and math.isfinite(latency_ms)):
         raise ValueError(f"latency must be a positive number of ms, not {latency_ms!r}")
     dtype, u = unit

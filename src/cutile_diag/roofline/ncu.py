@@ -55,6 +55,7 @@ _SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
 
 @dataclass
 class NcuKernel:
+    """The metrics ``ncu`` reported for one kernel launch."""
     name: str
     duration_ns: float | None = None
     dram_read_bytes: float | None = None
@@ -70,12 +71,14 @@ class NcuKernel:
 
     @property
     def dram_bytes(self) -> float | None:
+        """DRAM bytes read plus written, or None when either is missing."""
         if self.dram_read_bytes is None or self.dram_write_bytes is None:
             return None
         return self.dram_read_bytes + self.dram_write_bytes
 
     @property
     def spills(self) -> bool | None:
+        """Whether local loads/stores ran (register spills); None when not measured."""
         if self.local_load_insts is None and self.local_store_insts is None:
             return None
         return bool((self.local_load_insts or 0) + (self.local_store_insts or 0))
@@ -83,27 +86,32 @@ class NcuKernel:
 
 @dataclass
 class NcuResult:
+    """The kernels one ``ncu`` run profiled, or the error that stopped it."""
     kernels: list[NcuKernel] = field(default_factory=list)
     error: str | None = None
     command: list[str] = field(default_factory=list)
 
     @property
     def dram_bytes(self) -> float | None:
+        """DRAM bytes over every kernel, or None when one lacks them."""
         vals = [k.dram_bytes for k in self.kernels]
         return sum(vals) if vals and None not in vals else None
 
     @property
     def duration_ns(self) -> float | None:
+        """GPU time over every kernel, or None when one lacks it."""
         vals = [k.duration_ns for k in self.kernels]
         return sum(vals) if vals and None not in vals else None
 
     def to_json(self) -> dict:
+        """The result as JSON, each kernel with its derived bytes and spills."""
         return {"error": self.error, "command": self.command, "dram_bytes": self.dram_bytes,
                 "duration_ns": self.duration_ns,
                 "kernels": [dict(k.__dict__, dram_bytes=k.dram_bytes, spills=k.spills) for k in self.kernels]}
 
 
 def ncu_available() -> str | None:
+    """None when ``ncu`` can be run, else why not."""
     if have_tool("ncu") or shutil.which("ncu"):
         return None
     return "Nsight Compute (ncu) is not on PATH"
@@ -216,6 +224,8 @@ def _run_ncu(ncu_args: list[str], workload: str, config: str, workdir: Path, *, 
 
 def profile_workload(workload: str, config: str, *, workload_kwargs: dict | None = None, device: int | None = None,
                      timeout_s: float = 300.0, extra_args: list[str] | None = None) -> NcuResult:
+    """Run one configuration of ``workload`` under ``ncu`` for the roofline metrics (DRAM bytes,
+    throughputs, spills); an NcuResult with the error when ncu is missing or fails."""
     why = ncu_available()
     if why:
         return NcuResult(error=why)
@@ -372,6 +382,7 @@ def export_report(report: str | Path, *, module=None) -> dict:
 
 @dataclass
 class NcuReport:
+    """What ``profile_report`` made: the export (rules, metrics, hotspots), the report path, or the error."""
     export: dict | None = None
     report: str | None = None
     error: str | None = None

@@ -47,6 +47,7 @@ class LaunchGroup:
 
     @property
     def calls(self) -> int:
+        """How many launches the group holds."""
         return len(self.launches)
 
     @property
@@ -73,6 +74,7 @@ class LaunchGroup:
         return [r.device_ms for r in (warm or timed)]
 
     def to_json(self) -> dict:
+        """The group as JSON: kernel, grid, specs, scalars, calls and their timing summary."""
         t = self.times_ms()
         all_t = [r.device_ms for r in self.launches if r.device_ms is not None]
         scalars = {a.name: a.value for a in self.launches[0].args if a.kind == "scalar"} if self.launches else {}
@@ -85,6 +87,8 @@ class LaunchGroup:
 
 
 def group_launches(records: Sequence[LaunchRecord]) -> list[LaunchGroup]:
+    """Group launch records by kernel file, configuration, integer scalars and aliased arrays,
+    in first-seen order."""
     groups: dict[tuple, LaunchGroup] = {}
     for r in records:
         # integer scalars take part: a loop bounded by one changes the counts
@@ -147,6 +151,7 @@ def _attr_of(file: str, function: str) -> str:
 
 @dataclass
 class KernelResult:
+    """One group's outcome: its static count and roofline point, or the status saying why not."""
     group: LaunchGroup
     status: str = "ok"                    # ok | no_time | no_static | invalid
     error: str | None = None
@@ -155,11 +160,13 @@ class KernelResult:
     ncu: dict[str, Any] | None = None
 
     def to_json(self) -> dict:
+        """The group's JSON plus status, error, static count, point and ncu metrics."""
         return {**self.group.to_json(), "status": self.status, "error": self.error, "static": self.static,
                 "point": self.point.to_json() if self.point else None, "ncu": self.ncu}
 
 
 def static_summary(sc) -> dict[str, Any]:
+    """A static count as JSON without its op lists, with the FLOP total, compute unit and source."""
     d = sc.to_json()
     d.pop("memory_ops", None)
     d.pop("mma_ops", None)

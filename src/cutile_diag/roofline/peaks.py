@@ -47,6 +47,7 @@ SCHEMA = "cutile-diag.peaks/1"
 
 
 def cache_dir() -> Path:
+    """CUTILE_DIAG_CACHE_DIR, else ``$XDG_CACHE_HOME/cutile-diag`` (default ``~/.cache``)."""
     env = os.environ.get("CUTILE_DIAG_CACHE_DIR")
     if env:
         return Path(env)
@@ -55,11 +56,14 @@ def cache_dir() -> Path:
 
 
 def cache_path() -> Path:
+    """The JSON file measured ceilings are cached in, keyed by device."""
     return cache_dir() / "peaks.json"
 
 
 @dataclass
 class Ceilings:
+    """A device's measured ceilings: DRAM bandwidth, FLOP/s per ``dtype:unit``, the size curve
+    and how they were measured."""
     device_key: str
     device_name: str
     dram_bw: Quantity | None
@@ -76,11 +80,13 @@ class Ceilings:
         return self.details.get("recorded_from")
 
     def ceiling(self, what: str) -> Quantity | None:
+        """The DRAM ceiling (``dram``/``bw``/``dram_bw``) or the FLOP ceiling of ``dtype:unit``."""
         if what in ("dram", "bw", "dram_bw"):
             return self.dram_bw
         return self.flops.get(what)
 
     def to_json(self) -> dict:
+        """The ceilings as JSON (the cache entry's form)."""
         return {"device_key": self.device_key, "device_name": self.device_name,
                 "dram_bw": self.dram_bw.to_json() if self.dram_bw else None,
                 "flops": {k: q.to_json() for k, q in self.flops.items()}, "measured_at": self.measured_at,
@@ -89,6 +95,7 @@ class Ceilings:
 
     @classmethod
     def from_json(cls, d: dict) -> "Ceilings":
+        """The ceilings of a cache entry, marked ``cached``."""
         def q(x):
             return Quantity(x["value"], x["unit"], x["source"]) if x else None
         return cls(device_key=d["device_key"], device_name=d.get("device_name", ""), dram_bw=q(d.get("dram_bw")),
@@ -134,6 +141,7 @@ def _read_cache() -> dict:
 
 
 def load_cached(dev: DeviceModel) -> Ceilings | None:
+    """The cached ceilings of ``dev`` (same name, UUID and driver), or None; an unreadable entry is None."""
     entry = _read_cache()["entries"].get(dev.key)
     if not entry:
         return None
@@ -144,6 +152,7 @@ def load_cached(dev: DeviceModel) -> Ceilings | None:
 
 
 def save(c: Ceilings) -> Path:
+    """Store ``c`` in the cache under its device key (atomically) and return the cache's path."""
     data = _read_cache()
     d = c.to_json()
     d["cached"] = False
@@ -170,6 +179,8 @@ def _time_events(fn, reps: int, warmup: int) -> list[float]:
 
 def measure_ceilings(dev: DeviceModel, *, copy_bytes: int = 1 << 30, gemm_n: int = 8192,
                      dtypes: tuple[str, ...] = ("bf16", "f16"), reps: int = 20, curve: bool = True) -> Ceilings:
+    """Measure ``dev``'s ceilings: DRAM bandwidth by a large copy, FLOP/s by torch GEMMs per
+    dtype (medians of ``reps``), and the size curve; the SM clock is sampled meanwhile."""
     import torch
     if not torch.cuda.is_available():
         raise NoGPUError("measuring ceilings needs a GPU",

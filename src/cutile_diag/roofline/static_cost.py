@@ -57,6 +57,7 @@ class _Bid:
 
 @dataclass
 class MemOp:
+    """One load or store of the TileIR: its access path, tile, bytes per evaluation and evaluations over the grid."""
     op: str
     line: int
     source: str | None
@@ -71,6 +72,7 @@ class MemOp:
 
 @dataclass
 class MmaOp:
+    """One MMA of the TileIR: its m x n x k, operand element type and FLOPs over the grid."""
     op: str
     line: int
     source: str | None
@@ -84,6 +86,8 @@ class MmaOp:
 
 @dataclass
 class StaticCount:
+    """What one launch moves and computes, counted from the TileIR at known sizes; None totals
+    when a trip count or size is unknown (``unknown`` says which)."""
     kernel: str
     function: str
     grid: tuple[int, ...]
@@ -100,10 +104,12 @@ class StaticCount:
 
     @property
     def blocks(self) -> int:
+        """The number of programs the grid launches."""
         return math.prod(self.grid)
 
     @property
     def bytes_total(self) -> float | None:
+        """Issued tile traffic, loads plus stores (None when either is unknown)."""
         if self.bytes_loaded is None or self.bytes_stored is None:
             return None
         return self.bytes_loaded + self.bytes_stored
@@ -119,11 +125,13 @@ class StaticCount:
 
     @property
     def flops_total(self) -> float | None:
+        """MMA plus other FLOPs (None when either is unknown)."""
         if self.mma_flops is None or self.other_flops is None:
             return None
         return self.mma_flops + self.other_flops
 
     def to_json(self) -> dict:
+        """The count as JSON, derived totals and op lists included."""
         return {"kernel": self.kernel, "function": self.function, "grid": list(self.grid), "blocks": self.blocks,
                 "bytes_loaded": self.bytes_loaded, "bytes_stored": self.bytes_stored,
                 "bytes_total": self.bytes_total, "footprint_bytes": self.footprint_bytes,
@@ -432,6 +440,8 @@ def _merge(dst: StaticCount, src: StaticCount) -> None:
 
 def count_entry(entry, arg_values: dict[str, int | None], grid: tuple[int, ...], *, kernel: str = "",
                 function: str = "") -> StaticCount:
+    """Count one TileIR entry at ``arg_values`` (sizes by argument name) over ``grid`` (1-3
+    positive ints; ValueError otherwise)."""
     if not grid or any((not isinstance(g, int)) or g <= 0 for g in grid) or len(grid) > 3:
         raise ValueError(f"grid must be 1-3 positive ints, not {grid!r}")
     sc = StaticCount(kernel or entry.symbol, function or entry.function_name, tuple(grid))
@@ -496,6 +506,8 @@ _CACHE: dict[Any, StaticCount] = {}
 
 
 def static_count(capture) -> StaticCount:
+    """The count of a capture spec: compiled to TileIR (AOT) and counted, with the arrays'
+    footprint; cached per spec, hints, scalars and the source file's mtime."""
     try:
         mtime = Path(ref_file(capture.kernel)).stat().st_mtime
     except OSError:
@@ -519,6 +531,7 @@ def static_count(capture) -> StaticCount:
 
 
 def count_workload(wl, cfg, num_sms: int) -> StaticCount | None:
+    """The count of a workload configuration's capture spec, or None when it has none."""
     cap = wl.capture(cfg, num_sms)
     if cap is None:
         return None

@@ -106,10 +106,12 @@ class DtypeInference:
         self._block(k.func.body.body, env)
 
     def dtype(self, node: cst.CSTNode) -> str | None:
+        """The inferred dtype of ``node``, or None when unknown (or not bound yet in the flow)."""
         t = self.types.get(node)
         return None if t is _BOTTOM else t
 
     def is_f32(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is known to be float32."""
         return self.dtype(node) == "float32"
 
     # -- statements
@@ -350,6 +352,7 @@ def single_value(binds: dict[str, list[Binding]], name: str) -> cst.BaseExpressi
 
 @dataclass
 class Launches:
+    """The file's launch sites of a kernel and the autotune calls that take it."""
     sites: list[LaunchSite]
     tuned: list[tuple[int, str]]          # (line, what) of autotune calls taking the kernel
 
@@ -508,6 +511,7 @@ def require_launches(k: Kernel, what: str) -> list[LaunchSite]:
 
 @dataclass
 class SpecEntry:
+    """A kernel's entry in the module's CAPTURE_SPECS dict, with its items by parameter name."""
     kernel: str               # the key (a kernel alias)
     dict_node: cst.Dict       # the kernel's spec dict
     items: dict[str, cst.DictElement]
@@ -540,6 +544,7 @@ def taken_names(k: Kernel) -> set[str]:
 
 
 def bid_calls(k: Kernel, member: str = "bid") -> dict[int, list[cst.Call]]:
+    """Axis -> the ``ct.bid`` (or ``member``) calls on it; a non-literal axis refuses the transform."""
     out: dict[int, list[cst.Call]] = {}
     for c in k.calls(member):
         pos = positional(c)
@@ -650,6 +655,7 @@ class AffineGather:
 
     @property
     def load_shape(self) -> list[str]:
+        """The tile shape a ``ct.load`` of the same elements takes (``1`` for a broadcast axis)."""
         return [code(a.tile) if a.tile is not None else "1" for a in self.axes]
 
     @property
@@ -1025,6 +1031,7 @@ class LaunchExtent:
         return self.why_not(param, array, dim, rank) is None
 
     def why_not(self, param: str, array: str, dim: int, rank: int | None = None) -> str | None:
+        """Why ``param`` is not provably ``array.shape[dim]`` at every launch, or None when it is."""
         k, names = self.k, self.k.param_names
         missing = [n for n in (param, array) if n not in names]
         if missing:
@@ -1043,6 +1050,7 @@ class LaunchExtent:
 
 
 def launch_extent(k: Kernel) -> LaunchExtent:
+    """The launch-extent check of ``k`` (its launches found once)."""
     return LaunchExtent(k)
 
 

@@ -34,6 +34,7 @@ _MEMORY = {"load": "load", "store": "store", "gather": "gather", "scatter": "sca
 
 @dataclass
 class KernelFunction:
+    """A ``@ct.kernel`` def of the file: decorator, hints, parameters and constant parameters."""
     name: str
     line: int
     decorator: str
@@ -44,6 +45,7 @@ class KernelFunction:
 
 @dataclass
 class Registration:
+    """A ``@register_impl(op, backend=...)`` decorator (TileGym's dispatcher) on a function."""
     op: str
     backend: str | None
     function: str
@@ -52,6 +54,7 @@ class Registration:
 
 @dataclass
 class AutotuneSpace:
+    """An autotune search space over a kernel, with its size when the source fixes it."""
     function: str
     line: int
     text: str                 # the search-space expression (and its definition, if a name)
@@ -61,6 +64,7 @@ class AutotuneSpace:
 
 @dataclass
 class MemoryOp:
+    """A memory call in the kernel (ct.load, ct.gather...), its array and whether it is in a loop."""
     kind: str                 # load | store | gather | scatter | atomic
     call: str                 # ct.load, ct.gather, ...
     line: int
@@ -74,6 +78,8 @@ class MemoryOp:
 
 @dataclass
 class KernelLocation:
+    """Where a kernel's parts are in its file: the def, launches, registrations, autotune spaces,
+    memory ops and CAPTURE_SPECS."""
     path: Path
     name: str                         # as asked for
     function: str                     # the def it resolves to
@@ -89,21 +95,26 @@ class KernelLocation:
 
     @property
     def kernel(self) -> KernelFunction:
+        """The kernel def the name resolves to."""
         return next(k for k in self.kernels if k.name == self.function)
 
     @property
     def wrappers(self) -> list[str]:
+        """The host functions that launch the kernel, in order, each once."""
         return list(dict.fromkeys(s.function for s in self.launches))
 
     @property
     def op_names(self) -> list[str]:
+        """The ops the file registers, each once."""
         return list(dict.fromkeys(r.op for r in self.registrations))
 
     @property
     def autotuned(self) -> bool:
+        """Whether a launch goes through an autotuner rather than ``ct.launch``."""
         return any(s.kind != "ct.launch" for s in self.launches)
 
     def to_json(self) -> dict:
+        """The location as JSON, wrappers and op names included."""
         d = {k: to_jsonable(getattr(self, k)) for k in
              ("path", "name", "function", "line", "kernels", "launches", "registrations", "autotune",
               "memory_ops", "capture_specs", "notes")}
@@ -255,6 +266,8 @@ def _register_impl(f: _File, fn: cst.FunctionDef) -> list[Registration]:
 
 
 def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> KernelLocation:
+    """Locate ``kernel_name`` in the file at ``path`` (or in ``source``): a missing file, or one
+    that does not import cuda.tile, is one line."""
     path = Path(path).resolve()
     if source is None:
         if not path.is_file():

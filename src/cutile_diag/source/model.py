@@ -41,6 +41,7 @@ class TransformParamError(TransformError):
 
 
 def refuse(reason: str):
+    """Raise TransformNotApplicable with ``reason``."""
     raise TransformNotApplicable(reason)
 
 
@@ -76,6 +77,7 @@ class CtNames:
 
     @classmethod
     def scan(cls, module: cst.Module) -> "CtNames":
+        """Read the module's top-level imports of ``cuda.tile`` (aliases and ``from`` members)."""
         out = cls()
         for stmt in module.body:
             if not isinstance(stmt, cst.SimpleStatementLine):
@@ -121,6 +123,7 @@ class CtNames:
         return self.module_aliases[0]
 
     def ref(self, attr: str) -> str:
+        """``<prefix>.<attr>``: how new code in this file names ``cuda.tile.<attr>``."""
         return f"{self.prefix}.{attr}"
 
 
@@ -176,6 +179,7 @@ class LaunchSite:
 
     @property
     def function(self) -> str:
+        """The name of the host function holding the launch ("" at module level)."""
         return self.func.name.value if self.func is not None else ""
 
     def with_text(self, text: Callable[[cst.CSTNode], str]) -> LaunchSite:
@@ -186,6 +190,7 @@ class LaunchSite:
         return self
 
     def to_json(self) -> dict:
+        """The site as JSON: function, line, kind and the launch as written."""
         return {"function": self.function, "line": self.line, "kind": self.kind, "grid": self.grid_text,
                 "kernel": self.kernel, "args": self.args_text}
 
@@ -230,6 +235,7 @@ def find_all(root: cst.CSTNode, pred: Callable[[cst.CSTNode], bool]) -> list[cst
 
 @dataclass
 class Binding:
+    """One binding of a local name: the node that binds it and, for ``name = value``, the value."""
     name: str
     node: cst.CSTNode                    # the Assign / For / Param / ... that binds it
     value: cst.BaseExpression | None     # the bound expression for plain `name = value`
@@ -285,12 +291,15 @@ class Kernel:
 
     # -- positions and structure
     def line(self, node: cst.CSTNode) -> int:
+        """The first line of ``node`` in the file."""
         return self._pos[node].start.line
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of ``node``, or None at the module."""
         return self._parents.get(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+        """The ancestors of ``node``, innermost first."""
         p = self.parent(node)
         while p is not None:
             yield p
@@ -306,12 +315,14 @@ class Kernel:
         return cur
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The innermost def around ``node``, or None."""
         for a in self.ancestors(node):
             if isinstance(a, cst.FunctionDef):
                 return a
         return None
 
     def in_loop(self, node: cst.CSTNode, stop: cst.CSTNode | None = None) -> bool:
+        """Whether a for/while encloses ``node`` (below ``stop``, when given)."""
         for a in self.ancestors(node):
             if a is stop:
                 return False
@@ -322,10 +333,12 @@ class Kernel:
     # -- kernel signature
     @property
     def params(self) -> list[cst.Param]:
+        """The kernel's parameters."""
         return list(self.func.params.params)
 
     @property
     def param_names(self) -> list[str]:
+        """The kernel's parameter names, in order."""
         return [p.name.value for p in self.params]
 
     @functools.cached_property
@@ -380,6 +393,7 @@ class Kernel:
         return body, skip
 
     def loc(self, node: cst.CSTNode) -> str:
+        """``line N`` of ``node``, for refusal messages."""
         return f"line {self.line(node)}"
 
 
@@ -391,6 +405,7 @@ def _is_kernel_decorator(ct: CtNames, dec: cst.Decorator) -> bool:
 
 
 def parse_module(source: str) -> cst.Module:
+    """Parse a kernel file with libcst; a syntax error is a TransformError naming line and column."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as e:
@@ -409,6 +424,7 @@ class Parsed:
 
 @functools.lru_cache(maxsize=16)
 def parsed(source: str) -> Parsed:
+    """The module with its position and parent metadata (resolved without a copy)."""
     module = parse_module(source)
     meta = MetadataWrapper(module, unsafe_skip_copy=True).resolve_many([PositionProvider, ParentNodeProvider])
     return Parsed(module, meta[PositionProvider], meta[ParentNodeProvider])
@@ -494,18 +510,22 @@ def rewrite(module: cst.Module, edits: dict[cst.CSTNode, Edit]) -> cst.Module:
 
 
 def expr(text: str) -> cst.BaseExpression:
+    """A libcst expression from its text."""
     return cst.parse_expression(text)
 
 
 def stmt(text: str) -> cst.BaseStatement:
+    """A libcst statement from its text."""
     return cst.parse_statement(text)
 
 
 def code(node: cst.CSTNode) -> str:
+    """The source text of ``node``."""
     return cst.Module([]).code_for_node(node)
 
 
 def kwarg(call: cst.Call, name: str) -> cst.Arg | None:
+    """The keyword argument ``name`` of ``call``, or None."""
     for a in call.args:
         if a.keyword is not None and a.keyword.value == name:
             return a
@@ -513,6 +533,7 @@ def kwarg(call: cst.Call, name: str) -> cst.Arg | None:
 
 
 def positional(call: cst.Call) -> list[cst.Arg]:
+    """The positional arguments of ``call`` (no ``*args``)."""
     return [a for a in call.args if a.keyword is None and not a.star]
 
 
@@ -590,6 +611,7 @@ def append_element(node: cst.BaseExpression, value: cst.BaseExpression):
 
 
 def append_dict_item(node: cst.Dict, key: str, value: cst.BaseExpression) -> cst.Dict:
+    """``node`` with ``"key": value`` appended, keeping its layout (trailing comma, line breaks)."""
     new = cst.DictElement(key=cst.SimpleString(repr(key).replace("'", '"')) if '"' not in key
                           else cst.SimpleString(repr(key)), value=value)
     return node.with_changes(elements=_append_with_layout(node.elements, new, None,
@@ -614,6 +636,7 @@ def needs_parens(e: cst.BaseExpression) -> bool:
 
 
 def paren(e: cst.BaseExpression) -> cst.BaseExpression:
+    """``e`` parenthesised when an operand position needs it (see ``needs_parens``)."""
     return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if needs_parens(e) else e
 
 
@@ -674,6 +697,7 @@ def names_in(node: cst.CSTNode) -> set[str]:
 
 
 def fresh_name(taken: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``... the first not in ``taken``."""
     if base not in taken:
         return base
     i = 1
@@ -695,5 +719,6 @@ def insert_in_body(func: cst.FunctionDef, new: Sequence[cst.BaseStatement], *, a
 
 
 def lines_text(lines: Iterable[int]) -> str:
+    """``line 3`` or ``lines 3, 7`` (sorted, each once)."""
     ls = sorted(set(lines))
     return ("line " if len(ls) == 1 else "lines ") + ", ".join(map(str, ls))

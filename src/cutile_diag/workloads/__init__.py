@@ -51,10 +51,13 @@ BUILTIN: dict[str, Callable[..., Workload]] = {
 
 
 def builtin_names() -> list[str]:
+    """Every built-in reference (``examples:<name>``, ``tilegym:<op>``), in registry order."""
     return list(BUILTIN)
 
 
 def resolve_builtin(ref: str, **kwargs) -> Workload:
+    """The built-in workload ``ref`` names (a bare name when one prefix has it), built with ``kwargs``;
+    an unknown or ambiguous name raises ``WorkloadError`` with the choices."""
     key = ref.strip()
     if key not in BUILTIN:
         if ":" not in key:

@@ -65,6 +65,7 @@ class _Example(Workload):
 # ---------------------------------------------------------------------------------------
 
 class VectorAdd(_Example):
+    """``examples/vector_add.py``: c = a + b, one tile per block."""
     module_file = "vector_add.py"
     outputs = ("c",)
     description = "c = a + b over 1-D f32 arrays, one tile per block"
@@ -83,19 +84,24 @@ class VectorAdd(_Example):
                 "c": torch.empty(n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
+        """Launch through the module's wrapper at its own tile default (see the comment)."""
         # the wrapper's own tile default: a tile-size sweep edits it, and must be measured
         return self.module.launch(inputs["a"], inputs["b"], inputs["c"], persistent=self.persistent)
 
     def reference(self, inputs):
+        """a + b in f64."""
         return {"c": inputs["a"].double() + inputs["b"].double()}
 
     def flops(self, cfg):
+        """One add per element."""
         return float(cfg["n"])
 
     def bytes(self, cfg):
+        """Two inputs read and one output written, once each."""
         return 3.0 * cfg["n"] * _bits(cfg["dtype"]) / 8
 
     def capture(self, cfg, num_sms):
+        """The wrapper's grid: one block per tile, or at most 4 blocks per SM when persistent."""
         n, tile, dt = cfg["n"], cfg["tile"], cfg["dtype"]
         tiles = _cdiv(n, tile)
         grid = (min(tiles, num_sms * 4),) if self.persistent else (tiles,)
@@ -104,12 +110,14 @@ class VectorAdd(_Example):
 
 
 class VectorAddPersistent(VectorAdd):
+    """The grid-stride variant (``vector_add_persistent``) over a fixed grid."""
     persistent = True
     kernel_name = "vector_add_persistent"
     description = "c = a + b, grid-stride loop over a fixed grid of 4 blocks per SM"
 
 
 class Matmul(_Example):
+    """``examples/matmul.py``: the naive GEMM on a 2-D grid of output tiles."""
     module_file = "matmul.py"
     outputs = ("C",)
     kernel_name = "matmul"
@@ -130,11 +138,13 @@ class Matmul(_Example):
                 "C": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
+        """Launch with the configuration's tiles (and GROUP_SIZE_M for the tuned kernel)."""
         tm, tn, tk = inputs["_tiles"]
         return self.module.launch(inputs["A"], inputs["B"], inputs["C"], tm, tn, tk, tuned=self.tuned,
                                   group_size_m=inputs.get("_group_size_m", 8))
 
     def reference(self, inputs):
+        """A @ B one precision up (f64 for f32 inputs, else f32), without TF32."""
         import torch
         a, b = inputs["A"], inputs["B"]
         hi = torch.float64 if a.dtype == torch.float32 else torch.float32
@@ -142,12 +152,15 @@ class Matmul(_Example):
             return {"C": a.to(hi) @ b.to(hi)}
 
     def flops(self, cfg):
+        """2·M·N·K."""
         return gemm_flops(cfg)
 
     def bytes(self, cfg):
+        """A and B read once, C written once."""
         return gemm_bytes(cfg, _bits(cfg["dtype"]) / 8)
 
     def compute_unit(self, cfg):
+        """Tensor cores at the operand dtype."""
         return (cfg["dtype"], "tensor")
 
     def _grid(self, cfg, num_sms):
@@ -155,6 +168,7 @@ class Matmul(_Example):
         return (_cdiv(cfg["M"], tm), _cdiv(cfg["N"], tn))
 
     def capture(self, cfg, num_sms):
+        """The wrapper's kernel, tiles and grid at this configuration."""
         m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
         tm, tn, tk = cfg["tiles"]
         args = {"A": f"{dt}[{m},{k}]", "B": f"{dt}[{k},{n}]", "C": f"{dt}[{m},{n}]", "TM": tm, "TN": tn, "TK": tk}
@@ -164,6 +178,7 @@ class Matmul(_Example):
 
 
 class MatmulF32(Matmul):
+    """The naive GEMM on f32 operands (``matmul_f32``): FMA on CUDA cores, not tensor cores."""
     kernel_name = "matmul_f32"
     description = "the naive GEMM on f32 operands: no TF32 guard, so ct.mma falls back to FMA"
     configs = [
@@ -174,10 +189,12 @@ class MatmulF32(Matmul):
     tolerances = {"f32": Tolerance(1e-4, 1e-5)}
 
     def compute_unit(self, cfg):
+        """f32 on CUDA cores: without a TF32 guard ``ct.mma`` falls back to FMA."""
         return ("f32", "cuda")
 
 
 class MatmulTuned(Matmul):
+    """``matmul_tuned``: the playbook applied (swizzle, persistent grid, latency hints)."""
     kernel_name = "matmul_tuned"
     tuned = True
     description = "GEMM with TF32 guard, GROUP_SIZE_M swizzle, persistent grid and latency hints"
@@ -194,6 +211,7 @@ class MatmulTuned(Matmul):
 
 
 class Softmax(_Example):
+    """``examples/softmax.py``: row softmax, one row per block."""
     module_file = "softmax.py"
     outputs = ("Y",)
     kernel_name = "softmax"
@@ -209,19 +227,24 @@ class Softmax(_Example):
         return {"X": seeded_randn((m, n), dt, seed, device), "Y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
+        """Launch at the wrapper's tile (the row length rounded up to a power of two)."""
         return self.module.launch(inputs["X"], inputs["Y"])
 
     def reference(self, inputs):
+        """torch's softmax over rows, in f64."""
         import torch
         return {"Y": torch.softmax(inputs["X"].double(), dim=1)}
 
     def flops(self, cfg):
+        """Five per element (see the module docstring)."""
         return 5.0 * cfg["M"] * cfg["N"]
 
     def bytes(self, cfg):
+        """X read once, Y written once."""
         return 2.0 * cfg["M"] * cfg["N"] * _bits(cfg["dtype"]) / 8
 
     def capture(self, cfg, num_sms):
+        """One block per row, TILE_N the row length rounded up to a power of two."""
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
         tile_n = 1 << (n - 1).bit_length()
         return CaptureSpec(self.kernel_ref("softmax"), {"X": f"{dt}[{m},{n}]", "Y": f"{dt}[{m},{n}]",
@@ -229,6 +252,7 @@ class Softmax(_Example):
 
 
 class GatherScale(_Example):
+    """``examples/gather_scale.py``: y = 2x + 1 through per-element gather/scatter."""
     module_file = "gather_scale.py"
     outputs = ("y",)
     kernel_name = "gather_scale"
@@ -244,18 +268,23 @@ class GatherScale(_Example):
         return {"x": seeded_randn((n,), dt, seed, device), "y": torch.empty(n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
+        """Launch at the wrapper's tile default."""
         return self.module.launch(inputs["x"], inputs["y"])   # wrapper default tile (see VectorAdd.run)
 
     def reference(self, inputs):
+        """2x + 1 in f64."""
         return {"y": inputs["x"].double() * 2.0 + 1.0}
 
     def flops(self, cfg):
+        """A multiply and an add per element."""
         return 2.0 * cfg["n"]
 
     def bytes(self, cfg):
+        """x read once, y written once."""
         return 2.0 * cfg["n"] * _bits(cfg["dtype"]) / 8
 
     def capture(self, cfg, num_sms):
+        """One block per tile of ``tile`` elements."""
         n, tile, dt = cfg["n"], cfg["tile"], cfg["dtype"]
         return CaptureSpec(self.kernel_ref("gather_scale"), {"x": f"{dt}[{n}]", "y": f"{dt}[{n}]", "TILE": tile},
                            (_cdiv(n, tile),))
@@ -281,9 +310,11 @@ class RowNorm(_Example):
                 "rstd": torch.empty(m, dtype=torch.float32, device=device)}
 
     def run(self, inputs):
+        """Launch with the wrapper's default eps and tile."""
         return self.module.launch(inputs["x"], inputs["y"], inputs["mean"], inputs["rstd"])
 
     def reference(self, inputs):
+        """Normalised rows, their mean and 1/std (eps 1e-5, biased variance), in f64."""
         import torch
         x = inputs["x"].double()
         mean = x.mean(dim=1)
@@ -291,13 +322,16 @@ class RowNorm(_Example):
         return {"y": (x - mean[:, None]) * rstd[:, None], "mean": mean, "rstd": rstd}
 
     def tolerance(self, cfg, dtype):
+        """Looser for 16-bit outputs; f32 allows the one-pass variance's loss."""
         # the one-pass variance (E[x^2] - mean^2) in f32 loses ~1e-4 relative on these rows
         return Tolerance(2e-2, 2e-2) if str(dtype).endswith(("16", "f16")) else Tolerance(1e-3, 1e-3)
 
     def flops(self, cfg):
+        """Seven per element (see the comment)."""
         return 7.0 * cfg["M"] * cfg["N"]      # sum, square, accumulate; subtract, multiply (+ re-read)
 
     def bytes(self, cfg):
+        """x and y once each plus mean and rstd per row."""
         m, n, b = cfg["M"], cfg["N"], _bits(cfg["dtype"]) / 8
         return 2.0 * m * n * b + 8.0 * m      # x once, y once, mean + rstd (the second read of x hits L2 or not)
 
@@ -320,20 +354,25 @@ class RowLse(_Example):
                 "out": torch.empty(m, dtype=torch.float32, device=device)}
 
     def run(self, inputs):
+        """Launch at the wrapper's tile (the row length rounded up to a power of two)."""
         return self.module.launch(inputs["x"], inputs["out"])
 
     def reference(self, inputs):
+        """torch's logsumexp over rows, in f64."""
         import torch
         return {"out": torch.logsumexp(inputs["x"].double(), dim=1)}
 
     def tolerance(self, cfg, dtype):
+        """1e-4 at any dtype: the output is f32 whatever the input."""
         # an f32 exp-sum over thousands of lanes (tree order differs from torch's): ~1e-6 relative
         return Tolerance(1e-4, 1e-4)
 
     def flops(self, cfg):
+        """Four per element: max, subtract, exp, sum."""
         return 4.0 * cfg["M"] * cfg["N"]      # max, subtract, exp, sum
 
     def bytes(self, cfg):
+        """x read once plus one f32 per row written."""
         return cfg["M"] * cfg["N"] * _bits(cfg["dtype"]) / 8 + 4.0 * cfg["M"]
 
 
@@ -355,21 +394,26 @@ class MultipassNorm(_Example):
                 "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
+        """Launch with the wrapper's default eps (it picks the tile)."""
         return self.module.launch(inputs["x"], inputs["w"], inputs["y"])
 
     def reference(self, inputs):
+        """Layer norm of the rows scaled by w (eps 1e-5, biased variance), in f64."""
         import torch
         x = inputs["x"].double()
         y = (x - x.mean(dim=1, keepdim=True)) * torch.rsqrt(x.var(dim=1, unbiased=False, keepdim=True) + 1e-5)
         return {"y": y * inputs["w"].double()}
 
     def tolerance(self, cfg, dtype):
+        """Looser for 16-bit inputs."""
         return Tolerance(2e-2, 2e-2) if str(dtype).endswith(("16", "f16")) else Tolerance(1e-3, 1e-3)
 
     def flops(self, cfg):
+        """Eight per element over the three passes (see the comment)."""
         return 8.0 * cfg["M"] * cfg["N"]      # sum; subtract, square, sum; subtract, two multiplies
 
     def bytes(self, cfg):
+        """The minimum traffic: x, y and w once each, not the three passes' re-reads."""
         m, n, b = cfg["M"], cfg["N"], _bits(cfg["dtype"]) / 8
         return 2.0 * m * n * b + n * b        # x once, y once, w once
 
@@ -392,19 +436,24 @@ class PersistentRows(_Example):
                 "y": torch.empty(m, n, dtype=torch_dtype(dt), device=device)}
 
     def run(self, inputs):
+        """Launch with the wrapper's grid (2 blocks per SM)."""
         return self.module.launch(inputs["x"], inputs["y"])
 
     def reference(self, inputs):
+        """torch's softmax over rows, in f64."""
         import torch
         return {"y": torch.softmax(inputs["x"].double(), dim=1)}
 
     def tolerance(self, cfg, dtype):
+        """Looser for 16-bit inputs."""
         return Tolerance(1e-2, 1e-3) if str(dtype).endswith(("16", "f16")) else Tolerance(1e-4, 1e-5)
 
     def flops(self, cfg):
+        """Five per element, as the softmax example."""
         return 5.0 * cfg["M"] * cfg["N"]      # max, subtract, exp, sum, divide
 
     def bytes(self, cfg):
+        """x read once, y written once."""
         return 2.0 * cfg["M"] * cfg["N"] * _bits(cfg["dtype"]) / 8
 
 
@@ -416,6 +465,7 @@ _CLASSES = {
 
 
 def make(name: str, **kwargs) -> Workload:
+    """The example workload ``name`` built with ``kwargs`` (e.g. ``source=``), named ``examples:<name>``."""
     wl = instantiate(_CLASSES[name], f"examples:{name}", kwargs)
     wl.name = f"examples:{name}"
     return wl

@@ -196,6 +196,8 @@ class KernelWorkload(Workload):
 
     # -- the workload protocol ------------------------------------------------------------
     def make_inputs(self, cfg: WorkloadConfig, seed: int, device: str = "cuda") -> dict[str, Any]:
+        """Seeded inputs at the bound specs: random floats, zeroed integers (F-layout arrays as
+        transposed views), the given scalars (else 1) and the constants."""
         import torch
         g = torch.Generator(device=device)
         g.manual_seed(int(seed))
@@ -217,20 +219,24 @@ class KernelWorkload(Workload):
         return out
 
     def run(self, inputs: dict[str, Any]) -> Any:
+        """One ``ct.launch`` of the kernel at the grid, arguments in parameter order."""
         import cuda.tile as ct
         import torch
         ct.launch(torch.cuda.current_stream(), self.grid, self.loaded.kernel,
                   tuple(inputs[n] for n in self.bound.names))
 
     def reference(self, inputs):
+        """Always raises: a bare kernel has nothing to check against."""
         raise WorkloadError(f"{self.name} is a bare kernel: it has no reference, so no correctness check",
                             hint="wrap it in a Workload with reference() for checked timings")
 
     def capture(self, cfg: WorkloadConfig, num_sms: int) -> CaptureSpec:
+        """The kernel at its bound specs and grid; integer scalars ride along as capture scalars."""
         return CaptureSpec(kernel=f"{self.loaded.path}::{self.loaded.attr}", args=self.bound.as_dict(), grid=self.grid,
                            scalars={k: v for k, v in self.scalars.items() if isinstance(v, int)} or None)
 
     def static_count(self):
+        """The TileIR count of the kernel at its specs (AOT, no GPU)."""
         return static_count(self.capture(self.configs[0], 0))
 
     def _counted(self, what: str) -> float:
@@ -246,15 +252,19 @@ class KernelWorkload(Workload):
         return float(v)
 
     def flops(self, cfg: WorkloadConfig) -> float:
+        """The static count's FLOPs; raises when run-time values leave it open."""
         return self._counted("flops")
 
     def bytes(self, cfg: WorkloadConfig) -> float:
+        """The static count's compulsory bytes; raises when run-time values leave it open."""
         return self._counted("bytes")
 
     def compute_unit(self, cfg: WorkloadConfig) -> tuple[str, str]:
+        """Read from the static count's ops (tensor-core MMA or CUDA cores)."""
         return compute_unit_of(self.static_count())
 
     def describe(self) -> dict:
+        """The workload's description plus grid (and where it came from), scalars and counts' source."""
         d = super().describe()
         d.update({"grid": list(self.grid), "grid_source": self.grid_source, "scalars": self.scalars,
                   "counts_source": "static estimate (TileIR count at these specs)"})

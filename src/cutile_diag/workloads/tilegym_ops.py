@@ -38,6 +38,7 @@ def _tilegym_status() -> str | None:
 
 
 def has_cutile_impl(op: str) -> bool:
+    """Whether tilegym's dispatcher has a cuTile backend for ``op`` (older tilegyms: its registry)."""
     from tilegym.backend import dispatcher
     fn = getattr(dispatcher, "has_backend_impl", None)
     if fn is not None:
@@ -84,6 +85,7 @@ class _TileGymOp(Workload):
 
 
 class Softmax(_TileGymOp):
+    """``tilegym.ops.softmax``: TMA, non-TMA and chunked (three-pass) kernels."""
     op = "softmax"
     kernel_name = "_softmax_kernel"
     description = "tilegym.ops.softmax (row softmax over the last dim)"
@@ -97,25 +99,31 @@ class Softmax(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
+        """A seeded row-major x; the kernel choice (TMA, chunked) rides along as ``_`` keys."""
         return {"x": seeded_randn((cfg["M"], cfg["N"]), cfg["dtype"], seed, device), "_use_tma": cfg["use_tma"],
                 "_use_chunked": cfg.get("use_chunked", False)}
 
     def run(self, inputs):
+        """tilegym's softmax on the cuTile backend with the configuration's kernel choice."""
         extra = {"use_chunked": True} if inputs.get("_use_chunked") else {}
         return self._fn()(inputs["x"], use_tma=inputs["_use_tma"], backend="cutile", **extra)
 
     def reference(self, inputs):
+        """torch's softmax over the last dim, in f64."""
         import torch
         return torch.softmax(inputs["x"].double(), dim=-1)
 
     def flops(self, cfg):
+        """Five per element, as the example softmax."""
         return 5.0 * cfg["M"] * cfg["N"]
 
     def bytes(self, cfg):
+        """x read once, y written once."""
         return 2.0 * cfg["M"] * cfg["N"] * _bytes_of(cfg["dtype"])
 
 
 class RMSNorm(_TileGymOp):
+    """``tilegym.ops.rms_norm``: the persistent TMA kernel or one row per block."""
     op = "rms_norm"
     kernel_name = "rms_norm_kernel"
     description = "tilegym.ops.rms_norm (y = x * rsqrt(mean(x^2) + eps) * w)"
@@ -135,6 +143,7 @@ class RMSNorm(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
+        """Seeded x (M x N) and w (N); the mode rides along as ``_mode``."""
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
         return {"x": seeded_randn((m, n), dt, seed, device), "w": seeded_randn((n,), dt, seed + 1, device),
                 "_mode": cfg["mode"]}
@@ -148,24 +157,29 @@ class RMSNorm(_TileGymOp):
         raise WorkloadError(f"{self.name}: this tilegym's rms_norm takes neither mode= nor static_persistent=")
 
     def run(self, inputs):
+        """tilegym's rms_norm on the cuTile backend, the mode spelt as this tilegym takes it."""
         fn = self._fn()
         return fn(inputs["x"], None, inputs["w"], self.eps, backend="cutile", **self._mode_kwargs(inputs["_mode"]))
 
     def reference(self, inputs):
+        """x * rsqrt(mean(x²) + eps) * w, in f64."""
         import torch
         x, w = inputs["x"].double(), inputs["w"].double()
         return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + self.eps) * w
 
     def flops(self, cfg):
+        """Four per element (see the comment)."""
         return 4.0 * cfg["M"] * cfg["N"]   # square, sum, scale by rsqrt, scale by w
 
     def bytes(self, cfg):
+        """x read and y written once each, w once."""
         # read x and w, write y; a kernel that also stores rstd (4 B per row) moves < 0.1 % more
         m, n, e = cfg["M"], cfg["N"], _bytes_of(cfg["dtype"])
         return 2.0 * m * n * e + n * e
 
 
 class Matmul(_TileGymOp):
+    """``tilegym.ops.matmul``, plain or static-persistent."""
     op = "matmul"
     kernel_name = "matmul_kernel"
     description = "tilegym.ops.matmul (autotuned at the first call per shape)"
@@ -177,12 +191,14 @@ class Matmul(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
+        """Seeded A and B scaled by K^-1/4, so that C's entries stay near unit size."""
         m, n, k, dt = cfg["M"], cfg["N"], cfg["K"], cfg["dtype"]
         s = k ** -0.25
         return {"a": seeded_randn((m, k), dt, seed, device, s), "b": seeded_randn((k, n), dt, seed + 1, device, s),
                 "_static_persistent": cfg["static_persistent"]}
 
     def run(self, inputs):
+        """tilegym's matmul on the cuTile backend; a tilegym without ``static_persistent=`` is refused."""
         fn = self._fn()
         params = cutile_impl_params(self.op)
         if params is not None and "static_persistent" not in params and "kwargs" in params:
@@ -190,20 +206,25 @@ class Matmul(_TileGymOp):
         return fn(inputs["a"], inputs["b"], static_persistent=inputs["_static_persistent"], backend="cutile")
 
     def reference(self, inputs):
+        """A @ B in f32 without TF32."""
         with exact_matmul():
             return inputs["a"].float() @ inputs["b"].float()
 
     def flops(self, cfg):
+        """2·M·N·K."""
         return gemm_flops(cfg)
 
     def bytes(self, cfg):
+        """A and B read once, C written once."""
         return gemm_bytes(cfg, _bytes_of(cfg["dtype"]))
 
     def compute_unit(self, cfg):
+        """Tensor cores at the operand dtype."""
         return (cfg["dtype"], "tensor")
 
 
 class SiluAndMul(_TileGymOp):
+    """``tilegym.ops.silu_and_mul`` over rows of 2·H."""
     op = "silu_and_mul"
     kernel_name = "silu_and_mul"
     description = "tilegym.ops.silu_and_mul (SiLU(x[..., :H]) * x[..., H:])"
@@ -214,21 +235,26 @@ class SiluAndMul(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
+        """A seeded x of M rows of 2·H."""
         return {"x": seeded_randn((cfg["M"], 2 * cfg["H"]), cfg["dtype"], seed, device)}
 
     def run(self, inputs):
+        """tilegym's silu_and_mul on the cuTile backend."""
         return self._fn()(inputs["x"], backend="cutile")
 
     def reference(self, inputs):
+        """SiLU of the first half times the second half, in f64."""
         import torch
         x = inputs["x"].double()
         h = x.shape[-1] // 2
         return torch.nn.functional.silu(x[..., :h]) * x[..., h:]
 
     def flops(self, cfg):
+        """Six per output element (see the comment)."""
         return 6.0 * cfg["M"] * cfg["H"]   # sigmoid = neg, exp, add, div; then two muls
 
     def bytes(self, cfg):
+        """x (2·H per row) read once, y (H per row) written once."""
         return 3.0 * cfg["M"] * cfg["H"] * _bytes_of(cfg["dtype"])
 
 
@@ -236,6 +262,7 @@ _CLASSES = {"softmax": Softmax, "rms_norm": RMSNorm, "matmul": Matmul, "silu_and
 
 
 def make(op: str, **kwargs) -> Workload:
+    """The TileGym workload of ``op`` built with ``kwargs``, named ``tilegym:<op>``."""
     wl = instantiate(_CLASSES[op], f"tilegym:{op}", kwargs)
     wl.name = f"tilegym:{op}"
     return wl

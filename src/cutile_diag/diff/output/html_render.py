@@ -219,6 +219,8 @@ def _sbs(r: DiffResult, max_rows: int) -> str:
 
 
 def render_html(r: DiffResult, *, limit: int = 2000, max_rows: int = 20000) -> str:
+    """The diff as one self-contained HTML page: verdict, entries, changes by level, the cubin
+    side, structural deltas, region counts and a side-by-side listing (at most ``max_rows`` rows)."""
     s = r.summary()
     verdict = ("<div class='verdict eq'>EQUIVALENT</div>" if r.equivalent else
                f"<div class='verdict ne'>DIFFERENT: {s['semantic_changes']} semantic, {s['unclassified_changes']} "

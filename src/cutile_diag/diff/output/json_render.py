@@ -15,4 +15,5 @@ from ..model import DiffResult
 
 
 def to_json(r: DiffResult) -> dict:
+    """The result's ``--json`` form."""
     return r.to_json()

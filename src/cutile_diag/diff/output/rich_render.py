@@ -29,6 +29,7 @@ def _clip(s: str | None, n: int = 160) -> str:
 
 
 def summary_lines(r: DiffResult) -> list[Text | str]:
+    """The header lines: both paths, the verdict and the counts."""
     s = r.summary()
     out: list = []
     head = Text()
@@ -68,6 +69,7 @@ def summary_lines(r: DiffResult) -> list[Text | str]:
 
 
 def changes_table(r: DiffResult, level: str, title: str) -> Table | None:
+    """A table of the changes at ``level`` (None when there are none)."""
     rows = [c for c in r.changes if c.level == level]
     if not rows:
         return None
@@ -115,6 +117,7 @@ def impact_table(r: DiffResult) -> Table | None:
 
 
 def cubin_table(r: DiffResult) -> Table | None:
+    """The cubin facts per arch, before and after, changed ones bold (None without cubins)."""
     if not r.cubin or not r.cubin.get("archs"):
         return None
     t = Table(title="Cubin side", title_justify="left", show_edge=False, pad_edge=False)
@@ -139,6 +142,8 @@ def cubin_table(r: DiffResult) -> Table | None:
 
 
 def structural_lines(r: DiffResult, limit: int = 200, show_explained: bool = True) -> list:
+    """The structural deltas in canonical names, at most ``limit`` (``show_explained=False``: only
+    those no semantic change explains)."""
     out: list = []
     ds = r.structural if show_explained else [d for d in r.structural if not d.explained_by]
     if not ds:
@@ -190,6 +195,7 @@ def structural_lines(r: DiffResult, limit: int = 200, show_explained: bool = Tru
 
 
 def regions_table(r: DiffResult, limit: int = 30) -> Table | None:
+    """Op counts per region, before and after (at most ``limit`` rows; None without regions)."""
     if not r.regions:
         return None
     t = Table(title="Op counts per region", title_justify="left", show_edge=False, pad_edge=False)
