@@ -136,5 +136,7 @@ case "${1:-}" in
   s8g) bash bench/gpu/gpu_tests.sh "${S8G_CAP_S:-360}" ;;
   # session 9 (#30): A/A calibrate on TileGym matmul 8192^3 bf16 (>= 10 decisions)
   s9f) run frontier_suite 450 --budget-s 420 ;;
+  # session 10 (#31): the copy curve's flush/batch methods against the figures (< 1 min)
+  s10c) run curve_flush 120 ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
