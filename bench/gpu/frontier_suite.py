@@ -65,6 +65,7 @@ from structural_suite import kept_diff  # noqa: E402
 sys.path.insert(0, str(ROOT / "src"))
 from cutile_diag.loop import recipe as rc  # noqa: E402
 from cutile_diag.loop.backends import Version  # noqa: E402
+from cutile_diag.loop.beam import frontier  # noqa: E402
 from cutile_diag.loop.candidate import transform_key  # noqa: E402
 from cutile_diag.loop.runner import LoopOptions  # noqa: E402
 from cutile_diag.loop.stats import RunStat, compare_config  # noqa: E402
@@ -139,20 +140,21 @@ def ledger(state: Path) -> list[dict]:
 
 
 def final_of(recs: list[dict]) -> dict | None:
-    """The loop's last word: the final ``parent`` record's commit and transform set (else the last
-    kept iteration's), with the beam width it ran under."""
-    its = {r["iteration"]: r for r in recs if r.get("type") == "iteration"}
+    """The loop's last word: the final ``parent`` record (the beam's best member, on the branch); for
+    a loop killed before it, the best member of the ledger's frontier (``loop.beam.frontier``)."""
+    its = [r for r in recs if r.get("type") == "iteration"]
     fin = next((r for r in reversed(recs) if r.get("type") == "parent" and r.get("final")), None)
     if fin is not None:
-        it = its.get(fin.get("iteration"), {})
-        return {"iteration": fin.get("iteration"), "commit": fin.get("commit"),
+        it = next((r for r in its if r["iteration"] == fin.get("iteration")), {})
+        return {"iteration": fin.get("iteration"), "commit": fin.get("commit"), "how": "the loop's final record",
                 "set": list(rc.recipe(it.get("applied") or ())), "frontier": fin.get("frontier")}
-    kept = [r for r in its.values() if r.get("status") == "keep"]
-    if not kept:
+    members = frontier(its, 1)
+    if not members:
         return None
-    last = kept[-1]
-    return {"iteration": last["iteration"], "commit": (last.get("commits") or {}).get("kept"),
-            "set": list(rc.recipe(last.get("applied") or ())), "frontier": None}
+    best = members[0].record
+    return {"iteration": best["iteration"], "commit": (best.get("commits") or {}).get("kept"),
+            "how": "no final record (the loop was killed): the best member of its ledger's frontier",
+            "set": list(rc.recipe(best.get("applied") or ())), "frontier": None}
 
 
 def beam_width(recs: list[dict]) -> int | None:
@@ -417,7 +419,7 @@ def markdown(res: dict) -> str:
                   f"{p.get('time_limit_s')} s, beam {p.get('beam')}); {p.get('loop_note')}; stop: "
                   f"{p.get('stop')}",
                   f"- final version: iteration {(p.get('final') or {}).get('iteration')}, set "
-                  f"{(p.get('final') or {}).get('set')}"]
+                  f"{(p.get('final') or {}).get('set')} ({(p.get('final') or {}).get('how')})"]
         lines += [f"  - {s}" for s in p.get("steps") or []]
         sbs = p.get("side_by_side") or {}
         lines += [f"- side by side ({'DRY RUN: rounds from the simulated GPU' if sbs.get('simulated') else 'one process, interleaved'}): "
