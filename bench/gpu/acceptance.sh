@@ -134,9 +134,15 @@ case "${1:-}" in
   # session 8 (#32): every GPU-marked test of the project, under a ~6 min wall cap (S8G_CAP_S); the log and
   # its record ($OUT/gpu_tests.{txt,md,json}) go to bench/results/acceptance-h200-s8/
   s8g) bash bench/gpu/gpu_tests.sh "${S8G_CAP_S:-360}" ;;
-  # session 9 (#30): A/A calibrate on TileGym matmul 8192^3 bf16 (>= 10 decisions)
-  s9f) run frontier_suite 450 --budget-s 420 ;;
+  # session 9/10 (#30), one call: the beam loop (--until-roof 0.9) on TileGym layer_norm_legacy 16384x4096 bf16,
+  # then the original, (1) persistent grid + occupancy=8, (2) occupancy=4 + approx division and the loop's final
+  # version side by side; A/A calibrate on TileGym matmul 8192^3 bf16 (>= 10 decisions); the matmul loop's final
+  # version vs torch.matmul. Each part stops at its share of the budget (results.json/md rewritten after each part)
+  s9f) run frontier_suite 580 --budget-s 550 --only layer_norm,calibrate,matmul ;;
   # session 10 (#31): the copy curve's flush/batch methods against the figures (< 1 min)
   s10c) run curve_flush 120 ;;
+  # session 10's last call: every GPU-marked test (#32), the curve's methods (#31), #30's A/A calibrate alone
+  s10) bash bench/gpu/gpu_tests.sh "${S10_CAP_S:-300}"; run curve_flush 120
+       f=${S10_F_S:-150}; run frontier_suite "$f" --budget-s "$((f - 15))" --only calibrate ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac

@@ -37,7 +37,7 @@ def test_builtins_are_listed_and_resolve():
     names = builtin_names()
     for n in ("examples:vector_add", "examples:matmul", "examples:softmax", "examples:gather_scale",
               "examples:matmul_tuned", "examples:vector_add_persistent", "examples:matmul_f32",
-              "tilegym:softmax", "tilegym:rms_norm", "tilegym:matmul"):
+              "tilegym:softmax", "tilegym:rms_norm", "tilegym:matmul", "tilegym:layer_norm_legacy"):
         assert n in names
     wl = load_workload("examples:vector_add")
     assert wl.ref == "examples:vector_add" and wl.name == "examples:vector_add"
@@ -271,6 +271,29 @@ def test_tilegym_rms_norm_picks_the_installed_keyword(monkeypatch, style):
         assert kw["mode"] == "multi_wave_reload" and "static_persistent" not in kw
     else:
         assert kw["static_persistent"] is False and "mode" not in kw
+
+
+def test_tilegym_layer_norm_legacy_checks_the_op_on_cpu(monkeypatch):
+    import torch
+    from cutile_diag.harness.correctness import check_workload
+
+    def impl(input, normalized_shape, weight, bias, eps, weight_shift=0.0, **kwargs):
+        y = torch.nn.functional.layer_norm(input.float(), normalized_shape, (weight + weight_shift).float(),
+                                           bias.float(), eps)
+        return y.to(input.dtype)
+
+    def no_bias(input, normalized_shape, weight, bias, eps, **kwargs):
+        return impl(input, normalized_shape, weight, torch.zeros_like(bias), eps)
+    calls = _fake_tilegym(monkeypatch, {"layer_norm_legacy": impl})
+    wl = load_workload("tilegym:layer_norm_legacy")
+    cfg = WorkloadConfig("t", {"M": 8, "N": 64, "dtype": "bf16"})
+    assert check_workload(wl, cfg, seed=0, device="cpu").passed
+    assert calls[-1] == ("layer_norm_legacy", {"backend": "cutile"})
+    from tilegym import ops
+    monkeypatch.setattr(ops, "layer_norm_legacy", lambda *a, backend=None, **kw: no_bias(*a, **kw))
+    assert not check_workload(wl, cfg, seed=0, device="cpu").passed
+    c = wl.config("16384x4096-bf16")
+    assert wl.bytes(c) == 2 * 16384 * 4096 * 2 + 2 * 4096 * 2 + 8 * 16384 and wl.kernel_name == "_layer_norm_fwd_kernel"
 
 
 def test_tilegym_op_without_cutile_impl_is_refused(monkeypatch):

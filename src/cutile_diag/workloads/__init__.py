@@ -42,7 +42,7 @@ def _tilegym(op: str) -> Callable[..., Workload]:
 
 EXAMPLE_WORKLOADS = ("vector_add", "vector_add_persistent", "matmul", "matmul_f32", "matmul_tuned",
                      "softmax", "gather_scale", "row_norm", "row_lse", "multipass_norm", "persistent_rows")
-TILEGYM_WORKLOADS = ("softmax", "rms_norm", "matmul", "silu_and_mul")
+TILEGYM_WORKLOADS = ("softmax", "rms_norm", "matmul", "silu_and_mul", "layer_norm_legacy")
 
 BUILTIN: dict[str, Callable[..., Workload]] = {
     **{f"examples:{n}": _examples(n) for n in EXAMPLE_WORKLOADS},

@@ -258,7 +258,44 @@ class SiluAndMul(_TileGymOp):
         return 3.0 * cfg["M"] * cfg["H"] * _bytes_of(cfg["dtype"])
 
 
-_CLASSES = {"softmax": Softmax, "rms_norm": RMSNorm, "matmul": Matmul, "silu_and_mul": SiluAndMul}
+class LayerNormLegacy(_TileGymOp):
+    op = "layer_norm_legacy"
+    kernel_name = "_layer_norm_fwd_kernel"
+    description = "tilegym.ops.layer_norm_legacy (one row per block, three gather passes over the row)"
+    eps = 1e-5
+    configs = [
+        WorkloadConfig("16384x4096-bf16", {"M": 16384, "N": 4096, "dtype": "bf16"}),
+        # tests/ops/test_layer_norm_legacy.py::test_perf's widest shape (m=4096, n=16384, f16)
+        WorkloadConfig("4096x16384-f16", {"M": 4096, "N": 16384, "dtype": "f16"}),
+    ]
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
+        return {"x": seeded_randn((m, n), dt, seed, device), "w": seeded_randn((n,), dt, seed + 1, device),
+                "b": seeded_randn((n,), dt, seed + 2, device)}
+
+    def run(self, inputs):
+        x = inputs["x"]
+        return self._fn()(x, (x.shape[-1],), inputs["w"], inputs["b"], self.eps, backend="cutile")
+
+    def reference(self, inputs):
+        import torch
+        x = inputs["x"].double()
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"].double(), inputs["b"].double(),
+                                              self.eps)
+
+    def flops(self, cfg):
+        return 8.0 * cfg["M"] * cfg["N"]   # mean: add; variance: sub, mul, add; normalise: sub, mul, mul, add
+
+    def bytes(self, cfg):
+        # read x, write y, read w and b, write mean and rstd (f32 per row); the kernel's second and
+        # third reads of the row are its inefficiency, not the op's traffic
+        m, n, e = cfg["M"], cfg["N"], _bytes_of(cfg["dtype"])
+        return 2.0 * m * n * e + 2.0 * n * e + 8.0 * m
+
+
+_CLASSES = {"softmax": Softmax, "rms_norm": RMSNorm, "matmul": Matmul, "silu_and_mul": SiluAndMul,
+            "layer_norm_legacy": LayerNormLegacy}
 
 
 def make(op: str, **kwargs) -> Workload:
