@@ -86,3 +86,27 @@ def test_a_set_is_one_source_whatever_the_order():
     one = rc.build(['persistent_grid{"blocks_per_sm": 4}', 'kernel_hints{"occupancy": 4}'], orig, **kw)
     two = rc.build(['kernel_hints{"occupancy": 4}', 'persistent_grid{"blocks_per_sm": 4}'], orig, **kw)
     assert one is not None and one.digest == two.digest
+
+
+def test_members_are_diagnosed_and_stopped_on_their_own_measurements(row_norm_repo):
+    """Each frontier member is diagnosed with the roofline points measured for it, and --until-roof
+    reads the best member (not whichever keep came last)."""
+    seen = []
+
+    class Recording(RankedDiagnoser):
+        def diagnose(self, ctx):
+            seen.append(ctx.points)
+            return super().diagnose(ctx)
+
+    r = make_loop(row_norm_repo, SPEC, ref=f"{row_norm_repo / 'row_norm.py'}::row_norm", diagnoser=Recording(RECS),
+                  transforms=TRANSFORMS, until_roof=0.99, rounds=2, max_sweep=2, beam=None)
+    r.start()
+    keeps = [x for x in r.led.iterations if x["status"] == "keep"]
+    assert len(keeps) >= 3
+    for k in keeps:
+        assert r._kept_record(k["digest"]) is k
+    best = r.beam.best().record
+    assert r._kept_record() is best
+    assert best is not keeps[-1] or best["latency_ms"] == min(k["latency_ms"] for k in keeps)
+    # the members' points differ (their latencies do), and the diagnoses saw more than one of them
+    assert len({str(p) for p in seen if p}) >= 2

@@ -458,9 +458,22 @@ class Runner(Evaluation):
             self._committed = [p for p in committed_ledgers(self.s.root) if p.resolve() != own]
         return loop_calibration(self.led, self._committed)
 
+    def _kept_record(self, digest: str | None = None) -> dict | None:
+        """The kept record the loop stands on: the one measured for ``digest`` (a beam member is
+        diagnosed with its own roofline points, not the last keep's), else the beam's best member,
+        else the last keep (the greedy walk's tip)."""
+        keeps = [r for r in self.led.iterations if r.get("status") == "keep"]
+        if digest is not None:
+            mine = [r for r in keeps if r.get("digest") == digest]
+            if mine:
+                return mine[-1]
+        if self.beam is not None and keeps:
+            return self.beam.best().record
+        return self.led.last_kept()
+
     def _diagnose(self, v: Version, n: int) -> LoopDiagnosis:
         cap = self._capture(v, proc.Deadline(self.budget_s()))
-        kept = self.led.last_kept()
+        kept = self._kept_record(v.digest)
         ctx = DiagnoseContext(path=self.s.kernel_path, kernel=self.s.kernel, source=v.files[self.s.kernel_file],
                               capture=cap.path if cap and cap.ok else None, arch=self.opt.archs[0],
                               tried=dict(self.led.tried()), points=self._points_of(kept),
@@ -641,7 +654,7 @@ class Runner(Evaluation):
 
     def check_stop(self) -> decide_mod.StopCheck:
         """The recipe's stop rules on the ledger so far (the loop and `loop record` share them)."""
-        pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"),
+        pct, basis = decide_mod.roof_pct_of((self._kept_record() or {}).get("roofline"),
                                           simulated=self.led.simulated)
         chk = decide_mod.stop_rules(self.led.decisions(), max_iterations=self.opt.max_iterations,
                                     keep_going=self.opt.keep_going, until_roof=self.opt.until_roof,
@@ -778,7 +791,7 @@ class Runner(Evaluation):
         need = costs.iteration_s(1, self.rounds())
         if left is not None and costs.known and need > left * budget_mod.MARGIN:
             # the last steps of a time-limited run are not measured with fewer rounds: stop instead
-            pct, basis = decide_mod.roof_pct_of((self.led.last_kept() or {}).get("roofline"),
+            pct, basis = decide_mod.roof_pct_of((self._kept_record() or {}).get("roofline"),
                                           simulated=self.led.simulated)
             at = f"; the kept version is at {pct:.0f}% of the {basis}" if pct is not None else ""
             raise _Stop("time-limit", f"--time-limit {self.opt.time_limit_s:g} s: {left:.0f} s left, and one check "
