@@ -66,7 +66,7 @@ class Evaluation:
         # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.rounds(),
                                screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,
-                               check_workers=n_points if getattr(self.backend, "prepare", None) is not None else 1,
+                               check_workers=n_points if self.backend.prepares else 1,
                                screen_shared=self._costly)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
@@ -218,7 +218,7 @@ class Evaluation:
         it confirms (``loop.budget``: ``Costs.iteration_s(screen_shared=)``); a comparison that is
         already a clear regression after its first round is not measured further
         (``_clear_regression``); and without --rounds the baseline is timed once (``Runner.baseline``)."""
-        return bool(getattr(self.backend, "costly_runs", False))
+        return bool(self.backend.costly_runs)
 
     def _clear_regression(self, cmp: stats.Comparison) -> decide_mod.Decision | None:
         """The recipe's ``regression`` revert (a configuration significantly slower by more than
@@ -260,8 +260,7 @@ class Evaluation:
     def _suite_confirms(self, v: Version, deadline: proc.Deadline, record: dict) -> bool:
         """Replay backends: the user's test command, once, before a step measured on recordings is kept;
         a failure reverts it as incorrect (``record`` says so)."""
-        confirm = getattr(self.backend, "confirm_keep", None)
-        ver = confirm(v, self.ws, deadline) if confirm is not None else None
+        ver = self.backend.confirm_keep(v, self.ws, deadline)
         if ver is None:
             return True
         record["test_cmd"] = ver.to_json()
@@ -435,10 +434,9 @@ class Evaluation:
         todo = [cands[i] for i in plan.screen]
         self._capture(a, deadline)                  # A's capture holds the launch the compiles reuse
         self.precompile(a, [c.version for c in todo], deadline)
-        prepare = getattr(self.backend, "prepare", None)     # the points' checks at once, where it can
-        if prepare is not None:
+        if self.backend.prepares:                   # the points' checks at once, where it can
             with self.clock.phase("check"):
-                prepare([c.version for c in todo], self.ws, deadline)
+                self.backend.prepare([c.version for c in todo], self.ws, deadline)
         late = self._costly
         for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}

@@ -203,9 +203,10 @@ def _playbook_rec(entry: str) -> Rec | None:
                reason="asked for by name")
 
 
-class _LedgerBackend:
-    """What ``loop next`` needs from a backend, read from the ledger (nothing is measured)."""
+class _LedgerBackend(Backend):
+    """What ``loop next`` needs from a backend, read from the ledger: it plans, it measures nothing."""
     name = "ledger"
+    alternates = False
 
     def __init__(self, led: Ledger):
         base = next((r for r in led.iterations if r["iteration"] == 0), {})
@@ -217,6 +218,20 @@ class _LedgerBackend:
 
     def workload_info(self):
         return self._info
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+    def _measures_nothing(self, *_a, **_k):
+        raise LoopError("internal: `loop next` plans from the ledger and measures nothing")
+
+    verify = measure = roofline = _measures_nothing
+
+    def retain(self, versions) -> None:
+        pass                        # it holds nothing
+
+    def close(self) -> None:
+        pass
 
 
 def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = False,

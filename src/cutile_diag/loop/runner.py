@@ -242,7 +242,7 @@ class Runner(Evaluation):
         """The backend can record the launches of its check run (command mode): a version whose
         capture needs a run of the test command gets it from its check, never from a second run.
         Not with --capture-workload (the user named where the arguments come from)."""
-        return (bool(getattr(self.backend, "observes", False)) and self.capture_off_reason is None
+        return (bool(self.backend.observes) and self.capture_off_reason is None
                 and not self.opt.capture_workload)
 
     def _capture(self, v: Version, deadline: proc.Deadline | None, *,
@@ -410,7 +410,7 @@ class Runner(Evaluation):
             return self.backend.verify(v, self.ws, deadline)
 
     def _measure(self, versions, deadline: proc.Deadline, rounds: int):
-        reqs = getattr(self.backend, "requests", None)
+        reqs = self.backend.requests
         n0 = len(reqs) if reqs is not None else 0
         try:
             with self.clock.phase("time", runs=len(versions) * rounds):
@@ -491,9 +491,7 @@ class Runner(Evaluation):
         n = spares_mod.wanted(width) if self.capture_off_reason is None else 0
         if n:
             self._compile_spares = compile_pool.spares(self.ws.env(None), self.ws.root, n)
-        keep = getattr(self.backend, "keep_spares", None)
-        if keep is not None:
-            keep(self.ws, spares_mod.wanted(width))
+        self.backend.keep_spares(self.ws, spares_mod.wanted(width))
         try:
             if not self.led.iterations:
                 self.baseline()
@@ -535,7 +533,7 @@ class Runner(Evaluation):
                     raise _baseline_fails(ver)
             verify_s = (t1 - t0) if observe else time.monotonic() - t2
             # a replay backend's baseline check also ran the user's commands once: a candidate's check costs its own
-            verify_s = getattr(self.backend, "check_cost_s", None) or verify_s
+            verify_s = self.backend.check_cost_s or verify_s
             t3 = time.monotonic()
             # without --rounds: one round first, whose run time fits the comparisons' rounds
             # (budget.fitted_rounds); the baseline itself then takes as many, or (costly runs: command
@@ -596,16 +594,15 @@ class Runner(Evaluation):
         """Replay backends: the user's bench command once at the start and once at the end, so start and
         final are in the suite's own numbers too (ledger records ``suite``); a replayed gain the suite does
         not show (beyond the noise) is reported."""
-        bench = getattr(self.backend, "suite_bench", None)
         done = self.led.of_type("suite")
         start = next((r for r in done if r["when"] == "start" and r.get("configs")), None)
-        if bench is None or (when == "end" and (start is None or start["digest"] == v.digest)):
+        if not self.backend.suite or (when == "end" and (start is None or start["digest"] == v.digest)):
             return                     # nothing kept since the start: its numbers are the final ones
         if any(r["when"] == when and r.get("digest") == v.digest and r.get("configs") for r in done):
             return                     # a resumed loop that kept nothing new: measured already
         try:
             with self.clock.phase("time", runs=1):
-                ms = bench(v, self.ws, proc.Deadline(self.opt.iteration_budget_s))
+                ms = self.backend.suite_bench(v, self.ws, proc.Deadline(self.opt.iteration_budget_s))
         except LoopError as e:
             self.led.append({"type": "suite", "when": when, "error": e.one_line()})
             self.echo(f"  the bench command ({when}) failed: {e.one_line()}")

@@ -100,6 +100,7 @@ def _matches(key: str, v: Version) -> bool:
 
 class SimulatedBackend(Backend):
     name = "simulated"
+    own_ceiling = True      # the spec's ceiling (loop.ceiling)
     alternates = True
 
     def __init__(self, spec: SimSpec | Mapping[str, Any]):
