@@ -249,8 +249,8 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
         # command mode: compiled from the kept version's recorded launch; an edit outside the kernel
         # is captured from its own check's launch when it is recorded (never a run of its own)
         runner._compile_ref = a
-        runner._capture(a, deadline)
-    cap_b = runner._capture(v, deadline, run=False)
+        runner.capture(a, deadline)
+    cap_b = runner.capture(v, deadline, run=False)
     if cap_b is None and runner.observing:
         echo("edit not compiled ahead of time: its launch may have changed, so it is captured from the launch "
              "its check records")
@@ -259,7 +259,7 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
         raise LoopError(f"the edited kernel fails its compile check: {cap_b.error}",
                         hint="nothing was measured or recorded and your edit is still in the loop's worktree: fix it and run "
                              f"`{prog()} loop record` again")
-    cap_a = runner._capture(a, deadline)
+    cap_a = runner.capture(a, deadline)
     diff = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b else None,
                    entry=runner.s.kernel)
     # the same rule the decision applies (evidence.no_op): a changed launch or wrapper is a change
