@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from .backends import Backend, Verification, Workspace
     from .git import Git
     from .integrations import CaptureResult
-    from .runner import LoopOptions
     from .session import Session
 
 
@@ -100,7 +99,7 @@ class Evaluation:
     led: Ledger
     git: Git
     ws: Workspace
-    opt: LoopOptions
+    opt: Any                        # runner.LoopOptions (runner imports this module)
     echo: Callable[[str], None]
     clock: StepClock
     started: float                  # time.monotonic() at the start of this invocation (--time-limit)
