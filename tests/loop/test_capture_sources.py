@@ -116,3 +116,19 @@ def test_without_specs_the_plan_names_capture_workload(lse_repo, capsys):
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "capture failed" in out and "--capture-workload REF" in " ".join(out.split())
+
+
+def test_the_capture_child_answers_in_data_and_is_killed_at_its_budget(tmp_path):
+    """The loop's capture child (``loop.capture_child``) returns its failure as fields, not text
+    for the parent to parse; past its budget the child is killed and the result says so."""
+    from cutile_diag.loop.capture_child import capture
+    from cutile_diag.loop.integrations import capture_version
+    ref = f"{EXAMPLES_DIR / 'row_lse.py'}::row_lse"
+    got = capture({"ref": ref, "out_dir": str(tmp_path / "caps"), "name": "x"})
+    assert got["ok"] is False and got["missing_specs"] is True and "\n" not in got["error"]
+    assert "no argument specs for row_lse" in got["error"]
+    bad = capture({"ref": ref, "out_dir": str(tmp_path / "caps"), "name": "x", "args": ["Nope=f32"]})
+    assert bad == {"ok": False, "error": bad["error"], "missing_specs": False}
+    assert "has no parameter Nope" in bad["error"]
+    res = capture_version(EXAMPLES_DIR / "row_lse.py", "row_lse", "0" * 64, tmp_path / "caps", cap_s=0.05)
+    assert res.ok is False and res.timed_out and "killed after" in res.error

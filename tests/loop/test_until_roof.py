@@ -113,7 +113,7 @@ def test_a_capture_cut_short_by_the_clock_is_no_compile_verdict(repo, monkeypatc
             return CaptureResult(True, None)
         return CaptureResult(False, error="capture killed after 0 s (the time budget)", timed_out=True)
 
-    monkeypatch.setattr(Runner, "_capture", fake)
+    monkeypatch.setattr(Runner, "capture", fake)
     ts = {"good": FakeTransform("good", "C")}
     r = make_loop(repo, {"effects": {"good": 0.8}}, recs=[rec("C", "good")], transforms=ts, capture=True,
                   max_iterations=1)

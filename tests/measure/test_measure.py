@@ -124,3 +124,21 @@ def test_ceilings_from_a_child_without_a_gpu_are_an_answer_not_an_error():
     from cutile_diag.measure import ceilings_in_child
     ans = ceilings_in_child(measure=False, timeout=120)
     assert ans.ceilings is None and "no CUDA GPU" in ans.why
+
+
+def test_only_the_ceilings_module_gets_a_devices_ceilings():
+    """One way to get ceilings (``measure.ceilings``): no other module reads the cache, measures,
+    or takes a preset's committed measurement from ``roofline.peaks`` itself."""
+    import ast
+    own = {"get_ceilings", "load_cached", "recorded_ceilings", "measure_ceilings"}
+    allowed = {"roofline/peaks.py", "roofline/__init__.py", "measure/ceilings.py"}
+    found = []
+    for f in sorted(SRC.rglob("*.py")):
+        rel = f.relative_to(SRC).as_posix()
+        if rel in allowed:
+            continue
+        for n in ast.walk(ast.parse(f.read_text())):
+            names = {a.name for a in n.names} if isinstance(n, ast.ImportFrom) else \
+                {n.attr} if isinstance(n, ast.Attribute) and ast.unparse(n.value).endswith("peaks") else set()
+            found += [f"{rel}:{n.lineno}: {x}" for x in names & own]
+    assert found == []

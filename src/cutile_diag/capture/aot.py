@@ -53,7 +53,7 @@ def specs_for(loaded, given: dict | None, alternative: str = "") -> dict[str, sp
     raw = dict(table.get(loaded.attr) or {})
     raw.update(given or {})
     if not raw:
-        raise UsageError(f"no argument specs for {loaded.attr}",
+        raise spec_mod.MissingSpecsError(f"no argument specs for {loaded.attr}",
                          hint=spec_mod.spec_hint(loaded, alternative=alternative))
     out = {}
     for name, v in raw.items():

@@ -39,6 +39,17 @@ class IncompleteCaptureError(CutileDiagError):
     exit_code = 1
 
 
+def incomplete_error(bad) -> IncompleteCaptureError:
+    """The error for the captures (``CaptureFolder``s, not empty) that lack required artifacts."""
+    c = bad[0]
+    why = next((f"{a}: {t['errors'][0]}" for a, t in c.manifest["targets"].items() if t.get("errors")), "")
+    more = f" and {len(bad) - 1} more capture(s)" if len(bad) > 1 else ""
+    return IncompleteCaptureError(
+        f"capture incomplete: {c.name} lacks {', '.join(c.manifest['incomplete'])}"
+        + (f" ({why})" if why else "") + more,
+        hint="listed under 'incomplete' in manifest.json; --allow-incomplete accepts it")
+
+
 class TileirasFailed(ToolFailedError):
     """tileiras failed for one target arch (the AOT layer names the kernel and arch)."""
 

@@ -45,6 +45,11 @@ _ARRAY_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[([^\]]*)\]\s*(?::(.*))?$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+class MissingSpecsError(UsageError):
+    """A kernel's parameters lack specs (its hint says what to give, with the capture command's
+    --arg flag: a caller with other flags says so beside it, from the type)."""
+
+
 @dataclass(frozen=True)
 class ArraySpec:
     """An array parameter: dtype, shape (ints or symbols), index width, alignment and layout."""
@@ -224,7 +229,7 @@ def bind(loaded, given: dict[str, ParamSpec]) -> BoundSpec:
     given = {**_constant_defaults(loaded, consts, given), **given}
     missing = [n for n in names if n not in given]
     if missing:
-        raise UsageError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
+        raise MissingSpecsError(f"no spec for parameter{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} of {loaded.attr}",
                          hint=_missing_hint(loaded, missing))
     specs = []

@@ -87,19 +87,8 @@ def _steps(enabled: bool):
         yield lambda msg: st.update(msg)
 
 
-def _incomplete_error(bad):
-    """The error for the captures that lack required artifacts (``bad``, not empty)."""
-    from ..capture.artifacts import IncompleteCaptureError
-    c = bad[0]
-    why = next((f"{a}: {t['errors'][0]}" for a, t in c.manifest["targets"].items() if t.get("errors")), "")
-    more = f" and {len(bad) - 1} more capture(s)" if len(bad) > 1 else ""
-    return IncompleteCaptureError(
-        f"capture incomplete: {c.name} lacks {', '.join(c.manifest['incomplete'])}"
-        + (f" ({why})" if why else "") + more,
-        hint="listed under 'incomplete' in manifest.json; --allow-incomplete accepts it")
-
-
 def run(args) -> int:
+    from ..capture.artifacts import incomplete_error
     from ..capture.render import detail_lines, summary_table
     from ..capture.run_mode import NothingCapturedError
     from ..capture.summary import summarize_capture
@@ -187,5 +176,5 @@ def run(args) -> int:
         for n in extra.get("notes", []):
             console.print(f"[dim]note: {n}[/]")
     if incomplete and not args.allow_incomplete:
-        raise _incomplete_error(incomplete)       # after the output: the summary shows what is there
+        raise incomplete_error(incomplete)       # after the output: the summary shows what is there
     return 0

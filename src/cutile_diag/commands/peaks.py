@@ -57,7 +57,8 @@ def _of(q, dev, key: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..errors import NoGPUError
     from ..roofline.device import device_model, preset_names
-    from ..roofline.peaks import cache_path, get_ceilings, recorded_ceilings
+    from ..measure.ceilings import device_ceilings
+    from ..roofline.peaks import cache_path
     try:
         dev = device_model(args.device, number_arg("--gpu", args.gpu, strict=False, integer=True))
     except NoGPUError as e:
@@ -66,12 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from .roofline import _check_plot_path
         _check_plot_path(args.plot)
-    ceilings = recorded_ceilings(dev)
-    if dev.kind == "live":
-        if not args.json:
-            err_console.print("[dim]measuring ceilings (copy + GEMM) and the size curve (bandwidth by bytes, launch "
-                              "floor; < 30 s) if not cached…[/dim]")
-        ceilings = get_ceilings(dev, refresh=args.refresh, measure_if_missing=not args.no_measure)
+    if dev.kind == "live" and not args.json:
+        err_console.print("[dim]measuring ceilings (copy + GEMM) and the size curve (bandwidth by bytes, launch "
+                          "floor; < 30 s) if not cached…[/dim]")
+    ceilings = device_ceilings(dev, measure=not args.no_measure, refresh=args.refresh)
     curve = ceilings.curve if ceilings else None
     plot = None
     if args.plot and curve is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..measure.ceilings import device_ceilings
 from ..measure.isolated import measure_isolated
 from ..capture.aot import capture_aot
 from ..measure.capture import capture_workload_run, export_launch, launch_from_workload
@@ -32,7 +33,6 @@ from ..output import prog, progress
 from ..roofline.device import live_device, preset
 from ..roofline.model import analyze
 from ..roofline.ncu import EXPORT_SCHEMA, export_report, ncu_report_module, profile_report
-from ..roofline.peaks import load_cached
 from ..source.ref import split_ref
 from ..workloads import builtin_names, load_workload
 from .calibrate import Calibration
@@ -489,7 +489,7 @@ def _capture_by_running(req, wl, cfg, out: Path, say):
 
 def _measure(req, wl, cfgs, device, sms, ev, primary=None, show=False):
     try:
-        ceilings = load_cached(device)
+        ceilings = device_ceilings(device)
     except Exception:  # no cache yet: the datasheet roofs still apply
         ceilings = None
     if ceilings is None:

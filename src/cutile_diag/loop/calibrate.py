@@ -81,11 +81,11 @@ class Calibration:
 
 def machine_key(backend: Backend) -> str | None:
     """GPU name + driver of the machine the backend measures on (None when not known here)."""
-    if getattr(backend, "name", "") == "simulated":
+    if backend.name == "simulated":
         return SIMULATED_MACHINE
     try:
         from ..roofline.device import live_device
-        dev = live_device(getattr(backend, "device", None))
+        dev = live_device(backend.device)
     except Exception:
         return None
     return f"{dev.name}|driver {dev.driver_version or 'unknown'}"

@@ -14,7 +14,10 @@ process itself never touches the GPU).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 MEASURE_CAP_S = 180.0       # a copy + two GEMMs take seconds; a wedged GPU must not hold the loop
 
@@ -32,22 +35,21 @@ def _summary(ceilings: dict | None) -> dict:
             "measured_at": ceilings.get("measured_at")}
 
 
-def ensure_ceiling(backend: Any, echo: Callable[[str], None], *, timeout: float = MEASURE_CAP_S) -> dict:
+def ensure_ceiling(backend: "Backend", echo: Callable[[str], None], *, timeout: float = MEASURE_CAP_S) -> dict:
     """The measured ceiling the loop targets, measured first when none is cached.  Returns what
     the ledger keeps: ``{"basis", "source": cached|measured|none, "seconds", ...summary}``."""
     t0 = time.monotonic()
-    own = getattr(backend, "ceiling", None)
-    off = getattr(backend, "roofline_off", None)
+    off = backend.roofline_off
     if off:
         return {"basis": None, "source": "none", "why": off, "seconds": 0.0}
-    if own is not None:
+    if backend.own_ceiling:
         # a dict: the ceiling; None: none cached (measure it); a string: why there is none
-        got, source = own(measure=False), "cached"
+        got, source = backend.ceiling(measure=False), "cached"
         if got is None:
             echo("  ceiling: none cached for this GPU: measuring it before the baseline")
-            got, source = own(measure=True), "measured"
+            got, source = backend.ceiling(measure=True), "measured"
         got, why = (got, "") if isinstance(got, dict) else (None, str(got or "no measured ceiling"))
-    elif getattr(backend, "uses_preset", False):
+    elif backend.uses_preset:
         got, source, why = None, "none", "the roofline uses an offline device preset (--roof-device)"
     else:
         from ..measure.ceilings import ceilings_in_child      # the loop's process never touches the GPU

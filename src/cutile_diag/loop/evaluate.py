@@ -3,16 +3,18 @@ candidate, guard the allowed files, capture and diff its IR, verify, measure int
 ``A`` (a sweep screens every point first), decide, commit, and keep or reset — then record.
 The same path serves automatic steps and ``loop record``.
 
-``Evaluation`` is the part of ``Runner`` that does it; it uses the runner's session ``s``,
-``backend``, ledger ``led``, worktree ``git`` and ``ws``, options ``opt``, ``echo``, ``_hook``,
-``_capture`` and ``_roofline``.
+``Evaluation`` decides; what it asks of the loop around it (capture, check, time, roofline,
+hooks) is the ``Steps`` it is given.  ``Runner`` is both: it passes itself.  The state an
+evaluation reads is declared on the class (the runner's session, backend, ledger, worktree,
+options, clock).
 """
 from __future__ import annotations
 
+import abc
 import os
 import time
 import traceback
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from . import budget as budget_mod
 from . import decide as decide_mod
@@ -28,13 +30,85 @@ from .integrations import ir_diff
 from ..ledger import short_text as _short
 from .recover import save_candidates, save_files
 
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+    from .backends import Backend, Verification, Workspace
+    from .git import Git
+    from .integrations import CaptureResult
+    from .session import Session
+
 
 _CONFIRM_CUT = "the iteration's time budget ran out while confirming"
 OWN_SLACK = 2.0     # a sweep point may run to twice its estimated cost (estimates are rough), not longer
 
 
+class Steps(abc.ABC):
+    """What an evaluation asks of the loop that runs it.  The loop owns the backend, the captures
+    and compiles, and the step's clock (each method counts its phase); the evaluation decides."""
+
+    @abc.abstractmethod
+    def capture(self, v: Version, deadline: proc.Deadline | None, *, observed: Verification | None = None,
+                run: bool = True) -> CaptureResult | None:
+        """``v``'s capture (cached by digest): from its compile, from the launch its observed check
+        recorded (``observed``), else from a run of its own; None when captures are off, or with
+        ``run=False`` when only a run could capture it."""
+
+    @abc.abstractmethod
+    def check_first(self, v: Version, deadline: proc.Deadline) -> Verification | None:
+        """Where a capture needs ``v``'s check run (command mode), run that check first, observed,
+        and return it; None otherwise (the check, if it ran beside a compile, is in ``_verified``)."""
+
+    @abc.abstractmethod
+    def verify(self, v: Version, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
+        """``v``'s correctness check through the backend (``observe``: record its launches)."""
+
+    @abc.abstractmethod
+    def measure(self, versions: Sequence[Version], deadline: proc.Deadline, rounds: int):
+        """Time ``versions`` interleaved over ``rounds`` rounds: the backend's ``Runs``."""
+
+    @abc.abstractmethod
+    def roofline(self, v: Version, runs: Mapping[str, list[stats.RunStat]]) -> tuple[dict, list[str], str | None]:
+        """(roofline points at the runs' median, why any run is above the roof, why there is no roofline)."""
+
+    @abc.abstractmethod
+    def precompile(self, a: Version, versions: Sequence[Version], deadline: proc.Deadline | None) -> None:
+        """Compile (and so capture) the versions not captured yet at once, with ``a``'s recorded launch."""
+
+    @abc.abstractmethod
+    def hook(self, point: str, ctx: dict) -> None:
+        """Call the hook registered at ``point`` (``HOOK_POINTS``) with ``ctx``, if any."""
+
+
+def guard_info(pts: Mapping[str, dict], why: str | None, configs) -> dict:
+    """Whether the above-roof guard really checked the measurement (the ledger says so either way)."""
+    if why or not pts:
+        return {"ran": False, "why": why or "no roofline point for any configuration"}
+    info: dict[str, Any] = {"ran": True, "checked": sorted(pts)}
+    missing = sorted(set(configs) - set(pts))
+    if missing:
+        info["unchecked"] = missing
+        info["why"] = "no FLOP/byte counts for " + ", ".join(missing[:5])
+    return info
+
+
 class Evaluation:
     measure_no_ops = False          # `loop record --allow-noop`: a no-op edit is measured (never credited)
+    # the loop's state an evaluation reads (the runner sets it)
+    s: Session
+    backend: Backend
+    led: Ledger
+    git: Git
+    ws: Workspace
+    opt: Any                        # runner.LoopOptions (runner imports this module)
+    echo: Callable[[str], None]
+    clock: StepClock
+    started: float                  # time.monotonic() at the start of this invocation (--time-limit)
+    capture_off_reason: str | None  # why versions are not captured (None: they are)
+
+    def __init__(self, steps: Steps):
+        self.steps = steps
+        self._compile_ref: Version | None = None            # the kept version a step's compiles reuse
+        self._verified: dict[str, Verification] = {}        # this step's checks, by digest (Steps.check_first)
 
     def costs(self) -> budget_mod.Costs:
         return budget_mod.costs_from_ledger(self.led.iterations)
@@ -66,7 +140,7 @@ class Evaluation:
         # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.rounds(),
                                screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,
-                               check_workers=n_points if getattr(self.backend, "prepare", None) is not None else 1,
+                               check_workers=n_points if self.backend.prepares else 1,
                                screen_shared=self._costly)
 
     def evaluate(self, n: int, a: Version, cands: Sequence[Candidate], meta: dict, label: str,
@@ -98,7 +172,7 @@ class Evaluation:
         hctx = {"iteration": n, "runner": self, "record": record, "baseline": a}
         self._verified: dict[str, Any] = {}
         try:
-            self._hook("before_apply", hctx)
+            self.steps.hook("before_apply", hctx)
             ranked, sweep_info = self._select(n, a, cands, deadline, record, hctx, plan)
             if not ranked:
                 self.echo(f"  {record['decision']['reason'][:200]} -> {record['status']}")
@@ -144,7 +218,7 @@ class Evaluation:
                 return self._finish(record, deadline, a, keep=None)
             commit = self._commit(n, record, d)
             record["commits"]["candidate"] = commit
-            self._hook("after_commit", hctx)
+            self.steps.hook("after_commit", hctx)
             return self._finish(record, deadline, a, keep=b.version if d.status == "keep" else None, commit=commit)
         except ForbiddenEditError as e:
             record["decision"] = decide_mod.reject("forbidden-files", e.one_line()).to_json()
@@ -218,7 +292,7 @@ class Evaluation:
         it confirms (``loop.budget``: ``Costs.iteration_s(screen_shared=)``); a comparison that is
         already a clear regression after its first round is not measured further
         (``_clear_regression``); and without --rounds the baseline is timed once (``Runner.baseline``)."""
-        return bool(getattr(self.backend, "costly_runs", False))
+        return bool(self.backend.costly_runs)
 
     def _clear_regression(self, cmp: stats.Comparison) -> decide_mod.Decision | None:
         """The recipe's ``regression`` revert (a configuration significantly slower by more than
@@ -237,13 +311,13 @@ class Evaluation:
         """The confirmation's interleaved rounds, and how many ran: with costly runs one round
         first, and the rest (B A, A B, ...: the alternation goes on) unless it is a clear regression."""
         if not self._costly or rounds < 2:
-            return self._measure([a, b], deadline, rounds), rounds
-        runs = self._measure([a, b], deadline, 1)
+            return self.steps.measure([a, b], deadline, rounds), rounds
+        runs = self.steps.measure([a, b], deadline, 1)
         first = stats.compare({c: (runs[a.label][c], runs[b.label][c]) for c in runs[a.label]},
                               noise_floor=self.opt.noise_floor)
         if self._clear_regression(first) is not None:
             return runs, 1
-        more = self._measure([b, a], deadline, rounds - 1)
+        more = self.steps.measure([b, a], deadline, rounds - 1)
         return {v: {c: rs + more[v][c] for c, rs in runs[v].items()} for v in runs}, rounds
 
     @staticmethod
@@ -260,11 +334,10 @@ class Evaluation:
     def _suite_confirms(self, v: Version, deadline: proc.Deadline, record: dict) -> bool:
         """Replay backends: the user's test command, once, before a step measured on recordings is kept;
         a failure reverts it as incorrect (``record`` says so)."""
-        confirm = getattr(self.backend, "confirm_keep", None)
-        if confirm is None:
-            return True
+        if not self.backend.suite:
+            return True                # only replay backends confirm with the user's command
         with self.clock.phase("confirm"):
-            ver = confirm(v, self.ws, deadline)
+            ver = self.backend.confirm_keep(v, self.ws, deadline)
         if ver is None:
             return True
         record["test_cmd"] = ver.to_json()
@@ -288,13 +361,13 @@ class Evaluation:
         record["change"].update(self._change_info(a, b, idir))
         self.ws.write(b.version.files)
         self._guard()
-        self._hook("after_apply", hctx)
-        cap_a = self._capture(a, deadline)
+        self.steps.hook("after_apply", hctx)
+        cap_a = self.steps.capture(a, deadline)
         # command mode: a candidate whose capture needs a run is checked first, and captured from the
         # launch that check recorded (a failing check needs no capture: it reverts)
-        checked = self._check_first(b.version, deadline)
+        checked = self.steps.check_first(b.version, deadline)
         cap_b = None if checked is not None and not checked.passed else \
-            self._capture(b.version, deadline, observed=checked)
+            self.steps.capture(b.version, deadline, observed=checked)
         if cap_b is not None:
             record["capture"] = cap_b.to_json()
             if cap_b.timed_out:            # the clock, not the kernel: no compile verdict
@@ -317,8 +390,8 @@ class Evaluation:
             # its parts' captures (command mode: from compiles only, an intermediate version never runs)
             record["change"]["parts"] = part_records(a, b, self.s.kernel_file, None if cap_b is None else (
                 lambda x, y: ir_diff(*(c.path if c and c.ok else None
-                                       for c in (self._capture(x, deadline, run=False),
-                                                 self._capture(y, deadline, run=False))))))
+                                       for c in (self.steps.capture(x, deadline, run=False),
+                                                 self.steps.capture(y, deadline, run=False))))))
         why = None if self.measure_no_ops else no_op(record.get("ir_diff"), outside_changed=changed_outside_kernel(
             a.files, b.version.files, self.s.kernel_file, self.s.function))
         if why:
@@ -328,7 +401,7 @@ class Evaluation:
             self.echo(f"  no-op: {_short(why, 100)} -> revert (not measured)")
             return None
         # a sweep point was checked in the sweep (or first, for its capture): no second check
-        ver = self._verified.get(b.version.digest) or self._verify(b.version, deadline)
+        ver = self._verified.get(b.version.digest) or self.steps.verify(b.version, deadline)
         self._verified[b.version.digest] = ver
         record["verification"] = ver.to_json()
         record["correctness"] = ver.correctness
@@ -337,7 +410,7 @@ class Evaluation:
                 r["verification"] = ver.summary
         # what recover() reports as the correctness of an iteration killed after this point
         self.led.append({"type": "progress", "iteration": n, "step": "verified", "passed": ver.checked})
-        self._hook("after_verify", hctx)
+        self.steps.hook("after_verify", hctx)
         if not ver.passed:
             record["decision"] = decide_mod.reject("correctness", ver.summary).to_json()
             self.echo(f"  correctness FAIL: {_short(ver.summary)} -> revert")
@@ -349,7 +422,7 @@ class Evaluation:
         if done < plan.confirm_rounds:
             record["rounds_measured"] = done
             self.echo(f"  a clear regression after {done} of {plan.confirm_rounds} rounds: not measured further")
-        self._hook("after_measure", hctx)
+        self.steps.hook("after_measure", hctx)
         cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
                             noise_floor=self.opt.noise_floor)
         record["comparison"] = cmp.to_json()
@@ -357,9 +430,9 @@ class Evaluation:
                                         "ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in cmp.configs}
         record["latency_ms"] = cmp.candidate_ms
         record["baseline_latency_ms"] = cmp.baseline_ms
-        pts, invalid, why = self._roofline(b.version, runs[b.version.label])
+        pts, invalid, why = self.steps.roofline(b.version, runs[b.version.label])
         record["roofline"], record["roofline_note"] = pts, why
-        record["roofline_guard"] = self._guard_info(pts, why, runs[b.version.label])
+        record["roofline_guard"] = guard_info(pts, why, runs[b.version.label])
         if invalid:
             d = decide_mod.reject("above-roof", "a measurement lies above the roof: " + "; ".join(invalid))
         else:
@@ -436,12 +509,11 @@ class Evaluation:
             return [cands[0]], None
         info, passing = [], []
         todo = [cands[i] for i in plan.screen]
-        self._capture(a, deadline)                  # A's capture holds the launch the compiles reuse
-        self.precompile(a, [c.version for c in todo], deadline)
-        prepare = getattr(self.backend, "prepare", None)     # the points' checks at once, where it can
-        if prepare is not None:
+        self.steps.capture(a, deadline)                  # A's capture holds the launch the compiles reuse
+        self.steps.precompile(a, [c.version for c in todo], deadline)
+        if self.backend.prepares:                   # the points' checks at once, where it can
             with self.clock.phase("check"):
-                prepare([c.version for c in todo], self.ws, deadline)
+                self.backend.prepare([c.version for c in todo], self.ws, deadline)
         late = self._costly
         for i, c in enumerate(todo):
             row = {"label": c.version.label, "params": c.params, "description": c.result.description}
@@ -455,9 +527,9 @@ class Evaluation:
             try:
                 # screened unchecked: its compile verdict only (a capture that needs a run waits for
                 # its check, when it is confirmed); else checked now (first, where its capture needs it)
-                checked = None if late else self._check_first(c.version, share)
+                checked = None if late else self.steps.check_first(c.version, share)
                 cap = None if checked is not None and not checked.passed else \
-                    self._capture(c.version, share, observed=checked, run=not late)
+                    self.steps.capture(c.version, share, observed=checked, run=not late)
                 if cap is not None and cap.timed_out:
                     row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {cap.error}", "budget"
                     continue
@@ -472,7 +544,7 @@ class Evaluation:
                     row["verification"] = "checked if confirmed"
                     passing.append(c)
                     continue
-                ver = checked or self._verify(c.version, share)
+                ver = checked or self.steps.verify(c.version, share)
             except MeasurementTimeout as e:
                 # killed at its share of the iteration's time: no verdict on the point, not a crash
                 row["result"], row["failure"] = f"{budget_mod.SKIPPED}: {e.one_line()}", "budget"
@@ -500,13 +572,13 @@ class Evaluation:
             if late:        # one run of A per screening round, then each point's own
                 share = self._share(deadline, len(passing) + 2, self._after_s(plan, 0, len(passing)),
                                     self._point_s(plan, check=False))
-                runs_a = self._measure([a], share, plan.screen_rounds)[a.label]
+                runs_a = self.steps.measure([a], share, plan.screen_rounds)[a.label]
             for i, c in enumerate(passing):
                 row = next(r for r in info if r["label"] == c.version.label)
                 share = self._share(deadline, len(passing) - i + 1, self._after_s(plan, 0, len(passing) - i - 1),
                                     self._point_s(plan, check=False))
                 try:
-                    runs = self._measure([c.version] if late else [a, c.version], share, plan.screen_rounds)
+                    runs = self.steps.measure([c.version] if late else [a, c.version], share, plan.screen_rounds)
                 except MeasurementTimeout as e:
                     row["result"], row["failure"] = f"{budget_mod.SKIPPED} in screening: {e.one_line()}", "budget"
                     continue
@@ -517,7 +589,7 @@ class Evaluation:
                     row["result"], row["failure"] = f"correctness FAIL in screening: {e.one_line()}", "correctness"
                     continue
                 # the guard applies to screening measurements too: an impossible point never wins
-                pts, invalid, _why = self._roofline(c.version, runs[c.version.label])
+                pts, invalid, _why = self.steps.roofline(c.version, runs[c.version.label])
                 if invalid:
                     row["result"], row["failure"] = "above the roof: " + "; ".join(invalid), "above-roof"
                     continue
@@ -565,7 +637,7 @@ class Evaluation:
         version's), or None: it is not screened (a screening run costs a run of the bench command)."""
         if self.measure_no_ops or cap is None or not cap.ok:
             return None
-        cap_a = self._capture(a, deadline)
+        cap_a = self.steps.capture(a, deadline)
         if cap_a is None or not cap_a.ok:
             return None
         return no_op(ir_diff(cap_a.path, cap.path), outside_changed=changed_outside_kernel(
@@ -640,7 +712,7 @@ class Evaluation:
         if checked and record.get("verification"):     # a step's checks (a sweep's at once): what the next plans with
             record["costs"] = {**(record.get("costs") or {}), "verify_s": round(checked, 3)}
         self.led.append(record)
-        self._hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
+        self.steps.hook("after_record", {"iteration": record["iteration"], "runner": self, "record": record})
         try:
             self.backend.retain([keep] if keep is not None else [a])
         except Exception:

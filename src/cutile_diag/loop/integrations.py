@@ -1,7 +1,8 @@
 """The loop's calls into other stages: AOT capture of a version, and the IR diff between two.
 
-Captures run ``cutile-diag capture`` in a killable child (a tileiras crash or hang costs
-the iteration's budget, never the loop process) and are cached by version digest.  The IR
+Captures run in a killable child (``loop.capture_child``: a JOB file in, a RESULT file out; a
+tileiras crash or hang costs the iteration's budget, never the loop process) and are cached by
+version digest.  The IR
 diff comes from ``cutile_diag.diff.diff_paths`` on two capture folders; what the ledger
 keeps is its summary, whether the two versions are equivalent, and the first changes.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -17,6 +19,7 @@ from typing import Mapping, Sequence
 from . import proc
 
 MAX_DIFF_CHANGES = 25
+CHILD = "cutile_diag.loop.capture_child"
 
 
 @dataclass
@@ -64,41 +67,37 @@ def capture_version(kernel_file: Path, kernel: str, digest: str, out_dir: Path, 
     folder = out_dir / name
     if (folder / "manifest.json").exists():
         return CaptureResult(True, folder, cached=True, source=_source_of(folder))
-    argv = [sys.executable, "-m", "cutile_diag", "capture", f"{kernel_file}::{kernel}", "--out", str(out_dir),
-            "--name", name, "--json"]
-    for a in archs:
-        argv += ["--arch", a]
-    for a in args:
-        argv += ["--arg", a]
+    job = {"ref": f"{kernel_file}::{kernel}", "out_dir": str(out_dir), "name": name, "archs": list(archs),
+           "args": list(args)}
     if not args and sources:
-        if sources.get("workload"):
-            argv += ["--workload", sources["workload"]]
-            for k, v in (sources.get("kwargs") or {}).items():
-                argv += ["--workload-arg", f"{k}={json.dumps(v)}"]
-            if sources.get("config"):
-                argv += ["--config", sources["config"]]
-        if sources.get("command"):
-            argv += ["--from-command", sources["command"]]
+        job.update(workload=sources.get("workload"), workload_kwargs=dict(sources.get("kwargs") or {}),
+                   config=sources.get("config"), command=sources.get("command"))
     timeout = deadline.timeout(cap_s) if deadline else cap_s
     child_env: dict = {"CUDA_HOME": None, "CUDA_PATH": None}   # removed, not emptied (see proc.run)
     child_env.update(env or {})
-    res = proc.run(argv, cwd=cwd, env=child_env, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="cutile-diag-capture-") as tmp:
+        job_p, res_p = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job_p.write_text(json.dumps(job))
+        res = proc.run([sys.executable, "-m", CHILD, str(job_p), str(res_p)], cwd=cwd, env=child_env,
+                       timeout=timeout)
+        try:
+            reply = json.loads(res_p.read_text()) if not res.timed_out else None
+        except (OSError, ValueError):
+            reply = None
     if res.timed_out:
         return CaptureResult(False, error=f"capture killed after {timeout:.0f} s (the time budget)",
                              seconds=res.wall_s, timed_out=True)
-    if res.returncode != 0 or not (folder / "manifest.json").exists():
+    if reply is None:             # the child crashed: its traceback's last line says how
         err = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
-        msg = (err[-1] if err else f"exit {res.returncode}").replace("cutile-diag: error: ", "")
-        if "--arg NAME=SPEC" in msg:    # the capture child names its own flags; optimize's differ
+        return CaptureResult(False, error=err[-1] if err else f"exit {res.returncode}", seconds=res.wall_s)
+    if not reply.get("ok"):
+        msg = reply.get("error") or "the capture failed"
+        if reply.get("missing_specs"):    # the hint names capture's flags; optimize's differ
             msg += ("; optimize takes these as --capture-arg NAME=SPEC (capture's --arg) or "
                     "--capture-workload REF (capture's --workload)")
         return CaptureResult(False, error=msg, seconds=res.wall_s)
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError:
-        doc = {}
-    return CaptureResult(True, folder, seconds=res.wall_s, source=doc.get("source") or _source_of(folder),
-                         tried=list(doc.get("tried") or []))
+    return CaptureResult(True, folder, seconds=res.wall_s, source=reply.get("source") or _source_of(folder),
+                         tried=list(reply.get("tried") or []))
 
 
 def ir_diff(a: Path | None, b: Path | None, *, entry: str | None = None) -> dict:

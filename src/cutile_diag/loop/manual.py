@@ -203,9 +203,10 @@ def _playbook_rec(entry: str) -> Rec | None:
                reason="asked for by name")
 
 
-class _LedgerBackend:
-    """What ``loop next`` needs from a backend, read from the ledger (nothing is measured)."""
+class _LedgerBackend(Backend):
+    """What ``loop next`` needs from a backend, read from the ledger: it plans, it measures nothing."""
     name = "ledger"
+    alternates = False
 
     def __init__(self, led: Ledger):
         base = next((r for r in led.iterations if r["iteration"] == 0), {})
@@ -217,6 +218,20 @@ class _LedgerBackend:
 
     def workload_info(self):
         return self._info
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+    def _measures_nothing(self, *_a, **_k):
+        raise LoopError("internal: `loop next` plans from the ledger and measures nothing")
+
+    verify = measure = roofline = _measures_nothing
+
+    def retain(self, versions) -> None:
+        pass                        # it holds nothing
+
+    def close(self) -> None:
+        pass
 
 
 def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = False,
@@ -234,8 +249,8 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
         # command mode: compiled from the kept version's recorded launch; an edit outside the kernel
         # is captured from its own check's launch when it is recorded (never a run of its own)
         runner._compile_ref = a
-        runner._capture(a, deadline)
-    cap_b = runner._capture(v, deadline, run=False)
+        runner.capture(a, deadline)
+    cap_b = runner.capture(v, deadline, run=False)
     if cap_b is None and runner.observing:
         echo("edit not compiled ahead of time: its launch may have changed, so it is captured from the launch "
              "its check records")
@@ -244,7 +259,7 @@ def check_edit(runner: Runner, a: Version, v: Version, *, allow_noop: bool = Fal
         raise LoopError(f"the edited kernel fails its compile check: {cap_b.error}",
                         hint="nothing was measured or recorded and your edit is still in the loop's worktree: fix it and run "
                              f"`{prog()} loop record` again")
-    cap_a = runner._capture(a, deadline)
+    cap_a = runner.capture(a, deadline)
     diff = ir_diff(cap_a.path if cap_a and cap_a.ok else None, cap_b.path if cap_b else None,
                    entry=runner.s.kernel)
     # the same rule the decision applies (evidence.no_op): a changed launch or wrapper is a change

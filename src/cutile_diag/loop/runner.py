@@ -47,7 +47,7 @@ from .backends import Backend, Verification, Version, Workspace
 from .choose import Candidate, Choice, choose, row_label, transform_key  # noqa: F401
 from .diagnosis import DiagnoseContext, Diagnoser, EngineDiagnoser, LoopDiagnosis, committed_ledgers, loop_calibration
 from .errors import LoopError
-from .evaluate import Evaluation
+from .evaluate import Evaluation, Steps, guard_info
 from . import compile_pool
 from . import spares as spares_mod
 from .ceiling import ensure_ceiling
@@ -177,10 +177,14 @@ def _baseline_fails(ver: Verification) -> LoopError:
                      hint="the loop needs a correct baseline; fix the kernel or the reference first")
 
 
-class Runner(Evaluation):
+class Runner(Evaluation, Steps):
+    """The loop: the baseline, the stop rules, the iteration cycle; the ``Steps`` an ``Evaluation``
+    asks for (it owns the backend, the captures and compiles, the step's clock)."""
+
     def __init__(self, session: Session, backend: Backend, ledger: Ledger, *, diagnoser: Diagnoser | None = None,
                  transforms: Mapping[str, Any] | None = None, options: LoopOptions | None = None,
                  hooks: Mapping[str, Callable[[dict], None]] | None = None, echo: Callable[[str], None] | None = None):
+        Evaluation.__init__(self, self)
         self.s = session
         self.backend = backend
         self.led = ledger
@@ -202,7 +206,6 @@ class Runner(Evaluation):
         self._compile_cut: dict[str, CaptureResult] = {}   # compiles the clock killed (loop.compile_pool)
         self._compile_spares: spares_mod.Spares | None = None   # compile children started ahead (start)
         self._needs_run: dict[str, str] = {}               # digest -> why its compile could not capture it
-        self._verified: dict[str, Verification] = {}       # this step's checks, by digest (evaluate)
         self.capture_off_reason: str | None = None if self.opt.capture else "disabled (--no-capture)"
         base = next((r for r in ledger.iterations if r["iteration"] == 0), None)
         cap0 = (base or {}).get("capture") or {}
@@ -220,7 +223,7 @@ class Runner(Evaluation):
             self._transforms = TRANSFORMS
         return self._transforms
 
-    def _hook(self, point: str, ctx: dict) -> None:
+    def hook(self, point: str, ctx: dict) -> None:
         fn = self.hooks.get(point)
         if fn is not None:
             fn(ctx)
@@ -242,10 +245,10 @@ class Runner(Evaluation):
         """The backend can record the launches of its check run (command mode): a version whose
         capture needs a run of the test command gets it from its check, never from a second run.
         Not with --capture-workload (the user named where the arguments come from)."""
-        return (bool(getattr(self.backend, "observes", False)) and self.capture_off_reason is None
+        return (bool(self.backend.observes) and self.capture_off_reason is None
                 and not self.opt.capture_workload)
 
-    def _capture(self, v: Version, deadline: proc.Deadline | None, *,
+    def capture(self, v: Version, deadline: proc.Deadline | None, *,
                  observed: Verification | None = None, run: bool = True) -> CaptureResult | None:
         """``v``'s capture: from its compile (a candidate of the step, against the kept version's
         recorded launch: ``precompile``), from the launch its observed check recorded (``observed``),
@@ -253,7 +256,7 @@ class Runner(Evaluation):
         run mode; ``run=False``: None instead, in command mode)."""
         if self.capture_off_reason:
             return None
-        ref = getattr(self, "_compile_ref", None)
+        ref = self._compile_ref
         if v.digest not in self.captures and ref is not None and v.digest != ref.digest \
                 and v.digest not in self._compile_cut and v.digest not in self._needs_run:
             self.precompile(ref, [v], deadline)
@@ -303,16 +306,16 @@ class Runner(Evaluation):
         return None, ("the compile from the check run's launch failed: "
                       + (res.error if res is not None else self._needs_run.get(v.digest, "no verdict")))
 
-    def _check_first(self, v: Version, deadline: proc.Deadline) -> Verification | None:
+    def check_first(self, v: Version, deadline: proc.Deadline) -> Verification | None:
         """Command mode: when ``v``'s capture needs a run of the test command (its compile cannot
         reuse the kept version's launch: none recorded, or a change outside the kernel), its check
-        runs first, observed, and the capture takes its launch (``_capture(observed=)``); returns
+        runs first, observed, and the capture takes its launch (``capture(observed=)``); returns
         that check.  When the compile needs no run, the check runs while it compiles (the check on
         the GPU, the compile in a CPU child; ``_verified`` holds the check) and None is returned,
         as when the check already ran."""
         if not self.observing or v.digest in self._verified:
             return None
-        ref = getattr(self, "_compile_ref", None)
+        ref = self._compile_ref
         todo = ref is not None and v.digest != ref.digest and v.digest not in self._needs_run \
             and v.digest not in self.captures and v.digest not in self._compile_cut
         if todo and (self.opt.capture_args or self._recorded_launch(ref, v)[0] is not None):
@@ -322,7 +325,7 @@ class Runner(Evaluation):
             self.precompile(ref, [v], deadline)
         if v.digest in self.captures or v.digest in self._compile_cut:
             return None
-        ver = self._verify(v, deadline, observe=True)
+        ver = self.verify(v, deadline, observe=True)
         self._verified[v.digest] = ver
         return ver
 
@@ -331,7 +334,7 @@ class Runner(Evaluation):
         ex = cf.ThreadPoolExecutor(1)
         fut = ex.submit(work)
         try:
-            ver = self._verify(v, deadline)
+            ver = self.verify(v, deadline)
         except Exception:
             cf.wait([fut])          # the step records this failure next: the compile's verdict lands first
             raise
@@ -363,7 +366,7 @@ class Runner(Evaluation):
         (``loop.compile_pool``): their captures (and so their IR diffs) come from that compile,
         with the launch ``a``'s run recorded where the change stays inside the kernel function.
         What the compile cannot capture (no recorded launch, no specs) is left to a run: in
-        command mode the version's observed check (``_check_first``), else ``_capture``'s own."""
+        command mode the version's observed check (``check_first``), else ``capture``'s own."""
         todo = [v for v in versions if v.digest not in self.captures and v.digest not in self._needs_run]
         if self.capture_off_reason or not todo:
             return
@@ -403,14 +406,14 @@ class Runner(Evaluation):
             else:
                 self.captures[v.digest] = res
 
-    def _verify(self, v: Version, deadline: proc.Deadline, *, observe: bool = False):
+    def verify(self, v: Version, deadline: proc.Deadline, *, observe: bool = False):
         with self.clock.phase("check"):
             if observe:
                 return self.backend.verify(v, self.ws, deadline, observe=True)
             return self.backend.verify(v, self.ws, deadline)
 
-    def _measure(self, versions, deadline: proc.Deadline, rounds: int):
-        reqs = getattr(self.backend, "requests", None)
+    def measure(self, versions, deadline: proc.Deadline, rounds: int):
+        reqs = self.backend.requests
         n0 = len(reqs) if reqs is not None else 0
         try:
             with self.clock.phase("time", runs=len(versions) * rounds):
@@ -424,7 +427,7 @@ class Runner(Evaluation):
             return []
         return [p for p in (rec.get("roofline") or {}).values() if isinstance(p, dict)]
 
-    def _roofline(self, v: Version, runs: Mapping[str, list[stats.RunStat]]) -> tuple[dict, list[str], str | None]:
+    def roofline(self, v: Version, runs: Mapping[str, list[stats.RunStat]]) -> tuple[dict, list[str], str | None]:
         """(points at the median, invalid reasons of any run, why there is no roofline)."""
         med = {c: statistics.median(r.median for r in rs) for c, rs in runs.items()}
         fastest = {c: min(r.median for r in rs) for c, rs in runs.items()}
@@ -438,18 +441,6 @@ class Runner(Evaluation):
                 if not p.get("valid", True):
                     invalid.append(f"{c}: " + "; ".join(p.get("invalid_reasons") or ["above the roof"]))
         return pts, invalid, None
-
-    @staticmethod
-    def _guard_info(pts: Mapping[str, dict], why: str | None, configs) -> dict:
-        """Whether the above-roof guard really checked the measurement (the ledger says so either way)."""
-        if why or not pts:
-            return {"ran": False, "why": why or "no roofline point for any configuration"}
-        info: dict[str, Any] = {"ran": True, "checked": sorted(pts)}
-        missing = sorted(set(configs) - set(pts))
-        if missing:
-            info["unchecked"] = missing
-            info["why"] = "no FLOP/byte counts for " + ", ".join(missing[:5])
-        return info
 
     def _calibration(self):
         """This ledger's measured steps and the repository's committed ledgers (read once)."""
@@ -472,7 +463,7 @@ class Runner(Evaluation):
         return self.led.last_kept()
 
     def _diagnose(self, v: Version, n: int) -> LoopDiagnosis:
-        cap = self._capture(v, proc.Deadline(self.budget_s()))
+        cap = self.capture(v, proc.Deadline(self.budget_s()))
         kept = self._kept_record(v.digest)
         ctx = DiagnoseContext(path=self.s.kernel_path, kernel=self.s.kernel, source=v.files[self.s.kernel_file],
                               capture=cap.path if cap and cap.ok else None, arch=self.opt.archs[0],
@@ -504,9 +495,7 @@ class Runner(Evaluation):
         n = spares_mod.wanted(width) if self.capture_off_reason is None else 0
         if n:
             self._compile_spares = compile_pool.spares(self.ws.env(None), self.ws.root, n)
-        keep = getattr(self.backend, "keep_spares", None)
-        if keep is not None:
-            keep(self.ws, spares_mod.wanted(width))
+        self.backend.keep_spares(self.ws, spares_mod.wanted(width))
         try:
             if not self.led.iterations:
                 self.baseline()
@@ -531,11 +520,11 @@ class Runner(Evaluation):
             # which the capture compiles from (no second run); else the capture, then the check
             observe = self.observing
             t0 = time.monotonic()
-            ver = self._verify(a, deadline, observe=True) if observe else None
+            ver = self.verify(a, deadline, observe=True) if observe else None
             t1 = time.monotonic()
             if ver is not None and not ver.passed:
                 raise _baseline_fails(ver)
-            cap = self._capture(a, deadline, observed=ver)
+            cap = self.capture(a, deadline, observed=ver)
             t2 = time.monotonic()
             if cap is not None and not cap.ok:
                 self.capture_off_reason = f"the unchanged kernel does not capture: {cap.error}"
@@ -543,24 +532,24 @@ class Runner(Evaluation):
             elif cap is not None:
                 self.echo(f"  capture: {cap.source or 'ok'}" + (f" ({'; '.join(cap.tried)})" if cap.tried else ""))
             if ver is None:
-                ver = self._verify(a, deadline)
+                ver = self.verify(a, deadline)
                 if not ver.passed:
                     raise _baseline_fails(ver)
             verify_s = (t1 - t0) if observe else time.monotonic() - t2
             # a replay backend's baseline check also ran the user's commands once: a candidate's check costs its own
-            verify_s = getattr(self.backend, "check_cost_s", None) or verify_s
+            verify_s = self.backend.check_cost_s or verify_s
             t3 = time.monotonic()
             # without --rounds: one round first, whose run time fits the comparisons' rounds
             # (budget.fitted_rounds); the baseline itself then takes as many, or (costly runs: command
             # mode) stays at one: no decision uses its runs, every comparison times the kept version again
             first = self.opt.rounds or 1
-            runs = self._measure([a], deadline, first)[a.label]
+            runs = self.measure([a], deadline, first)[a.label]
             run_s = (time.monotonic() - t3) / first
             rounds, rounds_why = (self.opt.rounds, "") if self.opt.rounds else \
                 budget_mod.fitted_rounds(budget_mod.Costs(run_s=run_s), self.opt.iteration_budget_s)
             timed = first if self.opt.rounds or self._costly else rounds
             if timed > first:
-                more = self._measure([a], deadline, timed - first)[a.label]
+                more = self.measure([a], deadline, timed - first)[a.label]
                 runs = {c: rs + more.get(c, []) for c, rs in runs.items()}
             sweep, sweep_why = (self.opt.max_sweep, "") if self.opt.max_sweep else budget_mod.fitted_sweep(
                 budget_mod.Costs(run_s=run_s), self.opt.iteration_budget_s, shared=self._costly)
@@ -575,8 +564,8 @@ class Runner(Evaluation):
             self.led.append({"type": "stop", "rule": "baseline-failed",
                              "reason": e.one_line() if isinstance(e, LoopError) else f"{type(e).__name__}: {e}"})
             raise
-        pts, invalid, why = self._roofline(a, runs)
-        guard = self._guard_info(pts, why, runs)
+        pts, invalid, why = self.roofline(a, runs)
+        guard = guard_info(pts, why, runs)
         if not guard["ran"]:
             self.echo(f"  roofline guard NOT run: {guard['why']}")
         if invalid:
@@ -609,16 +598,15 @@ class Runner(Evaluation):
         """Replay backends: the user's bench command once at the start and once at the end, so start and
         final are in the suite's own numbers too (ledger records ``suite``); a replayed gain the suite does
         not show (beyond the noise) is reported."""
-        bench = getattr(self.backend, "suite_bench", None)
         done = self.led.of_type("suite")
         start = next((r for r in done if r["when"] == "start" and r.get("configs")), None)
-        if bench is None or (when == "end" and (start is None or start["digest"] == v.digest)):
+        if not self.backend.suite or (when == "end" and (start is None or start["digest"] == v.digest)):
             return                     # nothing kept since the start: its numbers are the final ones
         if any(r["when"] == when and r.get("digest") == v.digest and r.get("configs") for r in done):
             return                     # a resumed loop that kept nothing new: measured already
         try:
             with self.clock.phase("time", runs=1):
-                ms = bench(v, self.ws, proc.Deadline(self.opt.iteration_budget_s))
+                ms = self.backend.suite_bench(v, self.ws, proc.Deadline(self.opt.iteration_budget_s))
         except LoopError as e:
             self.led.append({"type": "suite", "when": when, "error": e.one_line()})
             self.echo(f"  the bench command ({when}) failed: {e.one_line()}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import CutileDiagError, UsageError
+from ..errors import CutileDiagError
 from ..capture import spec as spec_mod
 from ..capture.launches import LaunchArgumentsError, LaunchRecord, cpu_cuda, intercept_launches
 from ..capture.manifest import MANIFEST, CaptureFolder, load_capture
@@ -298,5 +298,5 @@ def capture_auto(ref: str, specs: dict | None = None, *, workload: str | None = 
     known = None
     if seen is not None:
         known = {a.name: a.spec() for a in seen.args if a.spec() is not None}
-    raise UsageError(f"cannot capture {loaded.attr}: " + "; ".join(tried),
+    raise spec_mod.MissingSpecsError(f"cannot capture {loaded.attr}: " + "; ".join(tried),
                      hint=spec_mod.spec_hint(loaded, known=known))

@@ -17,11 +17,12 @@ from ..roofline.device import DeviceModel, live_device
 from ..roofline.peaks import Ceilings, get_ceilings, recorded_ceilings
 
 
-def device_ceilings(dev: DeviceModel, *, measure: bool = False) -> Ceilings | None:
+def device_ceilings(dev: DeviceModel, *, measure: bool = False, refresh: bool = False) -> Ceilings | None:
     """The ceilings of ``dev``: for a live GPU the cached ones, measured first when ``measure``
-    and none is cached (None otherwise); for a preset the committed measurement (or None)."""
+    and none is cached (None otherwise) or when ``refresh``; for a preset the committed
+    measurement (or None)."""
     if dev.kind == "live":
-        return get_ceilings(dev, measure_if_missing=measure)
+        return get_ceilings(dev, refresh=refresh, measure_if_missing=measure)
     return recorded_ceilings(dev)
 
 

@@ -148,8 +148,9 @@ Runs = dict[str, dict[str, list[RunStat]]]      # version label -> config -> one
 class Backend(abc.ABC):
     """What the loop asks of a measurement mode (workload, command, replay, simulated).
 
-    The abstract methods are required.  The optional parts below them default to "not supported":
-    a hook left ``None`` is one the backend does not have, and the loop then does without it."""
+    The abstract methods are required.  The optional parts below them have defaults that mean
+    "not supported here": the loop calls them unconditionally, and a backend overrides what it has
+    (like Kernel Tuner's observers)."""
     name: str
     alternates: bool        # rounds go A B, B A, ... (round_order); else A B every round
 
@@ -158,14 +159,36 @@ class Backend(abc.ABC):
     check_cost_s: float | None = None   # what one check costs, where known better than the ledger's guess
     roofline_off: str | None = None     # why the roofline is not measured here (None: it is)
     uses_preset = False     # the device's ceilings come from a preset, not this GPU
-    requests: list | None = None        # the launches a replay backend times, for the runner's captures
+    requests: list | None = None        # (round trip s, worker s) per timing request, for the step's costs
+    device: int | None = None           # the GPU index it measures on (None: the current one)
+    prepares = False        # prepare() loads several versions at once: a sweep's checks overlap
+    suite = False           # suite_bench() runs the user's own bench command (replay)
+    own_ceiling = False     # ceiling() answers for the device; else the loop measures it in a child
 
-    # optional hooks (None: absent)
-    prepare = None          # prepare(versions, ws, deadline): load the versions' processes at once
-    keep_spares = None      # keep_spares(ws, n): keep n spare worker processes warm for a sweep
-    confirm_keep = None     # confirm_keep(v, ws, deadline) -> Verification | None: re-check a keep
-    suite_bench = None      # suite_bench(v, ws, deadline) -> {config: ms} | None: the user's own bench
-    ceiling = None          # ceiling(measure) -> dict | str | None: the backend's own device ceiling
+    def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
+        """Where ``prepares``: start and load the versions' processes at once; else nothing to do."""
+
+    def keep_spares(self, ws: Workspace, n: int) -> None:
+        """Keep ``n`` worker processes started ahead for a sweep; a backend without workers keeps none."""
+
+    def confirm_keep(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification | None:
+        """Re-check ``v`` with the user's test command before it is kept; None: nothing to confirm
+        (the backend's own check is that command, or there is none)."""
+        return None
+
+    def suite_bench(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> dict[str, float] | None:
+        """Where ``suite``: the user's bench command once, {configuration: median ms}; None: no numbers."""
+        return None
+
+    def ceiling(self, measure: bool = False) -> dict | str | None:
+        """Where ``own_ceiling``: the device's ceilings JSON, None when none is cached (``measure``
+        then measures it), or why there is none."""
+        return "the backend has no ceiling of its own"
+
+    def launch_block(self, ver: Verification, function: str) -> tuple[dict | None, str]:
+        """Where ``observes``: the launch of ``function`` the observed check ``ver`` recorded, as a
+        capture manifest's ``launch`` block, or (None, why not)."""
+        return None, f"the {self.name} backend records no launches"
 
     @abc.abstractmethod
     def describe(self) -> dict:
@@ -208,12 +231,12 @@ class Backend(abc.ABC):
 
 @contextlib.contextmanager
 def closing(backend: Backend):
-    """``close()`` after the block; on an error or an interrupt ``abort()`` where the backend has
-    one (a hung worker must not get a polite quit)."""
+    """``close()`` after the block; on an error or an interrupt ``abort()`` (a hung worker must
+    not get a polite quit)."""
     try:
         yield backend
     except BaseException:
-        getattr(backend, "abort", backend.close)()     # a duck-typed backend may lack abort
+        backend.abort()
         raise
     backend.close()
 

@@ -30,6 +30,8 @@ class ReplayBackend(Backend):
     name = "replay"
     alternates = False
     observes = True             # the baseline's check records the launches (captures and recordings)
+    prepares = True             # the recordings' workers load at once (the inner WorkloadBackend's)
+    suite = True                # the user's bench command, at the start and the end (suite_bench)
 
     def __init__(self, cmd: CommandBackend, replay_dir: str | Path, *, kernel: str | None = None,
                  kernel_file: str | None = None, bench_options: Mapping[str, Any] | None = None,
@@ -75,11 +77,11 @@ class ReplayBackend(Backend):
 
     @property
     def roofline_off(self) -> str | None:
-        return getattr(self._active(), "roofline_off", None)
+        return self._active().roofline_off
 
     @property
     def requests(self) -> list:
-        return getattr(self.inner, "requests", [])
+        return self.inner.requests if self.inner is not None else []
 
     def launch_block(self, ver: Verification, function: str):
         return CommandBackend.launch_block(ver, function)
@@ -114,14 +116,12 @@ class ReplayBackend(Backend):
 
     def keep_spares(self, ws: Workspace, n: int) -> None:
         self._spares = (ws, n)
-        keep = getattr(self.inner, "keep_spares", None)
-        if keep is not None:
-            keep(ws, n)
+        if self.inner is not None:
+            self.inner.keep_spares(ws, n)
 
     def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
-        prep = getattr(self.inner, "prepare", None)
-        if prep is not None:
-            prep(versions, ws, deadline)
+        if self.inner is not None:
+            self.inner.prepare(versions, ws, deadline)
 
     # -- the protocol ------------------------------------------------------------------------
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
@@ -196,4 +196,4 @@ class ReplayBackend(Backend):
 
     def abort(self) -> None:
         if self.inner is not None:
-            getattr(self.inner, "abort", self.inner.close)()
+            self.inner.abort()

@@ -100,6 +100,7 @@ def _matches(key: str, v: Version) -> bool:
 
 class SimulatedBackend(Backend):
     name = "simulated"
+    own_ceiling = True      # the spec's ceiling (loop.ceiling)
     alternates = True
 
     def __init__(self, spec: SimSpec | Mapping[str, Any]):
@@ -212,11 +213,12 @@ class SimulatedBackend(Backend):
 
     def _ceilings(self):
         from ...roofline.device import Quantity, preset
-        from ...roofline.peaks import Ceilings, recorded_ceilings
+        from ...measure.ceilings import device_ceilings
+        from ...roofline.peaks import Ceilings
         spec = self.spec.ceiling or {}
         src = "simulated: the simulation spec's ceiling"
         # "curve": true borrows the preset's committed size curve (launch floor, bandwidth by bytes)
-        curve = recorded_ceilings(preset(self.spec.device)) if spec.get("curve") else None
+        curve = device_ceilings(preset(self.spec.device)) if spec.get("curve") else None
         return Ceilings(device_key=f"simulated {self.spec.device}", device_name=f"simulated {self.spec.device}",
                         dram_bw=Quantity(float(spec["dram_tbps"]) * 1e12, "B/s", src) if spec.get("dram_tbps") else None,
                         flops={k: Quantity(float(v) * 1e12, "FLOP/s", src)

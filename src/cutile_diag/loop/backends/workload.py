@@ -131,6 +131,7 @@ class _Worker:
 
 class WorkloadBackend(Backend):
     name = "workload"
+    prepares = True         # a sweep's workers load at once (prepare)
     alternates = False          # A B every round after a lead-in (see measure)
 
     def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
