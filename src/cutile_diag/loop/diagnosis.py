@@ -92,7 +92,9 @@ class DiagnoseContext:
 
 class Diagnoser(Protocol):
     """What the loop asks of a diagnoser: one diagnosis per version."""
-    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis: ...
+
+    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        """The diagnosis of the version ``ctx`` describes."""
 
 
 def _from_engine(d) -> LoopDiagnosis:
