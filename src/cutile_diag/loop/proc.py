@@ -88,7 +88,7 @@ class Deadline:
 
 @dataclass
 class ProcResult:
-    """One child's outcome: exit status (None when killed), output, whether it timed out, and its wall time."""
+    """One child's outcome: its exit status, output, whether it was killed at the deadline, and its wall time."""
     argv: Sequence[str] | str
     returncode: int | None
     stdout: str
