@@ -28,6 +28,8 @@ Echo = Callable[[str], None] | None
 
 @dataclass
 class CampaignRequest:
+    """The ``campaign`` command's request: the survey command, where state goes, which kernels, and how the loops run.
+    The ``campaign`` command's request: the survey command, where state goes, which kernels, and how the loops run."""
     command: list[str]
     root: Path                                   # the user's repository
     out: Path                                    # state + report
@@ -53,6 +55,7 @@ class CampaignRequest:
 
 @dataclass
 class CampaignResult:
+    """A campaign's outcome: its plan and the selected kernels, with the survey (``--plan``) or the report (a run)."""
     out: Path
     plan: CampaignPlan | None
     selected: list[KernelPlan]
@@ -75,6 +78,7 @@ def _device(req: CampaignRequest):
 
 
 def check_time_limit(seconds: float | None) -> None:
+    """Refuse a ``--time-limit`` that is not a positive, finite number of seconds (a usage error)."""
     if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
         raise UsageError(f"--time-limit must be a positive number of seconds, not {seconds:g}")
 
@@ -101,6 +105,8 @@ def check_inputs(req: CampaignRequest) -> None:
 
 
 def campaign(req: CampaignRequest, *, echo: Echo = None) -> CampaignResult:
+    """Survey the command, plan and rank its kernels, then (unless ``plan_only``) run the loop on each selected one
+    and write the report; inputs are checked before anything runs."""
     say = echo or (lambda _m: None)
     if (req.out / STATE_FILE).exists() and not req.plan_only:
         raise UsageError(f"{req.out} already holds a campaign",
@@ -180,6 +186,8 @@ def _run(c: Campaign, ex, plan: CampaignPlan, chosen: list[KernelPlan], say) -> 
 def resume(out: Path, *, executor: str | None = None, ray_address: str | None = None, num_gpus: int | None = None,
            gpus: str | int | None = None, time_limit: float | None = None, baselines_first: bool = False,
            echo: Echo = None) -> CampaignResult:
+    """Continue the campaign in ``out``: crashed kernels run again, with the executor, GPUs and time limit given now
+    (or those it started with)."""
     check_time_limit(time_limit)
     spares.wanted(0)
     c = Campaign.load(out)

@@ -70,6 +70,7 @@ SPECS = {
 
 
 def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` under the demo's fixed identity; its stdout, stripped (raises on failure)."""
     return subprocess.run(["git", *GIT_ID, *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -93,6 +94,7 @@ def make_repo(parent: Path, kernels: Sequence[str] = KERNELS) -> Path:
 
 
 def survey_command() -> list[str]:
+    """The demo repository's survey: its perf tests under this interpreter's pytest."""
     return [sys.executable, "-m", "pytest", "tests", "-k", "perf", "-q", "-p", "no:cacheprovider"]
 
 

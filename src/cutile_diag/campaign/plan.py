@@ -52,6 +52,8 @@ PERF_WORD = re.compile(r"\b(\w*perf\w*)\b")
 
 @dataclass
 class KernelPlan:
+    """One kernel of the plan: its reference, configurations, tests, derived commands and counts, and its rank
+    (expected gain) and problems."""
     name: str                          # the kernel's Python function name
     ref: str                           # FILE.py::KERNEL, FILE absolute
     file: str                          # FILE relative to the repository root
@@ -72,18 +74,22 @@ class KernelPlan:
 
     @property
     def ok(self) -> bool:
+        """No problem stops its loop."""
         return not self.problems
 
     def to_json(self) -> dict:
+        """Every field, and ``ok``."""
         return {**self.__dict__, "ok": self.ok}
 
     @classmethod
     def from_json(cls, d: dict) -> "KernelPlan":
+        """The plan entry from its JSON (keys that are not fields ignored)."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
 class CampaignPlan:
+    """The survey's kernels ranked (``ranked_by`` says by what), with the suite's GPU time and warnings."""
     command: list[str]
     root: str
     executed: bool
@@ -93,16 +99,20 @@ class CampaignPlan:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The plan as ``plan.json`` and ``campaign.json`` hold it."""
         return {"command": self.command, "root": self.root, "executed": self.executed, "ranked_by": self.ranked_by,
                 "suite_gpu_ms": self.suite_gpu_ms, "warnings": self.warnings,
                 "kernels": [k.to_json() for k in self.kernels]}
 
     @classmethod
     def from_json(cls, d: dict) -> "CampaignPlan":
+        """The plan from its JSON."""
         return cls(d["command"], d["root"], d["executed"], [KernelPlan.from_json(k) for k in d["kernels"]],
                    d["ranked_by"], d.get("suite_gpu_ms"), d.get("warnings", []))
 
     def kernel(self, name: str) -> KernelPlan | None:
+        """The kernel named by function name, ``FILE.py::KERNEL`` reference or repository-relative reference; None if
+        none."""
         return next((k for k in self.kernels if name in (k.name, k.ref, f"{k.file}::{k.ref.rsplit('::', 1)[1]}")), None)
 
 
@@ -164,6 +174,8 @@ def _commands(cmd: list[str], tests: Sequence[str], cwd: Path, root: Path,
 def build_plan(sv: Survey, root: Path, *, device=None, ceilings=None,
                on_step: Callable[[str], None] | None = None, max_tests: int | None = None,
                test_k: str | None = None) -> CampaignPlan:
+    """One plan entry per kernel the survey saw (configurations, counts, roof, tests and commands), ranked by the GPU
+    time it can give back when the survey executed, else by its share of the suite's attainable time or bytes."""
     results = roofline_launches(sv.records, device=device if sv.executed else None, ceilings=ceilings,
                                 on_step=on_step)
     cwd = Path(sv.cwd)

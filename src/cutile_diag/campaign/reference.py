@@ -49,6 +49,7 @@ def plugin_args() -> list[str]:
 
 @dataclass
 class Reference:
+    """The pytorch twins' times (surveyed test id -> its record) and what went wrong running them."""
     times: dict[str, dict] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 

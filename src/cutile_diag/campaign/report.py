@@ -63,6 +63,8 @@ class _Roof:
 
 
 def kernel_rows(c: Campaign, roof: _Roof | None = None) -> list[dict]:
+    """One row per selected kernel for the report: status, start and final times, percent of roof, speedup, steps kept
+    and why it stopped."""
     roof = roof or _Roof(c.data.get("roof_device"))
     rows = []
     for name in c.data["selected"]:
@@ -180,6 +182,7 @@ def _rel(path: str | None, out: Path) -> str | None:
 
 
 def write_report(c: Campaign) -> dict:
+    """Write ``campaign.md``, ``campaign.html`` and the chart into the campaign's folder; their paths and the rows."""
     rows = kernel_rows(c)
     out = c.out
     chart = _chart(rows, out)

@@ -137,10 +137,12 @@ class Campaign:
 
     @property
     def path(self) -> Path:
+        """``campaign.json`` in the campaign's folder."""
         return self.out / STATE_FILE
 
     @classmethod
     def load(cls, out: Path) -> "Campaign":
+        """The campaign in ``out``; a usage error when there is none."""
         p = out / STATE_FILE
         if not p.is_file():
             raise UsageError(f"no campaign in {out}", hint=f"start one: {prog()} campaign [--out DIR] -- CMD")
@@ -151,6 +153,8 @@ class Campaign:
                simulate: dict[str, str] | None, options: dict, executor: dict,
                baselines_first: bool = False, replay: bool = True,
                branch_prefix: str | None = None) -> "Campaign":
+        """A new campaign's state for the selected kernels (all pending), saved, with its folder kept out of git
+        status."""
         c = cls(out, {"plan": plan.to_json(), "selected": [k.name for k in selected], "time_limit_s": time_limit,
                       "replay": replay,
                       "spent_s": 0.0, "simulate": simulate or {}, "options": options, "executor": executor,
@@ -161,6 +165,7 @@ class Campaign:
         return c
 
     def save(self) -> None:
+        """Write ``campaign.json`` atomically (temporary file, then rename), with the time spent so far."""
         self.data["spent_s"] = self.spent()
         self._saved = time.monotonic()
         tmp = self.path.with_suffix(".tmp")
@@ -168,16 +173,20 @@ class Campaign:
         tmp.replace(self.path)
 
     def resume_command(self) -> str:
+        """The command line that continues this campaign."""
         return resume_command(self.out, Path(self.plan.root))
 
     @property
     def plan(self) -> CampaignPlan:
+        """The plan, rebuilt from the state."""
         return CampaignPlan.from_json(self.data["plan"])
 
     def kernel(self, name: str) -> KernelPlan:
+        """The plan entry of kernel ``name``."""
         return self.plan.kernel(name)
 
     def state(self, name: str) -> dict:
+        """Kernel ``name``'s mutable state in ``campaign.json`` (status, attempts, result ...)."""
         return self.data["kernels"][name]
 
     def todo(self, *, baseline_only: bool = False) -> list[str]:
@@ -197,6 +206,7 @@ class Campaign:
             self.out / "loops" / slug(self.kernel(name).ref.rsplit("::", 1)[1])
 
     def ledger(self, name: str) -> Ledger | None:
+        """The driver's copy of the kernel's loop ledger; None when it has none (yet)."""
         try:
             return Ledger.load(self.ledger_dir(name))
         except LedgerError:
@@ -226,10 +236,12 @@ class Campaign:
         self._base, self._started, self._saved = self.data["spent_s"], started, time.monotonic()
 
     def stop_clock(self) -> None:
+        """Save with this run's time counted, then stop counting."""
         self.save()
         self._started = None
 
     def spent(self) -> float:
+        """Seconds spent over every run: the saved total, plus this run's while its clock runs."""
         if self._started is None:
             return self.data["spent_s"]
         return self._base + (time.monotonic() - self._started)
@@ -240,6 +252,7 @@ class Campaign:
             self.save()
 
     def time_left(self, started: float) -> float | None:
+        """Seconds left of the time limit (None without one); before the clock starts, from ``started``."""
         limit = self.data["time_limit_s"]
         if limit is None:
             return None
@@ -264,6 +277,8 @@ class Campaign:
         return max(0.0, share)
 
     def job(self, name: str, time_limit: float | None, *, baseline_only: bool = False) -> Job:
+        """The job that runs kernel ``name``'s loop (continuing from its ledger when one exists) within ``time_limit``
+        seconds."""
         k = self.kernel(name)
         # a loop started earlier (its ledger exists) continues from its ledger
         resume = Ledger.exists(self.ledger_dir(name))
@@ -275,6 +290,7 @@ class Campaign:
                    branch_prefix=self.data.get("branch_prefix"))
 
     def mark(self, name: str, **fields: Any) -> None:
+        """Update kernel ``name``'s state and save."""
         self.state(name).update(fields)
         self.save()
 

@@ -31,6 +31,8 @@ Echo = Callable[[str], None] | None
 
 @dataclass
 class Survey:
+    """What the survey saw: every launch the command made, the runs it took (a killed survey continues), the pytorch
+    twins' times and the replay folder."""
     command: list[str]
     cwd: str
     executed: bool
@@ -47,6 +49,7 @@ class Survey:
         return round(sum(r.get("seconds") or 0.0 for r in self.runs), 1)
 
     def to_json(self) -> dict:
+        """The survey's summary (counts of launches and tests, not the launches themselves)."""
         return {"command": self.command, "cwd": self.cwd, "executed": self.executed, "complete": self.complete,
                 "launches": len(self.records), "tests": len({r.extra.get("test") for r in self.records} - {None}),
                 "runs": self.runs, "seconds": self.seconds, "warnings": self.warnings, "reference": self.reference,
@@ -54,6 +57,7 @@ class Survey:
 
 
 def is_pytest(cmd: list[str]) -> bool:
+    """The command runs pytest (``pytest`` or ``python -m pytest``, after any prefix)."""
     return pytest_prefix(cmd) is not None
 
 

@@ -24,6 +24,8 @@ def level_cell(p) -> str:
 
 
 def run_command(args: argparse.Namespace, cmd: list[str]) -> int:
+    """``roofline -- COMMAND``: place every kernel the command launches; 1 when a kernel did not come out as expected,
+    else 0."""
     from rich.text import Text
 
     from ..measure.roofline import CommandRequest

@@ -10,6 +10,7 @@ from ._args import positive_arg
 
 
 def register(sub) -> None:
+    """Add the ``calibrate`` subcommand and its flags."""
     p = sub.add_parser(
         "calibrate", help="measure a kernel against itself: the noise floor and false-keep rate of the loop",
         description="Measures one version against an identical copy of itself, interleaved the way the loop "
@@ -69,6 +70,7 @@ def _backend(args):
 
 
 def run(args) -> int:
+    """Run the A/A calibration, store this machine's noise floor and report it; 0 (bad flags are a usage error)."""
     from ..loop.backends import closing
     from ..loop.calibrate import calibrate, save
     n = positive_arg("-n", args.decisions, integer=True)

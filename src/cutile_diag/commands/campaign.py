@@ -13,6 +13,7 @@ DEFAULT_OUT = Path("cutile-diag-out") / "campaign"
 
 
 def register(sub) -> None:
+    """Add the ``campaign`` subcommand and its flags."""
     p = sub.add_parser(
         "campaign", help="every kernel a test suite launches: survey, rank by headroom x GPU-time share, optimise each",
         description="Runs CMD once with every ct.launch observed (incrementally: a killed survey keeps what it saw "
@@ -90,6 +91,8 @@ def _say(line: str) -> None:
 
 
 def run(args) -> int:
+    """Survey, rank and optimise (or ``--plan`` only); 1 when a kernel's loop crashed, 143 on SIGTERM (with the line
+    to resume)."""
     from ..loop.proc import exit_on_sigterm
     return exit_on_sigterm(lambda: _run(args), f"; `{resume_hint(args)}` goes on")
 

@@ -13,6 +13,7 @@ from ._args import positive_arg
 
 
 def register(sub) -> None:
+    """Add the ``capture`` subcommand and its flags (AOT, run and cache modes)."""
     p = sub.add_parser(
         "capture", help="capture TileIR, cubin, SASS, remarks and resources of kernels",
         description="Three modes. Ahead of time (no GPU):  capture FILE.py::KERNEL --arch sm_90 "
@@ -51,6 +52,7 @@ def register(sub) -> None:
 
 
 def parse_hints(items: list[str]) -> dict:
+    """``--hint KEY=VALUE`` items as a dict of integers; anything else is a usage error."""
     out = {}
     for it in items:
         if "=" not in it:
@@ -88,6 +90,8 @@ def _steps(enabled: bool):
 
 
 def run(args) -> int:
+    """Capture in the one mode the arguments select (AOT, run or cache) and print the summary; 0, or a usage error for
+    flags that do not fit the mode."""
     from ..capture.artifacts import incomplete_error
     from ..capture.render import detail_lines, summary_table
     from ..capture.run_mode import NothingCapturedError

@@ -15,6 +15,7 @@ from ..output import console, err_console, print_json, prog, progress
 
 
 def register(sub) -> None:
+    """Add the ``demo`` subcommand and its flags."""
     p = sub.add_parser("demo", help="capture and summarise the bundled example kernels (no GPU needed)",
                        description="Capture every bundled example kernel ahead of time (no GPU), summarise what "
                                    "the compiler made of each, diff the naive against the tuned GEMM and "
@@ -69,6 +70,8 @@ def _next_steps(out: Path, kernels: list[str]) -> list[tuple[str, str]]:
 
 
 def run(args) -> int:
+    """Capture, summarise, diff and diagnose the bundled example kernels, then the simulated campaign unless
+    ``--no-campaign``; 0."""
     from ..capture.aot import capture_aot
     from ..capture.render import detail_lines, summary_table
     from ..capture.summary import summarize_capture

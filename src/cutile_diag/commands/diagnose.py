@@ -22,6 +22,7 @@ NCU_COLLECT = "collect"     # diagnose.api.NCU_COLLECT (not imported: `--help` s
 
 
 def register(sub) -> None:
+    """Add the ``diagnose`` subcommand and its flags."""
     p = sub.add_parser(
         "diagnose", help="classify the bottleneck and rank the next optimisations, with evidence",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
@@ -67,6 +68,7 @@ def request(args):
 
 
 def run(args) -> int:
+    """Diagnose the kernel and print each diagnosis (or the JSON); 0."""
     from ..diagnose.api import diagnose
     echo = None if args.json else err_console.print
     result = diagnose(request(args), echo=echo)

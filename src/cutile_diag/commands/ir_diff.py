@@ -14,6 +14,7 @@ from ..output import console, err_console, print_json, write_atomic
 
 
 def register(sub) -> None:
+    """Add the ``ir-diff`` subcommand and its flags."""
     p = sub.add_parser(
         "ir-diff", help="structural diff of two TileIR dumps or capture folders",
         description="Match the ops of two TileIR programs independently of SSA names and report what "
@@ -36,6 +37,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Diff the two programs and render the result (text, JSON, HTML, GraphML); 0 equivalent, 1 different."""
     from ..diff.core import diff_paths
     from ..diff.export import graphml
     from ..diff.output import render, render_html, to_json

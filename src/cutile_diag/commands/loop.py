@@ -6,6 +6,7 @@ from ._args import add_budget, loop_overrides
 
 
 def register(sub) -> None:
+    """Add the ``loop`` subcommand and its steps (next, record, status, recover, clean)."""
     p = sub.add_parser("loop", help="manual steps of the optimisation loop: next, record, status, recover, clean",
                        description="For the edits cutile-diag cannot make itself: `loop next` prints the next "
                                    "playbook entry with a recipe for this kernel; after you edit the kernel file "
@@ -55,6 +56,7 @@ def _ref(args):
 
 
 def run_next(args) -> int:
+    """``loop next``: the next playbook entry for the kept version, with its recipe; 0."""
     from ..loop import api
     ns = api.next_step(_ref(args), entry=args.entry)
     if args.json:
@@ -84,6 +86,8 @@ def run_next(args) -> int:
 
 
 def run_record(args) -> int:
+    """``loop record``: verify, measure and decide the user's edit; 143 on SIGTERM, the edit saved for ``loop
+    recover``."""
     from ..loop.proc import exit_on_sigterm
     return exit_on_sigterm(lambda: _run_record(args), " (the edit is saved in the iteration's folder); "
                                                       f"`{prog()} loop recover` records it")
@@ -110,6 +114,7 @@ def _run_record(args) -> int:
 
 
 def run_status(args) -> int:
+    """``loop status``: the loop's branch, worktree, ledger table and latency so far; 0."""
     from ..loop import api
     st = api.status(_ref(args))
     if args.json:
@@ -148,6 +153,7 @@ def run_status(args) -> int:
 
 
 def run_recover(args) -> int:
+    """``loop recover``: close an interrupted iteration, or say there was none; 0."""
     from ..loop import api
     r = api.recover(_ref(args))
     if args.json:
@@ -159,6 +165,7 @@ def run_recover(args) -> int:
 
 
 def run_clean(args) -> int:
+    """``loop clean``: remove a finished loop's worktree (and its branch with ``--delete-branch``); 0."""
     from ..loop import api
     c = api.clean(_ref(args), delete_branch=args.delete_branch)
     if args.json:

@@ -8,6 +8,7 @@ from ._args import add_budget, loop_overrides
 
 
 def register(sub) -> None:
+    """Add the ``optimize`` subcommand and its flags."""
     p = sub.add_parser(
         "optimize", help="make a kernel faster: diagnose, apply one step, verify, measure, keep or revert",
         description="The perf recipe as a loop: refuses a dirty tree, creates branch cutile-perf-<kernel>-<date> in "
@@ -120,6 +121,7 @@ def _echo(args):
 
 
 def run(args) -> int:
+    """Run the loop (or ``--plan`` only) and show its table; 143 on SIGTERM, the worktree on the last kept commit."""
     from ..loop.proc import exit_on_sigterm
     # like Ctrl-C: the child's process group is killed, the loop's worktree is on the last kept commit
     return exit_on_sigterm(lambda: _run(args), f"; `{prog()} optimize --resume` records it and goes on")
@@ -177,6 +179,7 @@ def _show(result) -> None:
 
 
 def latency_line(baseline_ms: float, final_ms: float, kept_commit: str | None, simulated: bool) -> str:
+    """The one-line latency summary; a simulated run says its ratio is no speedup."""
     ratio = f"{baseline_ms / final_ms:.3f}x"
     if simulated:
         return (f"simulated latency {baseline_ms:.6f} ms -> {final_ms:.6f} ms ({ratio} in the simulation spec: "

@@ -20,6 +20,7 @@ from ._args import number_arg
 
 
 def register(subparsers) -> None:
+    """Add the ``peaks`` subcommand and its flags."""
     p = subparsers.add_parser(
         "peaks", help="device model (NVML/CUDA/presets) and measured bandwidth/GEMM ceilings",
         description="Show the device model with the source of every number, and the measured ceilings "
@@ -55,6 +56,8 @@ def _of(q, dev, key: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Show the device model and its ceilings (measured once and cached; ``--no-measure``: cached only), with the
+    size-curve plot when asked; 0."""
     from ..errors import NoGPUError
     from ..roofline.device import device_model, preset_names
     from ..measure.ceilings import device_ceilings

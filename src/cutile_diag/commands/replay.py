@@ -6,6 +6,7 @@ from ..output import console, print_json
 
 
 def register(sub) -> None:
+    """Add the ``replay`` subcommand and its flags."""
     p = sub.add_parser(
         "replay", help="time a recorded launch and check it against the recorded outputs",
         description="A recording (made by the campaign's survey or the loop's first check run in command mode) "
@@ -20,6 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Time and check each recording in the folder; 0 when all check, else 1."""
     from ..harness.timing import BenchOptions
     from ..measure.replay import replay_folder
     opts = BenchOptions()

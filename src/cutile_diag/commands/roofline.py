@@ -40,6 +40,7 @@ from ._args import number_arg
 
 
 def register(subparsers) -> None:
+    """Add the ``roofline`` subcommand and its flags (a workload, a bare kernel, or ``-- COMMAND``)."""
     p = subparsers.add_parser(
         "roofline", help="place a workload's configurations on the device roofline",
         description="Measure (or take recorded latencies for) each configuration of a workload, then report "
@@ -181,6 +182,7 @@ def _check_form(args, form: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Place a workload's configurations (or a command's kernels) on the roofline; 1 when one failed, else 0."""
     cmd = getattr(args, "passthrough", None) or []
     if cmd and args.kernel:
         raise UsageError("give a workload or kernel, or -- COMMAND, not both")

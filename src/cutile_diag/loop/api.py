@@ -44,6 +44,7 @@ class Measurement:
     replay_dir: str | None = None                              # recordings made already (a campaign's survey)
 
     def counts(self) -> dict:
+        """The ``--flops`` / ``--bytes`` / ``--unit`` / ``--roof-device`` flags as the command backend's counts."""
         from .factory import counts_spec
         return counts_spec(self.flops, self.bytes, self.unit, self.roof_device)
 
@@ -75,6 +76,7 @@ class LoopOverrides:
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> "LoopOverrides":
+        """The overrides from their stored JSON (unknown keys dropped)."""
         return cls(**{k: v for k, v in (d or {}).items() if k in cls.__dataclass_fields__})
 
     def apply(self, base: dict | None = None):
@@ -85,6 +87,8 @@ class LoopOverrides:
 
 @dataclass
 class OptimizeRequest:
+    """The ``optimize`` command's request: the kernel, how to measure, the loop's overrides, and a new loop's branch
+    and folder (or ``resume``)."""
     kernel: str | None                                         # FILE.py::KERNEL (optional with resume)
     measurement: Measurement = field(default_factory=Measurement)
     options: LoopOverrides = field(default_factory=LoopOverrides)
@@ -106,11 +110,13 @@ class LoopRef:
 
 @dataclass
 class Plan:
+    """What ``optimize --plan`` shows: the kernel's location, its capture and the loop's diagnosis, nothing run."""
     location: dict
     capture: dict | None
     diagnosis: Any                                             # LoopDiagnosis
 
     def to_json(self) -> dict:
+        """The plan as JSON."""
         return {"location": self.location, "capture": self.capture, "diagnosis": self.diagnosis.to_json()}
 
 
@@ -247,11 +253,13 @@ def plan(req: OptimizeRequest) -> Plan:
 # --- an existing loop -----------------------------------------------------------------------
 
 def open_loop(ref: LoopRef):
+    """(session, ledger) of the loop ``ref`` names."""
     from .session import find_state_dir, load_session
     return load_session(find_state_dir(ref.kernel, ref.out))
 
 
 def next_step(ref: LoopRef, *, entry: str | None = None):
+    """``loop next``: the next playbook entry for the loop's kept version (``entry``: that one)."""
     from .manual import next_step as _next
     s, led = open_loop(ref)
     return _next(s, led, entry=entry)
@@ -279,6 +287,7 @@ def record(ref: LoopRef, *, entry: str | None = None, note: str | None = None,
 
 
 def status(ref: LoopRef):
+    """``loop status``: where the loop ``ref`` names stands."""
     from .manual import status as _status
     s, led = open_loop(ref)
     return _status(s, led)
@@ -286,14 +295,17 @@ def status(ref: LoopRef):
 
 @dataclass
 class Recovered:
+    """What ``loop recover`` did (None: nothing was pending), and the loop's worktree."""
     what: str | None          # None: nothing was pending
     worktree: str
 
     def to_json(self) -> dict:
+        """The recovery as JSON."""
         return {"recovered": self.what, "worktree": self.worktree}
 
 
 def recover(ref: LoopRef) -> Recovered:
+    """``loop recover``: close the loop's interrupted iteration, if any."""
     from .recover import recover as _recover
     s, led = open_loop(ref)
     return Recovered(_recover(s, led), str(s.worktree))
@@ -301,11 +313,13 @@ def recover(ref: LoopRef) -> Recovered:
 
 @dataclass
 class Cleaned:
+    """What ``loop clean`` removed, and the worktree and branch it concerned."""
     done: list[str]
     worktree: str
     branch: str
 
     def to_json(self) -> dict:
+        """Every field."""
         return dict(self.__dict__)
 
 

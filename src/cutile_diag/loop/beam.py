@@ -44,13 +44,16 @@ class Member:
 
     @property
     def digest(self) -> str:
+        """The member's version digest."""
         return self.record["digest"]
 
     @property
     def keys(self) -> tuple[str, ...]:
+        """The member's transform set, as a recipe."""
         return rc.recipe(self.record.get("applied") or ())
 
     def to_json(self) -> dict:
+        """The member as the ledger's beam records show it."""
         return {"iteration": self.record["iteration"], "digest": self.digest[:12], "est": round(self.est, 5),
                 "set": list(self.keys)}
 
@@ -74,12 +77,15 @@ class SetResult:
 
 @dataclass
 class Move:
+    """One candidate step from a frontier member: the choice to evaluate, what kind of move it is, and its expected
+    latency ratio to the baseline."""
     member: Member
     choice: Choice
     kind: str            # add | drop | setting (a setting of a transform in the set) | again (after arithmetic)
     expected: float      # the member's estimate times the move's expected ratio
 
     def to_json(self) -> dict:
+        """The move as the ledger's beam records show it."""
         return {"kind": self.kind, "on": self.member.record["iteration"], "transform": self.choice.transform.name,
                 "expected": round(self.expected, 5)}
 
@@ -96,6 +102,7 @@ def estimates(iterations: Iterable[dict]) -> dict[str, float]:
 
 
 def frontier(iterations: list[dict], width: int) -> list[Member]:
+    """The ``width`` kept sets (the baseline included) with the lowest estimated latency, earliest first on ties."""
     est = estimates(iterations)
     recs = {r["digest"]: r for r in iterations if r.get("digest") in est and (r["iteration"] == 0 or r["status"] == "keep")}
     return sorted((Member(recs[d], e) for d, e in est.items()), key=lambda m: (m.est, m.record["iteration"]))[:width]
@@ -135,13 +142,17 @@ def ratios(iterations: Iterable[dict]) -> dict[str, float]:
 
 
 class Beam:
+    """The loop's beam search: each step takes the best expected move over the frontier's members, after STALL steps
+    without a keep a random one."""
     def __init__(self, runner, width: int):
         self.r, self.width = runner, width
 
     def members(self) -> list[Member]:
+        """The frontier as the ledger stands."""
         return frontier(self.r.led.iterations, self.width)
 
     def best(self) -> Member:
+        """The frontier member with the lowest estimated latency."""
         return self.members()[0]
 
     def _canonical(self, c: Candidate, original: Version) -> Candidate:

@@ -48,6 +48,7 @@ class Costs:
 
     @property
     def known(self) -> bool:
+        """The baseline measured a check or a run (else the plan cuts nothing)."""
         return self.verify_s > 0 or self.run_s > 0
 
     def confirm_s(self, rounds: int) -> float:
@@ -71,11 +72,13 @@ class Costs:
         return compiles + checks + screen + self.confirm_s(rounds)
 
     def to_json(self) -> dict:
+        """The costs in seconds, as the ledger's baseline record stores them."""
         return {"verify_s": round(self.verify_s, 3), "run_s": round(self.run_s, 3),
                 "capture_s": round(self.capture_s, 3), "compile_s": round(self.compile_s, 3)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Costs":
+        """Costs from their stored JSON (missing ones 0)."""
         d = dict(d or {})
         return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0),
                    float(d.get("compile_s") or 0.0))
@@ -88,6 +91,8 @@ class Costs:
 
 @dataclass
 class Plan:
+    """What one iteration can afford: the candidates to screen and those left out for time, the rounds of screening
+    and confirmation, and the estimate against the budget."""
     screen: list[int]                       # indices of the candidates to screen (in order)
     skipped: list[int]                      # left out for time
     screen_rounds: int
@@ -98,6 +103,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The plan as the iteration's record stores it."""
         return {"screen": self.screen, "skipped": self.skipped, "screen_rounds": self.screen_rounds,
                 "confirm_rounds": self.confirm_rounds, "estimate_s": round(self.estimate_s, 1),
                 "budget_s": self.budget_s, "fits": self.fits, "notes": self.notes}

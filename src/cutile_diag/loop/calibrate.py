@@ -52,6 +52,8 @@ class _Copy(Version):
 
 @dataclass
 class Calibration:
+    """One A/A calibration: the noise floor it measured, the CI half-width and spread of an A/A comparison, and the
+    false keeps and reverts of the decision rule over ``n`` decisions."""
     machine: str | None                  # "NVIDIA H200|driver 580.95" (None: unknown, nothing cached)
     what: str                            # the workload reference or the benchmark command
     backend: str
@@ -71,9 +73,11 @@ class Calibration:
 
     @property
     def false_keep_rate(self) -> float:
+        """The share of A/A decisions the loop would have kept."""
         return self.false_keeps / self.n if self.n else 0.0
 
     def to_json(self) -> dict:
+        """Every field, and ``false_keep_rate``."""
         d = dict(self.__dict__)
         d["false_keep_rate"] = self.false_keep_rate
         return d
@@ -191,6 +195,7 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
 # the per-machine cache
 
 def cache_path() -> Path:
+    """The per-machine noise cache, ``noise.json`` in the ceilings' cache folder."""
     from ..roofline.peaks import cache_dir
     return cache_dir() / "noise.json"
 
@@ -222,6 +227,8 @@ def save(cal: Calibration) -> Path | None:
 
 
 def lookup(machine: str | None, what: str | None = None) -> dict | None:
+    """The cached calibration of ``machine`` for ``what`` (a workload or command), else its latest; None when there is
+    none."""
     if not machine:
         return None
     m = _read()["machines"].get(machine)

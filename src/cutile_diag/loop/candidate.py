@@ -11,6 +11,7 @@ from .backends import Version
 
 @dataclass
 class Candidate:
+    """One version to evaluate: the files after the transform, what the transform returned, and its parameters."""
     version: Version
     result: Any                  # TransformResult, or a composite's (loop.composite)
     params: dict
@@ -18,4 +19,5 @@ class Candidate:
 
 
 def transform_key(name: str, params: Mapping[str, Any]) -> str:
+    """The ledger's key of a transform with its parameters: the name, then the parameters as sorted JSON."""
     return name + (json.dumps(dict(params), sort_keys=True, default=str) if params else "")

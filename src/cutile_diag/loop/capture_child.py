@@ -49,6 +49,7 @@ def capture(job: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the JOB file's capture and write the RESULT file; 2 on a wrong argument count."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2:
         print("usage: python -m cutile_diag.loop.capture_child JOB.json RESULT.json", file=sys.stderr)

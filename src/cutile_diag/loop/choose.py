@@ -18,6 +18,8 @@ from .diagnosis import LoopDiagnosis, Rec
 
 @dataclass
 class Choice:
+    """The step chosen: the diagnosis's entry, the transform that applies it, and its candidates (several: a sweep).
+    The step chosen: the diagnosis's entry, the transform that applies it, and its candidates (several: a sweep)."""
     rec: Rec
     transform: Any
     candidates: list[Candidate]

@@ -48,11 +48,13 @@ COMPILE_CAP_S = 300.0
 
 
 def stamp(t: float) -> str:
+    """``t`` (seconds since the epoch) as a UTC ISO time to the millisecond."""
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
 class Compiled:
+    """One candidate's compile in a child: its capture result, when it ran, and why a run must capture it instead."""
     label: str
     digest: str
     result: CaptureResult
@@ -63,6 +65,7 @@ class Compiled:
     spare: bool = False          # a child started ahead ran it (loop.spares)
 
     def to_json(self) -> dict:
+        """The compile as the step's cost record shows it."""
         return {"label": self.label, "ok": self.result.ok, "source": self.result.source,
                 "error": self.result.error or None, "s": round(self.end - self.start, 3),
                 "start": stamp(self.start), "end": stamp(self.end), "warm_cache": self.warm or None,
@@ -83,6 +86,7 @@ def recorded_specs(capture: Path | None) -> dict[str, str] | None:
 
 
 def launch_block(capture: Path | None) -> dict | None:
+    """The ``launch`` block of a capture folder's manifest; None when there is none or it cannot be read."""
     try:
         return json.loads((Path(capture) / "manifest.json").read_text()).get("launch") if capture else None
     except (OSError, ValueError):
@@ -160,6 +164,8 @@ def compile_versions(jobs: Sequence[dict], *, deadline: proc.Deadline | None = N
 def job_json(*, root: Path, kernel_file: str, kernel: str, files: Mapping[str, str], name: str, out_dir: Path,
              archs: Sequence[str], args: Sequence[str], specs: Mapping[str, str] | None, launch: dict | None,
              env: Mapping[str, str] | None, cwd: Path | None) -> dict:
+    """The JSON job a compile child runs: the kernel reference, the candidate's files as overrides, and where its
+    arguments come from."""
     return {"ref": f"{Path(root) / kernel_file}::{kernel}", "overrides": {str(Path(root) / p): t for p, t in files.items()},
             "name": name, "out_dir": str(out_dir), "archs": list(archs), "args": list(args),
             "specs": dict(specs or {}), "launch": launch, "env": dict(env or {}), "cwd": str(cwd) if cwd else None}
@@ -250,6 +256,8 @@ def _preload() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Compile the job in ``argv[0]`` (``--spare``: preload imports, then read the job's path on stdin) and print the
+    reply as one JSON line; 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--spare":
         try:

@@ -34,23 +34,28 @@ class CompositeResult:
 
     @property
     def transform(self) -> str:
+        """The parts' transforms, joined by ``+``."""
         return "+".join(p["transform"] for p in self.parts)
 
     @property
     def ids(self) -> str:
+        """The parts' playbook entries, joined by ``+``."""
         return "+".join(p.get("entry") or "?" for p in self.parts)
 
     @property
     def params(self) -> dict:
+        """Each part's parameters, keyed by position and transform."""
         # keyed by position: the same transform may appear twice (a step on top of itself)
         return {f"{i + 1}:{p['transform']}": dict(p.get("params") or {}) for i, p in enumerate(self.parts)}
 
     @property
     def description(self) -> str:
+        """The parts' descriptions, in the order they were applied."""
         return f"{self.ids}: " + "; then ".join(p.get("description") or p["transform"] for p in self.parts)
 
 
 def part(entry: str, transform: str, result: Any, params: Mapping[str, Any]) -> dict:
+    """One part of a composite: its entry, transform, parameters, description and the source it produced."""
     return {"entry": entry, "transform": transform, "params": dict(getattr(result, "params", None) or params),
             "description": getattr(result, "description", transform), "source": result.new_source}
 

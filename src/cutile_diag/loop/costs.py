@@ -37,6 +37,8 @@ def _busy(intervals: Iterable[tuple[float, float]]) -> float:
 
 
 class StepClock:
+    """Where one step's wall time goes: busy intervals per phase (diagnose, compile, capture, check, time), run counts
+    and compiles."""
     def __init__(self):
         self.started = time.time()
         self.intervals: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
@@ -51,11 +53,13 @@ class StepClock:
             tally[k] = tally.get(k, 0) + v
 
     def add(self, phase: str, start: float, end: float, runs: int = 1) -> None:
+        """Record a busy interval of ``phase`` and the runs it made."""
         self.intervals.setdefault(phase, []).append((start, end))
         self.runs[phase] = self.runs.get(phase, 0) + runs
 
     @contextlib.contextmanager
     def phase(self, name: str, runs: int = 1):
+        """Time the block as a busy interval of phase ``name``."""
         t0 = time.time()
         try:
             yield
@@ -63,6 +67,8 @@ class StepClock:
             self.add(name, t0, time.time(), runs)
 
     def to_json(self) -> dict:
+        """Per phase its busy seconds (overlaps counted once), span and counts; the compiles, the wall time and what
+        no phase covers."""
         out: dict[str, Any] = {}
         for p, iv in self.intervals.items():
             if iv:

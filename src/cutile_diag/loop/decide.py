@@ -37,6 +37,7 @@ NON_IMPROVING_LIMIT = 2
 
 @dataclass
 class Thresholds:
+    """The keep and regression thresholds of the decision rules, in percent."""
     keep_baseline_pct: float = KEEP_BASELINE_PCT
     keep_demote_pct: float = KEEP_DEMOTE_PCT
     regression_pct: float = REGRESSION_PCT
@@ -44,6 +45,8 @@ class Thresholds:
 
 @dataclass
 class Decision:
+    """A keep / revert / crash decision: which rule fired, why, and what it means for the stop rules and the entry's
+    priority."""
     status: str                   # keep | revert | crash
     rule: str                     # which rule fired (see RULES)
     reason: str
@@ -54,6 +57,7 @@ class Decision:
     regressions: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """Every field."""
         return dict(self.__dict__)
 
 
@@ -131,6 +135,8 @@ def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
 
 
 def reject(rule: str, reason: str, *, status: str = "revert") -> Decision:
+    """A decision without a measured improvement: ``rule`` and ``reason`` (a revert unless ``status`` says otherwise).
+    A decision without a measured improvement: ``rule`` and ``reason`` (a revert unless ``status`` says otherwise)."""
     return Decision(status, rule, reason)
 
 
@@ -144,6 +150,7 @@ def _imp(ratio: float) -> str:
 
 @dataclass
 class StopCheck:
+    """Whether a stop rule fires, which, and why."""
     stop: bool
     rule: str = ""
     reason: str = ""

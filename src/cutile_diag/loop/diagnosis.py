@@ -17,6 +17,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 @dataclass
 class Rec:
+    """One recommended playbook entry: the transform that applies it (empty for a manual entry), why, its evidence,
+    predicted effect, risks and rank."""
     id: str
     name: str
     transform: str = ""                   # "" = a manual entry
@@ -35,9 +37,11 @@ class Rec:
 
     @property
     def automatic(self) -> bool:
+        """A transform can apply it (not a manual entry)."""
         return bool(self.transform)
 
     def to_json(self) -> dict:
+        """Every field, and ``automatic``."""
         d = dict(self.__dict__)
         d["automatic"] = self.automatic
         return d
@@ -45,6 +49,8 @@ class Rec:
 
 @dataclass
 class LoopDiagnosis:
+    """The diagnosis the loop acts on: the bottleneck, whether to hand over to a person, and the ranked
+    recommendations."""
     bottleneck: str
     confidence: str = "low"
     escalate: bool = False
@@ -57,6 +63,7 @@ class LoopDiagnosis:
     evidence: list[dict] = field(default_factory=list)
 
     def to_json(self, *, evidence: bool = False) -> dict:
+        """The diagnosis as the ledger records it (``evidence=True``: with the evidence facts)."""
         d = {"bottleneck": self.bottleneck, "confidence": self.confidence, "escalate": self.escalate,
              "reasons": self.reasons, "source": self.source, "notes": self.notes,
              "recommendations": [r.to_json() for r in self.recommendations],
@@ -68,6 +75,8 @@ class LoopDiagnosis:
 
 @dataclass
 class DiagnoseContext:
+    """What a diagnoser is given about one version: its source, capture, roofline points, workload counts, and what
+    was tried already."""
     path: Path                             # the kernel file
     kernel: str
     source: str
@@ -82,7 +91,10 @@ class DiagnoseContext:
 
 
 class Diagnoser(Protocol):
-    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis: ...
+    """What the loop asks of a diagnoser: one diagnosis per version."""
+
+    def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        """The diagnosis of the version ``ctx`` describes."""
 
 
 def _from_engine(d) -> LoopDiagnosis:
@@ -105,6 +117,8 @@ class EngineDiagnoser:
         self.fallback = fallback or ApplicabilityDiagnoser()
 
     def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        """The engine's diagnosis of the capture and measurements; without a capture, or when the engine fails, the
+        applicability ranking (with a note why)."""
         if ctx.capture is None:
             d = self.fallback.diagnose(ctx)
             d.notes.insert(0, "no capture of this version: ranked the transforms that apply to the source "
@@ -165,6 +179,8 @@ class ApplicabilityDiagnoser:
     """Rank the source transforms that apply, by the playbook priority of the kernel's class."""
 
     def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        """The transforms that apply to the source, ranked by the playbook priority of the kernel's class, one
+        recommendation per playbook entry."""
         from ..transforms import applicability
         cls, reasons = _class_of(ctx)
         notes: list[str] = []
@@ -242,6 +258,7 @@ class ScriptedDiagnoser:
         self.calls: list[DiagnoseContext] = []
 
     def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
+        """The scripted diagnosis for this call (recorded in ``calls``)."""
         self.calls.append(ctx)
         s = self.script
         if callable(s):

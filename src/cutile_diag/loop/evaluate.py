@@ -92,6 +92,8 @@ def guard_info(pts: Mapping[str, dict], why: str | None, configs) -> dict:
 
 
 class Evaluation:
+    """Candidates against the kept version: write, guard, capture, verify, measure, decide, commit or reset, record
+    (the part of ``Runner`` that ``loop record`` shares)."""
     measure_no_ops = False          # `loop record --allow-noop`: a no-op edit is measured (never credited)
     # the loop's state an evaluation reads (the runner sets it)
     s: Session
@@ -111,6 +113,7 @@ class Evaluation:
         self._verified: dict[str, Verification] = {}        # this step's checks, by digest (Steps.check_first)
 
     def costs(self) -> budget_mod.Costs:
+        """What a check, a run and a capture cost, as the ledger's iterations measured them."""
         return budget_mod.costs_from_ledger(self.led.iterations)
 
     def time_left(self) -> float | None:
@@ -137,6 +140,7 @@ class Evaluation:
         return budget_mod.fitted_sweep(self.costs(), self.opt.iteration_budget_s, shared=self._costly)[0]
 
     def plan(self, n_points: int) -> budget_mod.Plan:
+        """What one iteration of ``n_points`` candidates can afford within the budget."""
         # a sweep's points compile at once (loop.compile_pool), and check at once where the backend can
         return budget_mod.plan(n_points, self.costs(), self.budget_s(), rounds=self.rounds(),
                                screen_rounds=self.opt.screen_rounds, compile_workers=os.cpu_count() or 1,

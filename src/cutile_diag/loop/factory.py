@@ -16,6 +16,7 @@ from ..workloads import load_workload
 
 
 def parse_kv(items: Sequence[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` flags as a dict, each value parsed as JSON when it is JSON, else kept as text."""
     out: dict[str, Any] = {}
     for it in items or []:
         if "=" not in it:
@@ -156,4 +157,5 @@ def backend_spec(*, workload: str | None, workload_args: Sequence[str] = (), tes
 
 
 def make_backend(spec: dict, *, log_dir: Path | None = None) -> Backend:
+    """The backend a ledger's backend spec describes."""
     return backend_from_json(spec, log_dir=log_dir)

@@ -47,6 +47,7 @@ def slug(name: str) -> str:
 
 
 def repo_root(path: str | Path) -> Path:
+    """The top of the git repository holding ``path``; a ``GitError`` when there is none."""
     p = Path(path).resolve()
     start = p if p.is_dir() else p.parent
     r = _run(["rev-parse", "--show-toplevel"], start, check=False)
@@ -58,6 +59,8 @@ def repo_root(path: str | Path) -> Path:
 
 @dataclass
 class Git:
+    """Git commands on one tree; the loop's own folders (``ignore``) never count as changes, and commits and resets
+    refuse a tree that is not ``writable``."""
     root: Path
     ignore: tuple[str, ...] = ()          # repo-relative folders the loop owns (its output)
     # True only for the loop's own worktree: resets, commits and deletions refuse any other tree,
@@ -73,23 +76,30 @@ class Git:
 
     # -- queries ---------------------------------------------------------------------------
     def head(self) -> str:
+        """The commit HEAD points at."""
         return _run(["rev-parse", "HEAD"], self.root).stdout.strip()
 
     def has_commits(self) -> bool:
+        """The repository has a commit (HEAD resolves)."""
         return _run(["rev-parse", "--verify", "-q", "HEAD"], self.root, check=False).returncode == 0
 
     def branch(self) -> str | None:
+        """The checked-out branch, or None when HEAD is detached."""
         r = _run(["symbolic-ref", "--short", "-q", "HEAD"], self.root, check=False)
         return r.stdout.strip() or None
 
     def branch_exists(self, name: str) -> bool:
+        """A local branch ``name`` exists."""
         return _run(["rev-parse", "--verify", "-q", f"refs/heads/{name}"], self.root,
                     check=False).returncode == 0
 
     def is_tracked(self, path: str) -> bool:
+        """Git tracks ``path``."""
         return _run(["ls-files", "--error-unmatch", "--", path], self.root, check=False).returncode == 0
 
     def rel(self, path: str | Path) -> str:
+        """``path`` relative to the repository root (a relative path is taken from the root); a ``GitError`` outside
+        it."""
         p = Path(path)
         p = p.resolve() if p.is_absolute() else (self.root / p).resolve()
         try:
@@ -117,6 +127,7 @@ class Git:
         return items
 
     def dirty_files(self) -> list[str]:
+        """The changed paths of ``status``."""
         return [p for _, p in self.status()]
 
     def changed_since(self, rev: str) -> list[str]:
@@ -127,12 +138,14 @@ class Git:
         return sorted(files)
 
     def show(self, rev: str, path: str) -> str:
+        """``path``'s text at ``rev``; a ``GitError`` when it does not exist there."""
         r = _run(["show", f"{rev}:{path}"], self.root, check=False)
         if r.returncode != 0:
             raise GitError(f"{path} does not exist at {rev[:12]}")
         return r.stdout
 
     def is_ancestor(self, a: str, b: str) -> bool:
+        """``a`` is an ancestor of ``b`` (or the same commit)."""
         return _run(["merge-base", "--is-ancestor", a, b], self.root, check=False).returncode == 0
 
     # -- changes ---------------------------------------------------------------------------
@@ -173,10 +186,12 @@ class Git:
         _run(args, self.root)
 
     def remove_worktree(self, path: Path) -> None:
+        """Remove the worktree at ``path`` (forced) and prune its administrative files."""
         _run(["worktree", "remove", "--force", str(path)], self.root, check=False)
         _run(["worktree", "prune"], self.root, check=False)
 
     def delete_refs(self, prefix: str) -> None:
+        """Delete every ref under ``prefix`` (the loop's kept iteration refs)."""
         out = _run(["for-each-ref", "--format=%(refname)", prefix], self.root).stdout.split()
         for ref in out:
             _run(["update-ref", "-d", ref], self.root, check=False)
@@ -220,7 +235,10 @@ class Git:
                             + f"# cutile-diag optimize: the loops' state\n{line}\n")
 
     def delete_branch(self, name: str) -> None:
+        """Delete branch ``name``, merged or not."""
         _run(["branch", "-q", "-D", name], self.root)
 
     def keep_ref(self, ref: str, rev: str) -> None:
+        """Point ``ref`` at ``rev``: an iteration's commit stays reachable after a revert resets the branch past it.
+        Point ``ref`` at ``rev``: an iteration's commit stays reachable after a revert resets the branch past it."""
         _run(["update-ref", ref, rev], self.root)

@@ -87,6 +87,7 @@ def loaded_files(environ: Mapping[str, str] | None = None) -> dict:
 
 
 def read_audit(path: Path) -> list[dict]:
+    """The JSON lines of an import audit file (unreadable lines skipped); [] when it cannot be read."""
     try:
         lines = path.read_text().splitlines()
     except OSError:

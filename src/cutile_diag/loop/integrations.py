@@ -24,6 +24,8 @@ CHILD = "cutile_diag.loop.capture_child"
 
 @dataclass
 class CaptureResult:
+    """One capture of a version: the folder, or why it failed and which sources were tried; a timeout says nothing
+    about the kernel."""
     ok: bool
     path: Path | None = None
     error: str = ""
@@ -38,6 +40,7 @@ class CaptureResult:
                 "the source, and iterations have no IR diff")
 
     def to_json(self) -> dict:
+        """The capture as the iteration's record stores it."""
         d = {"ok": self.ok, "path": str(self.path) if self.path else None, "error": self.error,
              "seconds": round(self.seconds, 3), "cached": self.cached}
         if self.source:

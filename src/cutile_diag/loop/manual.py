@@ -34,6 +34,7 @@ from ..source.model import changed_lines
 
 @dataclass
 class ManualResult:
+    """A hand edit in the shape of a transform's result (description, parameters, changed lines)."""
     description: str
     params: dict = field(default_factory=dict)
     changed_lines: tuple[int, ...] = ()
@@ -43,6 +44,8 @@ class ManualResult:
 
 @dataclass
 class NextStep:
+    """What ``loop next`` shows: the entry to apply by hand, its recipe, the diagnosis, the command that records it,
+    and whether the loop should stop."""
     rec: Rec | None
     diagnosis: LoopDiagnosis
     recipe: list[str]
@@ -53,6 +56,7 @@ class NextStep:
     not_automatic: list[str] = field(default_factory=list)   # why the entry's transforms do not apply
 
     def to_json(self) -> dict:
+        """The next step as ``loop next --json`` prints it."""
         return {"entry": self.rec.to_json() if self.rec else None, "recipe": self.recipe, "command": self.command,
                 "automatic": self.automatic, "not_automatic": self.not_automatic, "stop": self.stop.__dict__,
                 "diagnosis": self.diagnosis.to_json(), "location": self.location}
@@ -352,6 +356,8 @@ def record_manual(s: Session, led: Ledger, backend: Backend, *, entry: str | Non
 
 @dataclass
 class Status:
+    """What ``loop status`` shows: the branch and worktree, the kept commit, the table rows, a pending iteration, the
+    latencies and the next command."""
     state_dir: str
     kernel: str
     branch: str
@@ -374,12 +380,15 @@ class Status:
     loop_args: str = ""                                  # what names this loop to a loop command run here
 
     def to_json(self) -> dict:
+        """Every field, with ``stop_now`` as a dict."""
         d = dict(self.__dict__)
         d["stop_now"] = self.stop_now.__dict__
         return d
 
 
 def status(s: Session, led: Ledger, *, options: LoopOptions | None = None) -> Status:
+    """Where the loop stands: its worktree and branch, kept commit, table, pending iteration, stop rules and what to
+    run next."""
     opt = options or LoopOptions.from_json(s.options)
     git = s.git()
     have_wt = s.worktree.is_dir() and (s.worktree / ".git").exists()

@@ -67,12 +67,15 @@ class Deadline:
         self.at = None if budget_s is None else self.start + float(budget_s)
 
     def remaining(self) -> float | None:
+        """Seconds left (never below 0); None without a budget."""
         return None if self.at is None else max(0.0, self.at - time.monotonic())
 
     def expired(self) -> bool:
+        """The budget has run out."""
         return self.at is not None and time.monotonic() >= self.at
 
     def elapsed(self) -> float:
+        """Seconds since the deadline was set."""
         return time.monotonic() - self.start
 
     def timeout(self, cap: float | None = None) -> float | None:
@@ -85,6 +88,7 @@ class Deadline:
 
 @dataclass
 class ProcResult:
+    """One child's outcome: its exit status, output, whether it was killed at the deadline, and its wall time."""
     argv: Sequence[str] | str
     returncode: int | None
     stdout: str
@@ -94,9 +98,11 @@ class ProcResult:
 
     @property
     def ok(self) -> bool:
+        """Exited 0 before the deadline."""
         return not self.timed_out and self.returncode == 0
 
     def tail(self, n: int = 1500) -> str:
+        """The last ``n`` characters of stdout then stderr."""
         text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
         return text[-n:]
 

@@ -19,10 +19,12 @@ ARITHMETIC = frozenset({"approx_div", "flush_to_zero", "exp_to_exp2"})
 
 
 def name_of(key: str) -> str:
+    """The transform name of a recipe key (the part before its JSON parameters)."""
     return key.split("{", 1)[0]
 
 
 def params_of(key: str) -> dict:
+    """The parameters of a recipe key ({} when it has none)."""
     name = name_of(key)
     return json.loads(key[len(name):]) if len(key) > len(name) else {}
 

@@ -34,6 +34,7 @@ _TIME_KEYS = ("mean", "std", "median", "min", "max", "iqr", "q25", "q75")
 
 @dataclass
 class BenchRecord:
+    """One printed benchmark record: test id, framework, direction and its latency statistics in ms."""
     test_id: str
     framework: str
     direction: str                # forward | backward | total | -
@@ -49,6 +50,7 @@ class BenchRecord:
     line: int = 0
 
     def to_json(self) -> dict:
+        """Every field."""
         return dict(self.__dict__)
 
 
@@ -163,6 +165,8 @@ def latencies(records: list[BenchRecord], *, direction: str = "forward") -> dict
 
 def require_records(text: str, *, framework: str = "cutile", direction: str = "forward",
                     what: str = "the benchmark command") -> dict[str, BenchRecord]:
+    """The latencies of ``framework`` / ``direction`` the text prints, per test id; a ``BackendError`` naming what was
+    printed instead when there are none."""
     recs = latencies(parse_records(text, framework=framework), direction=direction)
     if not recs:
         anyfw = parse_records(text, framework=None)

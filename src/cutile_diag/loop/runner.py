@@ -70,6 +70,8 @@ BASELINE_CAP_S = 1800.0     # the baseline's hang guard (its time is checked aga
 
 @dataclass
 class LoopOptions:
+    """The loop's settings (stop rules, budget, rounds, sweep, beam, capture ...), stored in the ledger's setup record
+    and validated on construction."""
     max_iterations: int = MAX_ITERATIONS
     iteration_budget_s: float = 600.0
     rounds: int | None = None           # None: fitted to --budget from the measured run time (budget.fitted_rounds)
@@ -113,15 +115,20 @@ class LoopOptions:
 
     @property
     def beam_width(self) -> int:
+        """The frontier width: ``--beam`` when given, else DEFAULT_BEAM under ``--until-roof`` / ``--continue``, else
+        1 (the greedy walk)."""
         if self.beam is not None:
             return int(self.beam)
         return DEFAULT_BEAM if self.until_roof is not None or self.keep_going else 1
 
     def to_json(self) -> dict:
+        """Every field, as the ledger's setup record stores it."""
         return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None, **over) -> "LoopOptions":
+        """Options from a ledger's stored fields (unknown keys and the per-run ones dropped), with ``over``'s non-None
+        values on top."""
         known = {k: v for k, v in dict(d or {}).items() if k in cls.__dataclass_fields__ and k not in cls.PER_RUN}
         known.update({k: v for k, v in over.items() if v is not None})
         return cls(**known)
@@ -129,6 +136,8 @@ class LoopOptions:
 
 @dataclass
 class LoopResult:
+    """How a loop ended: its stop rule and reason, the kept commit, baseline and final latency, the table rows, and
+    where its branch and worktree are."""
     state_dir: str
     table: str
     ledger: str
@@ -149,11 +158,13 @@ class LoopResult:
 
     @property
     def speedup(self) -> float | None:
+        """Baseline over final latency; None without both."""
         if self.baseline_ms and self.final_ms:
             return self.baseline_ms / self.final_ms
         return None
 
     def to_json(self) -> dict:
+        """The result as JSON; a simulated ratio goes under ``simulated_speedup`` and ``speedup`` is None."""
         d = dict(self.__dict__)
         # a simulated ratio is the spec's number: never under the key an agent reports as a gain
         d["speedup" if not self.simulated else "simulated_speedup"] = self.speedup
@@ -218,17 +229,20 @@ class Runner(Evaluation, Steps):
 
     @property
     def transforms(self) -> Mapping[str, Any]:
+        """The transforms the loop may apply: those given, else the registry (imported on first use)."""
         if self._transforms is None:
             from ..transforms import TRANSFORMS
             self._transforms = TRANSFORMS
         return self._transforms
 
     def hook(self, point: str, ctx: dict) -> None:
+        """Call the user's hook for ``point`` (``Steps.hook``), if one is set."""
         fn = self.hooks.get(point)
         if fn is not None:
             fn(ctx)
 
     def kept_version(self) -> Version:
+        """The version of the last kept iteration."""
         return self.version_of(self.led.last_kept())
 
     def version_of(self, rec: dict | None) -> Version:
@@ -407,12 +421,14 @@ class Runner(Evaluation, Steps):
                 self.captures[v.digest] = res
 
     def verify(self, v: Version, deadline: proc.Deadline, *, observe: bool = False):
+        """The backend's correctness check of ``v``, timed as the step's ``check`` phase (``Steps.verify``)."""
         with self.clock.phase("check"):
             if observe:
                 return self.backend.verify(v, self.ws, deadline, observe=True)
             return self.backend.verify(v, self.ws, deadline)
 
     def measure(self, versions, deadline: proc.Deadline, rounds: int):
+        """Interleaved timing of ``versions`` by the backend, its cost split on the step's clock (``Steps.measure``)."""
         reqs = self.backend.requests
         n0 = len(reqs) if reqs is not None else 0
         try:
@@ -506,6 +522,8 @@ class Runner(Evaluation, Steps):
                 self._compile_spares = None
 
     def baseline(self) -> dict:
+        """Iteration 0: capture, check and time the unchanged kernel (whole, not cut by the iteration budget), fit
+        rounds and sweep width to its costs, and record it."""
         n = 0
         a = Version("baseline", self.ws.current(), self.s.start_commit, ())
         self.led.append({"type": "begin", "iteration": n, "base_commit": a.commit, "base_digest": a.digest})
@@ -655,11 +673,14 @@ class Runner(Evaluation, Steps):
         return chk
 
     def record_stop(self, rule: str, reason: str, manual: list[dict] | None = None) -> None:
+        """Append the stop record (rule, reason, manual entries left) to the ledger and say it."""
         self.led.append({"type": "stop", "rule": rule, "reason": reason, "manual": manual or [],
                          "iterations": len(self.led.decisions())})
         self.echo(f"stop: {reason}")
 
     def run(self) -> LoopResult:
+        """Iterate until a stop rule fires (budget, time limit, escalation, exhaustion, the ledger's rules) and return
+        the result; the suite's bench runs once more at the end."""
         manual: list[dict] = []
         try:
             self._check_budget()
@@ -743,6 +764,7 @@ class Runner(Evaluation, Steps):
                         f"is {need} s: raise it with --budget {need}")
 
     def result(self, rule: str, reason: str, manual: list[dict] | None = None) -> LoopResult:
+        """The ``LoopResult`` of the ledger as it stands, stopped by ``rule``."""
         its = self.led.iterations
         base = next((r for r in its if r["iteration"] == 0), None)
         kept = self.led.last_kept()
@@ -761,6 +783,8 @@ class Runner(Evaluation, Steps):
     # one iteration
 
     def iterate(self, n: int, a: Version, choice: Choice, diag: LoopDiagnosis) -> dict:
+        """One iteration: label the candidates, stop when the time left or the budget cannot hold one check and
+        comparison, else evaluate them against ``a``."""
         rec = choice.rec
         sweep = len(choice.candidates) > 1
         for i, c in enumerate(choice.candidates):

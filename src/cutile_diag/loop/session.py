@@ -54,6 +54,7 @@ def free_branch(git: Git, base: str) -> str:
 
 
 def state_dir_for(root: Path, kernel: str, out: str | Path | None = None) -> Path:
+    """The loop's state folder: ``<out or root/DEFAULT_OUT>/<kernel slug>``, absolute."""
     base = Path(out).expanduser() if out else root / DEFAULT_OUT
     if not base.is_absolute():
         base = (Path.cwd() / base)
@@ -79,6 +80,8 @@ def owned_folder(root: Path, state_dir: Path) -> str | None:
 
 @dataclass
 class Session:
+    """What a loop works on and where: the repository, kernel, allowed files, branch, worktree and state folder, with
+    the backend and options (the ledger's setup record)."""
     root: Path
     state_dir: Path
     kernel_file: str                    # repo-relative
@@ -118,6 +121,7 @@ class Session:
         return Git(self.root, (own,) if own else ())
 
     def to_setup(self) -> dict:
+        """The session as the ledger's setup record."""
         return {"root": str(self.root), "kernel_file": self.kernel_file, "kernel": self.kernel,
                 "function": self.function, "allowed": self.allowed, "branch": self.branch,
                 "start_commit": self.start_commit, "backend": self.backend, "options": self.options,
@@ -126,6 +130,7 @@ class Session:
 
     @classmethod
     def from_setup(cls, rec: dict, state_dir: Path) -> "Session":
+        """The session from a setup record; a ``LedgerError`` when a field is missing."""
         try:
             return cls(root=Path(rec["root"]), state_dir=Path(state_dir), kernel_file=rec["kernel_file"],
                        kernel=rec["kernel"], function=rec.get("function", rec["kernel"]),
@@ -148,6 +153,7 @@ class Session:
                 f"| git -C {root} apply"]
 
     def iteration_dir(self, n: int) -> Path:
+        """Iteration ``n``'s folder in the state folder."""
         return self.state_dir / "iterations" / f"{n:02d}"
 
 
@@ -215,6 +221,8 @@ def _several(found: list[Path], what: str) -> Path:
 
 
 def load_session(state_dir: Path) -> tuple[Session, Ledger]:
+    """The session and ledger in ``state_dir``; options and measurement commands given again on ``--resume`` override
+    the setup's."""
     led = Ledger.load(state_dir)
     s = Session.from_setup(led.setup, state_dir)
     changed = led.of_type("options")

@@ -23,6 +23,8 @@ def create_session(kernel_ref: str, *, backend: dict, options: dict, out: str | 
                    branch: str | None = None, wrappers: Sequence[str] = (), capture: dict | None = None,
                    echo: Callable[[str], None] | None = None,
                    branch_prefix: str | None = None) -> tuple[Session, Ledger]:
+    """Start a loop: refuse a dirty tree, locate the kernel, create its branch in its own worktree and write the
+    ledger's setup record."""
     echo = echo or (lambda _s: None)
     path, name = parse_ref(kernel_ref)
     root = repo_root(path)

@@ -57,6 +57,8 @@ def child_env(env: Mapping[str, str | None]) -> dict[str, str]:
 
 
 class Spares:
+    """A pool of ``n`` child processes of ``module`` started ahead, waiting on stdin for their job, for one env and
+    cwd."""
     def __init__(self, module: str, *, env: Mapping[str, str | None], cwd: Path | str, n: int,
                  log_dir: Path | None = None):
         """``log_dir``: each child's stderr goes to its own file there (``p.log_path``); without
@@ -87,6 +89,7 @@ class Spares:
         return p
 
     def fill(self) -> None:
+        """Start children until ``n`` are ready (dead ones dropped)."""
         self.ready = [p for p in self.ready if p.poll() is None]
         while len(self.ready) < self.n:
             self.ready.append(self._start())
@@ -106,9 +109,11 @@ class Spares:
         return p
 
     def matches(self, env: Mapping[str, str | None], cwd: Path | str) -> bool:
+        """The pool's children were started with this env and cwd."""
         return child_env(env) == self.env and str(cwd) == self.cwd
 
     def close(self) -> None:
+        """Reap every waiting child."""
         for p in self.ready:
             _reap(p)
         self.ready = []

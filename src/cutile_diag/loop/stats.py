@@ -32,6 +32,8 @@ DEFAULT_NOISE_FLOOR = 0.005
 
 
 def t975(df: int) -> float:
+    """Student's t 97.5 % quantile at ``df`` degrees of freedom (table, the nearest lower entry between rows, 1.96 for
+    none)."""
     if df <= 0:
         return 1.96
     if df in _T975:
@@ -54,6 +56,7 @@ class RunStat:
 
     @classmethod
     def from_samples(cls, samples: Sequence[float], record: dict | None = None) -> "RunStat":
+        """A run from its raw samples: their median and relative standard deviation (percent)."""
         xs = [float(x) for x in samples]
         med = statistics.median(xs)
         mean = statistics.fmean(xs)
@@ -62,6 +65,7 @@ class RunStat:
 
     @classmethod
     def from_record(cls, rec: dict) -> "RunStat":
+        """A run from a benchmark record (median, rel_std, nrep), without samples."""
         return cls(float(rec["median"]), rec.get("rel_std"), rec.get("nrep"), None, dict(rec))
 
     def log_var(self) -> float | None:
@@ -77,6 +81,7 @@ class RunStat:
         return (MEDIAN_SE_FACTOR * cv) ** 2 / max(n, 1)
 
     def to_json(self) -> dict:
+        """The run's summary, record and samples (rounded to 1e-6 ms) for the ledger."""
         d = {"median": self.median, "rel_std": self.rel_std, "nrep": self.nrep}
         if self.record:
             d["record"] = self.record
@@ -87,6 +92,8 @@ class RunStat:
 
 @dataclass
 class ConfigComparison:
+    """Candidate against baseline on one configuration: the median latencies, the ratio of the paired rounds with its
+    95 % interval, and the standard error term that set it."""
     config: str
     baseline_ms: float                  # median over rounds of the baseline's medians
     candidate_ms: float
@@ -111,13 +118,16 @@ class ConfigComparison:
 
     @property
     def significantly_faster(self) -> bool:
+        """The whole 95 % interval of the ratio is below 1."""
         return self.hi < 1.0
 
     @property
     def significantly_slower(self) -> bool:
+        """The whole 95 % interval of the ratio is above 1."""
         return self.lo > 1.0
 
     def to_json(self) -> dict:
+        """The comparison and both versions' runs, for the ledger."""
         return {"config": self.config, "baseline_ms": self.baseline_ms, "candidate_ms": self.candidate_ms,
                 "ratio": self.ratio, "ci95": [self.lo, self.hi], "change_pct": self.change_pct,
                 "rounds": self.rounds, "se_log": self.se_log, "method": self.method,
@@ -127,6 +137,7 @@ class ConfigComparison:
 
 @dataclass
 class Comparison:
+    """The configurations' comparisons combined: the geometric-mean ratio with its 95 % interval."""
     configs: list[ConfigComparison]
     ratio: float                        # geometric mean over configurations
     lo: float
@@ -136,22 +147,27 @@ class Comparison:
 
     @property
     def improvement_pct(self) -> float:
+        """Percent of latency saved (negative: slower)."""
         return (1.0 - self.ratio) * 100.0
 
     @property
     def significantly_faster(self) -> bool:
+        """The whole 95 % interval of the combined ratio is below 1."""
         return self.hi < 1.0
 
     def config(self, name: str) -> ConfigComparison:
+        """The comparison of configuration ``name`` (StopIteration when there is none)."""
         return next(c for c in self.configs if c.config == name)
 
     def to_json(self) -> dict:
+        """The combined ratio and interval, and every configuration's comparison."""
         return {"ratio": self.ratio, "ci95": [self.lo, self.hi], "improvement_pct": self.improvement_pct,
                 "baseline_ms": self.baseline_ms, "candidate_ms": self.candidate_ms,
                 "configs": [c.to_json() for c in self.configs]}
 
 
 def geomean(xs: Iterable[float]) -> float:
+    """The geometric mean; ValueError for no values or a non-positive one."""
     xs = [float(x) for x in xs]
     if not xs or any(x <= 0 for x in xs):
         raise ValueError("geometric mean of non-positive or no values")
@@ -160,6 +176,8 @@ def geomean(xs: Iterable[float]) -> float:
 
 def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence[RunStat], *,
                    noise_floor: float = DEFAULT_NOISE_FLOOR) -> ConfigComparison:
+    """Paired comparison over rounds of the log ratio: its standard error is the largest of the between-round spread,
+    the runs' own spread and the noise floor (t quantile only for the between-round term with 3 rounds or more)."""
     if not baseline or len(baseline) != len(candidate):
         raise ValueError(f"{config}: need the same number (>= 1) of baseline and candidate runs")
     if any(r.median <= 0 for r in [*baseline, *candidate]):
@@ -188,6 +206,7 @@ def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence
 
 
 def combine(configs: Sequence[ConfigComparison]) -> Comparison:
+    """The configurations' log ratios averaged (equal weights), their standard errors combined in quadrature."""
     if not configs:
         raise ValueError("no configurations to compare")
     C = len(configs)

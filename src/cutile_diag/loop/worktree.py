@@ -20,6 +20,7 @@ WORKTREES = Path("cutile-diag") / "worktrees"
 
 
 def worktree_path(root: Path, branch: str) -> Path:
+    """Where the loop's worktree for ``branch`` goes: under the repository's common git folder."""
     return Git(root).common_dir() / WORKTREES / slug(branch)
 
 
@@ -28,6 +29,7 @@ def _pointer(wt: Path) -> Path:
 
 
 def register(wt: Path, state_dir: Path, root: Path) -> None:
+    """Write the worktree's pointer file: the loop's state folder and the user's repository."""
     _pointer(wt).write_text(json.dumps({"state_dir": str(state_dir), "root": str(root)}) + "\n")
 
 

@@ -44,6 +44,8 @@ class LaunchNotSeen(CutileDiagError):
 
 @dataclass
 class AutoCapture:
+    """A capture made without specs: its folder, the source that gave it, the launch it came from, and why earlier
+    sources were passed over."""
     folder: CaptureFolder
     source: str                                    # specs | workload-run | workload-cpu | command-run
     launch: LaunchRecord | None = None

@@ -90,6 +90,8 @@ def _call(request: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the request in REQUEST.json in the mode it names and write RESULT.json; 2 on bad usage, 1 when the handler
+    raised (traceback on stderr)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2:
         print("usage: python -m cutile_diag.measure.child REQUEST.json RESULT.json", file=sys.stderr)

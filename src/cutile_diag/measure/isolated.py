@@ -148,6 +148,7 @@ def resolve_callable(target: str):
 
 
 def load_for_request(request: dict) -> tuple[Workload, WorkloadConfig]:
+    """The workload and configuration a child request names, loaded with the request's workload arguments."""
     wl = load_workload(request["workload"], **(request.get("workload_kwargs") or {}))
     return wl, wl.config(request["config"])
 

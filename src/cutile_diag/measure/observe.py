@@ -90,6 +90,8 @@ class NoLaunchesError(CutileDiagError):
 
 @dataclass
 class ObservedRun:
+    """What one observed command did: its exit, its wall time, the launches it recorded, and the tails of its output.
+    What one observed command did: its exit, its wall time, the launches it recorded, and the tails of its output."""
     command: list[str]
     returncode: int
     seconds: float

@@ -18,6 +18,7 @@ from ..replay.workload import REF_PREFIX, ReplayWorkload
 
 @dataclass
 class ReplayRun:
+    """One replay of a recording: the measured result of each of its configurations."""
     folder: str
     kernel: str
     results: list[MeasureResult] = field(default_factory=list)
@@ -25,9 +26,11 @@ class ReplayRun:
 
     @property
     def ok(self) -> bool:
+        """Every configuration checked and timed."""
         return all(r.ok for r in self.results)
 
     def to_json(self) -> dict:
+        """The ``replay --json`` document."""
         return {"folder": self.folder, "kernel": self.kernel, "ok": self.ok, "notes": self.notes,
                 "results": [r.to_json() for r in self.results]}
 

@@ -48,6 +48,8 @@ from ..roofline.ncu import profile_workload
 
 @dataclass
 class ConfigResult:
+    """One configuration's roofline outcome: its status, the placed point when it measured, and the static and ncu
+    side reports."""
     config: str
     status: str                       # ok | mismatch | error | timeout | unavailable | no_gpu
     error: str | None = None
@@ -57,6 +59,7 @@ class ConfigResult:
     ncu: dict[str, Any] | None = None
 
     def to_json(self) -> dict:
+        """The JSON record of this configuration (its point, measurement and side reports)."""
         return {"config": self.config, "status": self.status, "error": self.error,
                 "point": self.point.to_json() if self.point else None,
                 "measure": self.measure.to_json() if self.measure is not None else None,
@@ -88,6 +91,8 @@ def roofline_workload(wl: Workload, cfgs: Sequence[WorkloadConfig], *, device: D
                       isolated: bool = True, timeout_s: float = 300.0,
                       static: bool = True, ncu: bool = False,
                       on_step: Callable[[str], None] | None = None) -> list[ConfigResult]:
+    """Time (or take the recorded latency of) each configuration, count it statically, optionally profile it under
+    ncu, and place it on the roofline; a configuration that fails to measure keeps its status and no point."""
     options = options or BenchOptions()
     out: list[ConfigResult] = []
     for cfg in cfgs:
@@ -203,6 +208,7 @@ class RooflineRequest:
 
 @dataclass
 class RooflineRun:
+    """The ``roofline WORKLOAD`` command's outcome: one result per configuration and the plot written, if any."""
     workload: Workload
     device: DeviceModel
     ceilings: Ceilings | None
@@ -217,6 +223,7 @@ class RooflineRun:
             r.point is not None and not r.point.valid for r in self.results)
 
     def to_json(self) -> dict:
+        """The ``roofline --json`` document of a workload."""
         return {"workload": self.workload.describe(), "device": self.device.to_json(),
                 "ceilings": self.ceilings.to_json() if self.ceilings else None,
                 "results": [r.to_json() for r in self.results], "plot": str(self.plot) if self.plot else None}
@@ -295,6 +302,7 @@ class CommandRequest:
 
 @dataclass
 class CommandRun:
+    """The ``roofline -- COMMAND`` outcome: the observed run and one result per kernel it launched."""
     command: list[str]
     observed: ObservedRun
     device: DeviceModel | None
@@ -311,6 +319,7 @@ class CommandRun:
         return any(r.status not in (expected, "ok") for r in self.results)
 
     def to_json(self) -> dict:
+        """The ``roofline --json`` document of a command, with where its counts and times come from."""
         run, dev, ceilings = self.observed, self.device, self.ceilings
         return {"command": self.command, "returncode": run.returncode, "seconds": round(run.seconds, 3),
                 "executed": run.executed, "launches": len(run.records),

@@ -26,6 +26,8 @@ _REGEN_SEED = 0             # regenerated inputs are the same at every load (the
 
 @dataclass
 class Replay:
+    """A recorded launch rebuilt on a device (what ``load`` returns): its arguments, grid, kernel, wrapper call and
+    recorded outputs, with the buffers to restore between runs."""
     folder: Path
     manifest: dict
     device: str
@@ -40,14 +42,17 @@ class Replay:
 
     @property
     def name(self) -> str:
+        """The recorded kernel's name."""
         return self.manifest["kernel"]["name"]
 
     @property
     def arg_names(self) -> list[str]:
+        """The launch's parameter names, in argument order."""
         return [a["name"] for a in self.manifest["args"]]
 
     @property
     def regenerated(self) -> list[int]:
+        """Ids of the storages rebuilt from statistics (past the size cap) rather than from their recorded bytes."""
         return [s["id"] for s in self.manifest["storages"] if s.get("stored") != "whole"]
 
     @property
@@ -70,6 +75,7 @@ class Replay:
                 self.storages[s["id"]].fill_(0xFF)      # all-ones bits: NaN in every float type, -1 in ints
 
     def launch(self, stream=None):
+        """The bare launch, ``ct.launch(stream, grid, kernel, args)``, on the current CUDA stream by default."""
         import cuda.tile as ct
         import torch
         if stream is None and torch.cuda.is_available():

@@ -207,6 +207,8 @@ def _kernel_attr(kernel) -> str | None:
 
 @dataclass
 class Pending:
+    """A launch being recorded: what ``before`` copied, handed to ``after`` to write (``error``: why it cannot be
+    recorded)."""
     folder: Path
     manifest: dict
     enc: _Encoder | None
@@ -223,6 +225,8 @@ class LaunchRecorder:
 
     @classmethod
     def from_env(cls) -> "LaunchRecorder | None":
+        """The recorder ``$CUTILE_DIAG_REPLAY_DIR`` asks for (None when unset), capped at
+        ``$CUTILE_DIAG_REPLAY_CAP_MB``."""
         d = os.environ.get(ENV_DIR)
         if not d:
             return None

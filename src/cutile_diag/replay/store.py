@@ -87,6 +87,7 @@ def read_manifest(folder: str | Path) -> dict:
 
 
 def write_manifest(folder: Path, d: dict) -> None:
+    """Write ``replay.json`` into ``folder``, stamped with the schema version."""
     (folder / MANIFEST).write_text(json.dumps({"schema": SCHEMA, **d}, indent=1))
 
 

@@ -40,6 +40,8 @@ def folders_of(target: str | Path) -> list[Path]:
 
 
 class ReplayWorkload(Workload):
+    """The recordings in a folder as a workload: one configuration per recording, checked against the recorded answer.
+    The recordings in a folder as a workload: one configuration per recording, checked against the recorded answer."""
     framework = "cutile"
 
     def __init__(self, folder: str, file: str | None = None, tolerances: dict | None = None,
@@ -74,6 +76,7 @@ class ReplayWorkload(Workload):
         return self.file or m["kernel"].get("file")
 
     def available(self) -> str | None:
+        """Why this workload cannot be checked (a recording made without executing), or None."""
         for f, m in self.manifests.values():
             if not m.get("executed"):
                 return f"{f.name} was recorded without executing: there is no recorded answer to check against"
@@ -101,6 +104,8 @@ class ReplayWorkload(Workload):
         return self._hook
 
     def replay(self, cfg: WorkloadConfig, device: str = "cuda") -> Replay:
+        """The configuration's recording, loaded once; its wrapper call is dropped when the wrapper no longer matches
+        the recorded launch."""
         r = self._loaded.get(cfg.name)
         if r is None:
             f, m = self.manifests[cfg.name]
@@ -131,14 +136,18 @@ class ReplayWorkload(Workload):
 
     # -- the Workload protocol --------------------------------------------------------------------
     def make_inputs(self, cfg: WorkloadConfig, seed: int, device: str = "cuda") -> dict[str, Any]:
+        """The recording, restored to its bytes before the launch (``seed`` is unused: the inputs are recorded)."""
         r = self.replay(cfg, device)
         r.restore()
         return {"replay": r}
 
     def reset(self, inputs: dict[str, Any]) -> None:
+        """Restore the recorded inputs before the next check or timed block."""
         inputs["replay"].restore()
 
     def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Run the kernel's code as it is now (the wrapper call when recorded, else the bare launch) and return the
+        written arguments."""
         r: Replay = inputs["replay"]
         if r.wrapper is None:
             r.launch()
@@ -155,6 +164,8 @@ class ReplayWorkload(Workload):
         return {n: args[names.index(n)] for n in r.written if names.index(n) < len(args)}
 
     def reference(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The recorded launch's written arguments; with regenerated inputs, the recorded version's answer on them,
+        computed once and cached in the folder."""
         r: Replay = inputs["replay"]
         if not r.regenerated:
             return dict(r.outputs)
@@ -173,6 +184,7 @@ class ReplayWorkload(Workload):
         return out
 
     def flops(self, cfg: WorkloadConfig) -> float:
+        """The FLOPs given in ``counts`` for this recording (0 when none were given)."""
         return float((self.counts.get(cfg.name) or {}).get("flops") or 0.0)
 
     def bytes(self, cfg: WorkloadConfig) -> float:
@@ -185,6 +197,7 @@ class ReplayWorkload(Workload):
                          for s in m["storages"]))
 
     def compute_unit(self, cfg: WorkloadConfig) -> tuple[str, str]:
+        """The (dtype, unit) given in ``counts``, else f32 on CUDA cores."""
         u = (self.counts.get(cfg.name) or {}).get("unit")
         return tuple(u) if u else ("f32", "cuda")
 

@@ -20,6 +20,8 @@ APPROX_OPS = ("truediv", "sqrt", "tanh", "exp")
 
 @dataclass(frozen=True)
 class ApproxDiv(Transform):
+    """``rounding_mode=APPROX`` on the kernel's provably float32 divisions (``/`` becomes ``ct.truediv``); ``ops``
+    picks which."""
     name: str = "approx_div"
     playbook_id: str = "H"
     summary: str = "float32 division with rounding_mode=APPROX (`/` -> ct.truediv)"

@@ -83,6 +83,8 @@ class Transform:
 
     # -- public API
     def applicable(self, source: str, kernel_name: str, **params) -> tuple[bool, str]:
+        """(True, what it would do) when the transform applies with ``params``, else (False, why not); a parameterised
+        transform given none asks whether any candidate applies."""
         if self.REQUIRES_PARAMS and not params:
             return self._probe(source, kernel_name)
         try:
@@ -92,6 +94,8 @@ class Transform:
         return True, plan.description
 
     def apply(self, source: str, kernel_name: str, **params):
+        """The rewritten source (or hints) for ``params``; raises ``TransformNotApplicable``, naming this transform,
+        when it does not apply."""
         try:
             plan = self._run(source, kernel_name, params)
         except TransformNotApplicable as e:

@@ -21,6 +21,7 @@ from .base import Plan, Transform
 LOG2E = 1.4426950408889634   # log2(e), so exp(x) == exp2(x * LOG2E)
 
 def scaled(arg: cst.BaseExpression, const: str) -> cst.BinaryOperation:
+    """``arg * const``, the exponent's argument scaled by the named constant."""
     return times(arg, cst.Name(const))
 
 
@@ -40,6 +41,8 @@ def _insert_index(module: cst.Module) -> int:
 
 @dataclass(frozen=True)
 class ExpToExp2(Transform):
+    """``ct.exp(x)`` -> ``ct.exp2(x * LOG2E)``, with a module-level LOG2E (reused when one of the same value exists).
+    ``ct.exp(x)`` -> ``ct.exp2(x * LOG2E)``, with a module-level LOG2E (reused when one of the same value exists)."""
     name: str = "exp_to_exp2"
     playbook_id: str = "H"
     summary: str = "ct.exp(x) -> ct.exp2(x * LOG2E)"

@@ -25,6 +25,7 @@ DIV = "/"
 
 
 def divisions(k: Kernel) -> list[cst.BinaryOperation]:
+    """Every ``a / b`` in the kernel's body."""
     return find_all(k.func.body, lambda n: isinstance(n, cst.BinaryOperation)
                     and isinstance(n.operator, cst.Divide))
 
@@ -86,6 +87,8 @@ def f32_kwarg_edits(k: Kernel, ops, kw: str, value: str, applied: Callable[[cst.
 
 @dataclass(frozen=True)
 class FlushToZero(Transform):
+    """``flush_to_zero=True`` on the kernel's provably float32 ops that take it (``ops`` picks which; ``/`` becomes
+    ``ct.truediv``)."""
     name: str = "flush_to_zero"
     playbook_id: str = "H"
     summary: str = "flush_to_zero=True on float32 exp2/rsqrt/sqrt/div/reductions; `/` -> ct.truediv"

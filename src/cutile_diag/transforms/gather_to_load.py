@@ -73,6 +73,8 @@ def _stable_names(k: Kernel, form: AffineGather, binds) -> str | None:
 
 @dataclass(frozen=True)
 class GatherToLoad(TmaChoice, Transform):
+    """Tile-shaped ``ct.gather`` / ``ct.scatter`` (row ids, ``b*T + arange(T)``) rewritten as ``ct.load`` /
+    ``ct.store``, with or without TMA."""
     name: str = "gather_to_load"
     playbook_id: str = "A"
     summary: str = "tile-shaped ct.gather/ct.scatter (row ids, b*T + arange(T)) -> ct.load/ct.store"

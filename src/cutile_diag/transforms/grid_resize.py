@@ -95,6 +95,8 @@ def _factors(k: Kernel) -> list[_Factor]:
 
 @dataclass(frozen=True)
 class GridResize(Transform):
+    """The blocks per SM of a persistent kernel's SM-count grid, set where the wrapper writes them (``blocks_per_sm``,
+    required)."""
     name: str = "grid_resize"
     playbook_id: str = "Y"
     summary: str = "a persistent kernel's SM-count grid: blocks per SM where the wrapper writes them"
@@ -118,6 +120,7 @@ class GridResize(Transform):
         return Plan(description=desc, params={"blocks_per_sm": bps}, module=rewrite(k.module, edits))
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """The swept blocks per SM above the current value; [] when the kernel is not persistent."""
         try:
             cur = _factors(load(source, kernel_name))[0].value
         except TransformNotApplicable:

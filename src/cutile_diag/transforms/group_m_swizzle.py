@@ -32,6 +32,7 @@ SWEEP = (8, 4, 16)
 
 
 def new_grid(k: Kernel, grid: cst.BaseExpression, line: int) -> cst.BaseExpression:
+    """The launch's 2-D grid ``(m, n)`` (or ``(m, n, 1)``) as the 1-D ``(m * n,)``; refuses any other grid."""
     if isinstance(grid, (cst.Tuple, cst.List)):
         els = [e.value for e in grid.elements]
         if len(els) == 3 and int_value(els[2]) == 1:
@@ -44,6 +45,8 @@ def new_grid(k: Kernel, grid: cst.BaseExpression, line: int) -> cst.BaseExpressi
 
 @dataclass(frozen=True)
 class GroupMSwizzle(Transform):
+    """A 2-D tile grid made a 1-D grid with a GROUP_SIZE_M swizzle: the kernel, its launches and its CAPTURE_SPECS
+    rewritten together."""
     name: str = "group_m_swizzle"
     playbook_id: str = "I"
     summary: str = "2-D grid -> 1-D grid with GROUP_SIZE_M swizzle (kernel + launch + CAPTURE_SPECS)"
@@ -151,6 +154,7 @@ class GroupMSwizzle(Transform):
         return Plan(description=desc, params={"group_size_m": g}, module=module, notes=notes)
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """The swept group sizes (8, 4, 16) that apply."""
         out = [{"group_size_m": v} for v in SWEEP]
         return [c for c in out if self.applicable(source, kernel_name, **c)[0]]
 

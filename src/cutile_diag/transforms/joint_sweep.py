@@ -69,6 +69,8 @@ def _spread(points: list[tuple], n: int) -> list[tuple]:
 
 @dataclass(frozen=True)
 class JointSweep(Transform):
+    """Points of the joint space of rows per block, persistent grid, kernel hints and latency, composed from the
+    single-knob transforms (two knobs at least per point)."""
     name: str = "joint_sweep"
     playbook_id: str = "C"
     summary: str = "occupancy x latency x rows-per-block x persistent grid, searched jointly"
@@ -94,6 +96,8 @@ class JointSweep(Transform):
         return out
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """Up to MAX_POINTS joint points that move two knobs or more, spread over the space, most knobs moved first;
+        knobs that exclude each other are dropped."""
         try:
             load(source, kernel_name)
         except TransformNotApplicable:

@@ -96,6 +96,8 @@ def _describe(hints: dict[str, int]) -> str:
 
 @dataclass(frozen=True)
 class KernelHints(Transform):
+    """``occupancy`` / ``num_ctas`` / ``num_worker_warps`` written into the ``@ct.kernel(...)`` decorator; a value it
+    already sets is replaced only with ``overwrite=True``."""
     name: str = "kernel_hints"
     playbook_id: str = "C"
     summary: str = "occupancy / num_ctas / num_worker_warps in the @ct.kernel(...) decorator"
@@ -132,6 +134,7 @@ class KernelHints(Transform):
                     params=dict(todo), module=rewrite(k.module, {k.decorator: edit}), notes=notes)
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """One candidate per swept value of each knob, overwriting what the decorator sets."""
         # a sweep moves a knob the decorator may already set: overwrite is implied
         return _sweep_candidates(self, source, kernel_name, overwrite=True)
 

@@ -50,6 +50,8 @@ def _check_latency(v: Any, what: str) -> int:
 
 @dataclass(frozen=True)
 class LatencyHints(Transform):
+    """``latency=N`` on the kernel's loads, stores, gathers and scatters, per role (defaults per role, ``latency`` for
+    all, ``values`` per role)."""
     name: str = "latency_hints"
     playbook_id: str = "E"
     summary: str = "latency=N on loads/stores/gathers/scatters that lack it"
@@ -107,6 +109,7 @@ class LatencyHints(Transform):
                     module=rewrite(k.module, edits), notes=notes)
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """The role defaults, then swept latencies on the main load and on stores, those that apply."""
         out: list[dict[str, Any]] = [{}]
         out += [{"roles": ["main_load"], "latency": v} for v in SWEEP]
         out += [{"roles": ["store"], "latency": v} for v in (1, 3)]

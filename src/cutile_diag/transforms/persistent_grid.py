@@ -73,6 +73,8 @@ def _swizzle_extent(k: Kernel, body: list[cst.BaseStatement]) -> str | None:
 
 @dataclass(frozen=True)
 class PersistentGrid(Transform):
+    """A 1-D grid of independent tiles made persistent: a grid-stride loop over tiles, launched on ``min(n_tiles,
+    NUM_SMS * blocks_per_sm)`` blocks."""
     name: str = "persistent_grid"
     playbook_id: str = "B"
     summary: str = "grid-stride loop over tiles; launch grid min(n_tiles, NUM_SMS * blocks_per_sm)"
@@ -197,6 +199,7 @@ class PersistentGrid(Transform):
         return Plan(description=desc, params={"blocks_per_sm": bps}, module=module, notes=notes)
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """The default blocks per SM, then each swept value; [] when the kernel is not a candidate."""
         ok, _ = self.applicable(source, kernel_name)
         if not ok:
             return []

@@ -97,6 +97,8 @@ class _Replace(cst.CSTTransformer):
 
 @dataclass(frozen=True)
 class ReadOnce(Transform):
+    """A one-pass path for multi-pass row kernels: when every pass loop runs once, the row's tile is loaded once and
+    shared by the passes."""
     name: str = "read_once"
     playbook_id: str = "W"
     summary: str = "multi-pass row kernels: load the row once when every pass loop runs once (extent <= tile)"

@@ -17,6 +17,8 @@ from .kernel_hints import (KNOBS, _describe, _sweep_candidates, _why_none, check
 
 @dataclass(frozen=True)
 class ReplaceHints(HintTransform):
+    """The kernel hints as a ``kernel.replace_hints(...)`` dict instead of a source edit (the hint-only form of
+    ``kernel_hints``)."""
     name: str = "replace_hints"
     playbook_id: str = "C"
     summary: str = "kernel.replace_hints(...) dict for occupancy / num_ctas / num_worker_warps sweeps"
@@ -32,6 +34,7 @@ class ReplaceHints(HintTransform):
                     params=dict(hints), hints=dict(hints))
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """One candidate per swept value of each knob, those that apply."""
         return _sweep_candidates(self, source, kernel_name)
 
     def _why_no_candidates(self, source: str, kernel_name: str) -> str:

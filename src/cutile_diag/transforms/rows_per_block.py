@@ -38,6 +38,8 @@ _SHAPED = {"zeros": 0, "ones": 0, "full": 0}
 
 @dataclass(frozen=True)
 class RowsPerBlock(Transform):
+    """A one-row-per-block row kernel made to process ``rows`` rows per tile (shape ``(ROWS, T)``), its grid divided
+    by ``rows``."""
     name: str = "rows_per_block"
     playbook_id: str = "X"
     summary: str = "one-row-per-block row kernel -> ROWS rows per tile (shape=(ROWS, T)), grid / ROWS"
@@ -183,6 +185,7 @@ class RowsPerBlock(Transform):
         return isinstance(node, cst.Call) and k.ct.called(node) == "num_blocks"
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """The swept row counts (2, 4, 8, 16) that apply."""
         return [{"rows": v} for v in SWEEP if self.applicable(source, kernel_name, rows=v)[0]]
 
     def _why_no_candidates(self, source: str, kernel_name: str) -> str:

@@ -24,6 +24,7 @@ _LOADS = ("load", "load_advanced_indexing")
 
 @dataclass(frozen=True)
 class StoreAllowTmaFalse(Transform):
+    """``allow_tma=False`` on the kernel's ``ct.store`` calls (``loads=True``: on its ``ct.load`` calls too)."""
     name: str = "store_allow_tma_false"
     playbook_id: str = "F"
     summary: str = "allow_tma=False on ct.store calls (loads=True: and on ct.load calls)"

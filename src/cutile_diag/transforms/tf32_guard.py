@@ -65,6 +65,7 @@ def _already_cast(k: Kernel, node: cst.BaseExpression, binds) -> bool:
 
 @dataclass(frozen=True)
 class Tf32Guard(Transform):
+    """The operands of ``ct.mma`` cast to ``ct.tfloat32`` where the inputs are float32."""
     name: str = "tf32_guard"
     playbook_id: str = "D"
     summary: str = "cast ct.mma operands to ct.tfloat32 when the inputs are float32"

@@ -41,6 +41,8 @@ def tile_params(k: Kernel) -> list[str]:
 
 @dataclass
 class ValueSite:
+    """Where a tile size's value is written down: the integer literal to replace, its value and a description of the
+    place."""
     node: cst.CSTNode        # the Integer literal to replace
     value: int
     where: str
@@ -183,6 +185,8 @@ class TileSizeSweep(Transform):
         return values, reasons
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """Each host-chosen tile size doubled and halved (within MIN_TILE..MAX_TILE), one change per candidate, those
+        that apply."""
         try:
             cur, _ = self.survey(source, kernel_name)
         except TransformNotApplicable:

@@ -96,12 +96,15 @@ class TmaChoice:
     """A transform whose rewritten loads/stores may use TMA or not: both forms are candidates."""
 
     def candidates(self, source: str, kernel_name: str) -> list[dict[str, Any]]:
+        """The rewrite with TMA where tileiras can use it, and with ``tma="off"``; [] when it does not apply."""
         ok, _ = self.applicable(source, kernel_name)
         return [{}, {"tma": "off"}] if ok else []
 
 
 @dataclass(frozen=True)
 class TmaZeroPadding(TmaChoice, Transform):
+    """A load padded with a non-zero value (NEG_INF, ...) made ZERO-padded, TMA-eligible, with ``ct.where`` restoring
+    the value on padded lanes."""
     name: str = "tma_zero_padding"
     playbook_id: str = "P"
     summary: str = "non-zero-padded ct.load (NEG_INF, ...) -> ZERO-padded (TMA) load + ct.where on padded lanes"

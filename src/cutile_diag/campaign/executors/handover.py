@@ -150,6 +150,8 @@ class LoopWorker:
             forbid_writes(guard)
 
     def info(self) -> dict:
+        """This worker's process id, GPUs, GPU model, cuTile cache and scratch folder (what the driver's
+        ``workers.json`` shows)."""
         return {"pid": os.getpid(), "gpus": self.gpu_ids, "model": gpu_model(os.environ.get("CUDA_VISIBLE_DEVICES")),
                 "cache": self.cache, "scratch": str(self.scratch)}
 
@@ -220,7 +222,8 @@ class Pool(Protocol):
     def start(self, guard: str, say: Callable[[str], None], simulated: bool = False) -> dict[str, dict]:
         """Start one worker per GPU; their infos (``gpu``: the GPU's index on the host) by name."""
 
-    def dispatch(self, worker: str, jr: Running, job: dict, resume_from: dict | None) -> None: ...
+    def dispatch(self, worker: str, jr: Running, job: dict, resume_from: dict | None) -> None:
+        """Start ``job`` on ``worker`` (``resume_from``: the ledger to continue); ``jr.handle`` tracks it."""
 
     def next_event(self, running: list[Running]) -> Event:
         """The next thing one of ``running`` reports (blocks)."""
@@ -280,6 +283,7 @@ def finish(c: Campaign, jr: Running, outcome: dict) -> None:
 
 
 def clock_summary(samples: list) -> dict | None:
+    """Min / median / max of the SM clock samples ``(time, MHz)``, or None without samples."""
     mhz = [s[1] for s in samples]
     return {"n": len(mhz), "min": min(mhz), "median": statistics.median(mhz), "max": max(mhz)} if mhz else None
 
@@ -294,6 +298,8 @@ class Driver:
         self.avoid: dict[str, set] = {}              # kernel -> GPUs its worker died on
 
     def run(self, c: Campaign, started: float, *, echo: Echo = None) -> None:
+        """Start the pool, run every phase's kernels on its workers (a dead worker replaced), and close the pool
+        whatever happens."""
         say = echo or (lambda _m: None)
         try:
             simulated = all(c.data["simulate"].get(n) for n in c.data["selected"])

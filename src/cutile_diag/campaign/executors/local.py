@@ -100,12 +100,14 @@ class LocalExecutor:
         self.gpus, self.spec = list(gpus or []), spec
 
     def describe(self) -> dict:
+        """The executor as the campaign's state records it (its GPU spec and worker count when parallel)."""
         d = {"executor": self.name}
         if self.gpus:
             d.update(gpus=str(self.spec), workers=len(self.gpus))
         return d
 
     def run(self, c: Campaign, started: float, *, echo: Echo = None) -> None:
+        """Run the campaign's kernels in this process on one GPU, or one worker process per GPU."""
         say = echo or (lambda _m: None)
         if not self.gpus:
             _sequential(c, started, say)
@@ -153,6 +155,7 @@ class ProcessPool:
         return name, {**info, "gpu": index, "gpu_id": self.gpus[index], "log": str(self.logs / f"{name}.log")}
 
     def start(self, guard: str, say, simulated: bool = False) -> dict[str, dict]:
+        """Spawn one worker process per GPU; refuses GPUs of different models."""
         self.guard = guard
         infos = dict(self._spawn(i) for i in range(len(self.gpus)))
         models = sorted({i["model"] for i in infos.values()})
@@ -171,6 +174,7 @@ class ProcessPool:
             return False
 
     def dispatch(self, worker: str, jr: Running, job: dict, resume_from: dict | None) -> None:
+        """Send ``job`` to the worker; a worker that cannot be reached is marked dead (its next event says so)."""
         jr.handle = None if self._send(worker, op="run", job=job, resume_from=resume_from) else "dead"
 
     def _died(self, jr: Running) -> Event:
@@ -180,6 +184,8 @@ class ProcessPool:
         return Event(jr, died=f"exit {p.returncode}")
 
     def next_event(self, running: list[Running]) -> Event:
+        """Wait for a message from a running loop's worker: records, a progress line, its outcome, or its death (EOF
+        on its socket)."""
         for jr in running:
             if jr.handle == "dead":
                 return self._died(jr)
@@ -197,14 +203,17 @@ class ProcessPool:
         return Event(jr, outcome=msg["outcome"])
 
     def ack(self, jr: Running) -> None:
+        """Tell the worker how many records the driver has written, so its loop may go on."""
         self._send(jr.worker, op="ack", n=jr.received)
 
     def replace(self, worker: str) -> tuple[str, dict]:
+        """A fresh worker process on the dead one's GPU."""
         self.procs.pop(worker, None)
         self.conns.pop(worker, None)
         return self._spawn(self.index[worker])
 
     def close(self) -> None:
+        """Close every socket (idle workers exit), wait a few seconds, then kill each worker's process group."""
         for name, conn in self.conns.items():
             conn.close()                    # an idle worker reads EOF and exits
         end = time.monotonic() + 5

@@ -25,6 +25,7 @@ POLL_S = 5.0               # one poll waits at most this long for a record
 
 
 def check_ray():
+    """The ``ray`` module; a usage error (install ``cutile-diag[ray]``) when it is missing."""
     try:
         import ray
     except ImportError:
@@ -99,6 +100,8 @@ class RayPool:
         return {**info, "gpu": info["gpus"][0] if info["gpus"] else name}
 
     def start(self, guard: str, say, simulated: bool = False) -> dict[str, dict]:
+        """Join (``--ray-address``) or start a Ray instance and one actor per GPU; refuses a cluster of mixed GPU
+        models."""
         ray = check_ray()
         self.guard = guard
         if not ray.is_initialized():
@@ -131,10 +134,13 @@ class RayPool:
         return {n: self._info(n, i) for n, i in infos.items()}
 
     def dispatch(self, worker: str, jr: Running, job: dict, resume_from: dict | None) -> None:
+        """Start the job on the actor, with a first poll for its records."""
         a = self.actors[worker]
         jr.handle = {"run": a.run.remote(jr.job_id, job, resume_from), "poll": a.poll.remote(jr.job_id, 0)}
 
     def next_event(self, running: list[Running]) -> Event:
+        """Wait for a loop's next poll answer (records) or, once polls are done, its outcome; an actor error is its
+        death."""
         import ray
         from ray.exceptions import RayActorError
         while True:
@@ -156,15 +162,18 @@ class RayPool:
             return Event(jr, records=res["records"])
 
     def ack(self, jr: Running) -> None:
+        """Poll for the records after those the driver has written (the actor's loop may go on)."""
         if not jr.finished:
             jr.handle["poll"] = self.actors[jr.worker].poll.remote(jr.job_id, jr.received)
 
     def replace(self, worker: str) -> tuple[str, dict]:
+        """A new actor in place of a dead one: (name, info)."""
         import ray
         name = self._actor()
         return name, self._info(name, ray.get(self.actors[name].info.remote()))
 
     def close(self) -> None:
+        """Kill every actor, and shut down the Ray instance this pool started."""
         import ray
         for a in self.actors.values():
             try:
@@ -176,13 +185,16 @@ class RayPool:
 
 
 class RayExecutor:
+    """Kernels in parallel on Ray actors, one per GPU, on this machine or the cluster at ``address``."""
     name = "ray"
 
     def __init__(self, *, address: str | None = None, num_gpus: int | None = None):
         self.address, self.num_gpus = address, num_gpus
 
     def describe(self) -> dict:
+        """The executor as the campaign's state records it."""
         return {"executor": self.name, "address": self.address}
 
     def run(self, c, started: float, *, echo=None) -> None:
+        """Run the campaign's kernels on a pool of Ray actors."""
         Driver(RayPool(self.address, self.num_gpus)).run(c, started, echo=echo)

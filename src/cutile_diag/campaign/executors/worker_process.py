@@ -40,6 +40,8 @@ class _Channel:
 
 
 def main(argv: list[str]) -> int:
+    """Serve ``run`` messages on the socket ``argv[0]`` until the driver closes it: run each loop, handing its records
+    over one at a time; 0."""
     fd, guard = int(argv[0]), argv[1]
     ch = _Channel(fd)
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")

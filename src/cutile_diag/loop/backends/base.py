@@ -25,6 +25,8 @@ class CorrectnessFailure(LoopError):
 
 @dataclass(frozen=True)
 class Version:
+    """One version of the loop-controlled files: their texts, the commit that holds them, and the transforms applied
+    since the baseline."""
     label: str                                  # "baseline", "iter-3", "iter-3/b" (sweep point)
     files: Mapping[str, str]                    # repo-relative path -> text
     commit: str | None = None
@@ -32,12 +34,15 @@ class Version:
 
     @property
     def digest(self) -> str:
+        """SHA-256 over the paths and texts: versions with the same files share it (workers and captures are keyed by
+        it)."""
         h = hashlib.sha256()
         for p in sorted(self.files):
             h.update(p.encode() + b"\0" + self.files[p].encode() + b"\0")
         return h.hexdigest()
 
     def with_label(self, label: str) -> "Version":
+        """The same version under another label."""
         return Version(label, self.files, self.commit, self.applied)
 
 
@@ -70,9 +75,11 @@ class Workspace:
         return value
 
     def current(self) -> dict[str, str]:
+        """The texts of the loop-controlled files in the worktree now (files that do not exist are left out)."""
         return {p: (self.root / p).read_text() for p in self.files if (self.root / p).exists()}
 
     def write(self, files: Mapping[str, str]) -> None:
+        """Write ``files`` into the worktree, touching only those whose text differs."""
         for p, text in files.items():
             dst = self.root / p
             if not dst.exists() or dst.read_text() != text:
@@ -80,6 +87,7 @@ class Workspace:
 
     @contextlib.contextmanager
     def materialize(self, v: Version):
+        """Put ``v``'s files in the worktree for the block, then the previous texts back."""
         saved = self.current()
         changed = saved != dict(v.files)
         if changed:
@@ -115,6 +123,8 @@ class Workspace:
 
 @dataclass
 class Verification:
+    """A version's correctness check: whether the loop may go on with it, per configuration, the output, where its
+    code was imported from and, when observed, the launches it made."""
     passed: bool                 # the loop may go on with this version
     summary: str
     per_config: dict[str, Any] = field(default_factory=dict)
@@ -137,6 +147,7 @@ class Verification:
         return None if self.simulated and self.passed else self.passed
 
     def to_json(self) -> dict:
+        """The ledger's form (``passed`` None for a simulated pass, the output's last 2000 characters)."""
         return {"passed": self.checked, "summary": self.summary, "per_config": self.per_config,
                 "output": self.output[-2000:], "seconds": round(self.seconds, 3), "imports": self.imports,
                 **({"simulated": True} if self.simulated else {}), **({"observed": self.observed} if self.observed else {})}
@@ -248,5 +259,6 @@ def round_order(versions: Sequence[Version], r: int) -> list[Version]:
 
 
 def check_deadline(deadline: proc.Deadline, what: str) -> None:
+    """Raise ``MeasurementTimeout`` when the iteration's deadline has passed, naming ``what`` did not start."""
     if deadline.expired():
         raise MeasurementTimeout(f"the iteration's time budget ({deadline.budget_s:g} s) ran out before {what}")

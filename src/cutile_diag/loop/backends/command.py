@@ -17,6 +17,8 @@ from .base import Backend, Runs, Verification, Version, Workspace, check_deadlin
 
 
 class CommandBackend(Backend):
+    """Measurement by the user's own commands: ``--test-cmd``'s exit status is the check, ``--bench-cmd``'s printed
+    records are the latencies."""
     name = "command"
     alternates = True
     observes = True          # verify(observe=True) records the check run's launches (loop.runner's captures)
@@ -44,10 +46,12 @@ class CommandBackend(Backend):
         self.bench_observe: Path | None = None  # the benchmark's launches observed (to record them for replay)
 
     def describe(self) -> dict:
+        """The two commands, the record filter and the counts, for the ledger's setup record."""
         return {"backend": self.name, "test_cmd": self.test_cmd, "bench_cmd": self.bench_cmd,
                 "framework": self.framework, "direction": self.direction, "env": self.env, "counts": self.counts}
 
     def configs(self) -> list[str] | None:
+        """The test ids the first benchmark run printed records for; None before it."""
         return self._configs
 
     def _count(self, kind: str, config: str) -> float | None:
@@ -61,6 +65,7 @@ class CommandBackend(Backend):
         return tuple(self.counts.get("unit") or ("f32", "cuda"))
 
     def workload_info(self) -> dict[str, dict]:
+        """FLOPs and bytes per configuration, matched from ``--flops`` / ``--bytes``."""
         out = {}
         for c in self._configs or []:
             f, b = self._count("flops", c), self._count("bytes", c)
@@ -153,6 +158,8 @@ class CommandBackend(Backend):
                            source="check-run"), ""
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        """Run the bench command once per version and round (alternating order); its records' medians are the runs. A
+        failed run or a missing record is a ``CandidateCrash``."""
         out: Runs = {v.label: {} for v in versions}
         for r in range(rounds):
             for v in round_order(versions, r):
@@ -178,6 +185,8 @@ class CommandBackend(Backend):
         return out
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        """Roofline points from the ``--flops`` / ``--bytes`` counts at the measured latencies, or why the above-roof
+        guard could not run."""
         if not (self.counts.get("flops") or self.counts.get("bytes")):
             return ("the above-roof guard could not run: the benchmark's configurations have no FLOP/byte counts "
                     "(give --flops/--bytes CONFIG=N, CONFIG a test id or part of one, or use --workload)")
@@ -200,9 +209,11 @@ class CommandBackend(Backend):
         return out
 
     def retain(self, versions: Sequence[Version]) -> None:
+        """Nothing to keep: every run is a process of its own."""
         pass
 
     def close(self) -> None:
+        """Nothing to release: no process outlives its run."""
         pass
 
 

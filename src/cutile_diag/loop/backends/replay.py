@@ -27,6 +27,9 @@ from .command import CommandBackend
 
 
 class ReplayBackend(Backend):
+    """Command mode at workload speed: the user's commands check the baseline and record its launches, then the
+    recordings are checked and timed in long-lived workers (falling back to the commands when nothing was
+    recorded)."""
     name = "replay"
     alternates = False
     observes = True             # the baseline's check records the launches (captures and recordings)
@@ -59,9 +62,11 @@ class ReplayBackend(Backend):
 
     @property
     def replaying(self) -> bool:
+        """The recordings measure (not the user's commands)."""
         return self.inner is not None
 
     def describe(self) -> dict:
+        """The command backend's settings plus the replay folder, kernel and bench options."""
         return {**self.cmd.describe(), "backend": self.name, "replay_dir": str(self.replay_dir),
                 "kernel": self.kernel, "kernel_file": self.kernel_file, "bench_options": self.bench_options,
                 "device": self.device}
@@ -70,20 +75,26 @@ class ReplayBackend(Backend):
         return self.inner if self.inner is not None else self.cmd
 
     def configs(self) -> list[str] | None:
+        """The configurations of whichever backend measures: the recordings', else the commands'."""
         return self._active().configs()
 
     def workload_info(self) -> dict[str, dict]:
+        """The counts of whichever backend measures."""
         return self._active().workload_info()
 
     @property
     def roofline_off(self) -> str | None:
+        """Why the measuring backend does not place the roofline, if it does not."""
         return self._active().roofline_off
 
     @property
     def requests(self) -> list:
+        """The replay workers' timed requests (round-trip and in-worker seconds), where the runner's clock splits the
+        timing's cost."""
         return self.inner.requests if self.inner is not None else []
 
     def launch_block(self, ver: Verification, function: str):
+        """The observed check's launch of ``function`` as a capture's launch block, as in command mode."""
         return CommandBackend.launch_block(ver, function)
 
     # -- the recordings ----------------------------------------------------------------------
@@ -115,16 +126,20 @@ class ReplayBackend(Backend):
             self.inner.keep_spares(*self._spares)
 
     def keep_spares(self, ws: Workspace, n: int) -> None:
+        """Keep ``n`` spare workers warm, now if the recordings' backend exists, else once it is made."""
         self._spares = (ws, n)
         if self.inner is not None:
             self.inner.keep_spares(ws, n)
 
     def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
+        """Load the versions' replay workers at once, when the recordings measure."""
         if self.inner is not None:
             self.inner.prepare(versions, ws, deadline)
 
     # -- the protocol ------------------------------------------------------------------------
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
+        """The baseline: the test command, observed, then one recording bench run, then its replayed check; later
+        versions: the replayed check (or the test command when nothing was recorded)."""
         if not self._recorded:
             self._recorded = True
             # the baseline: the user's test command, observed (its launch gives the capture); then the bench
@@ -166,9 +181,11 @@ class ReplayBackend(Backend):
         return {c: rs[0].median for c, rs in runs.items()}
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        """Time on the recordings, or with the bench command when there are none."""
         return self._active().measure(versions, ws, deadline, rounds)
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        """The measuring backend's roofline points."""
         return self._active().roofline(v, latencies)
 
     def confirm_keep(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification | None:
@@ -187,13 +204,16 @@ class ReplayBackend(Backend):
         return {c: rs[0].median for c, rs in runs.items()}
 
     def retain(self, versions: Sequence[Version]) -> None:
+        """Keep the workers of ``versions`` (the recordings' backend), drop the rest."""
         if self.inner is not None:
             self.inner.retain(versions)
 
     def close(self) -> None:
+        """Close the recordings' backend, if one was made."""
         if self.inner is not None:
             self.inner.close()
 
     def abort(self) -> None:
+        """Abort the recordings' backend (its workers killed), if one was made."""
         if self.inner is not None:
             self.inner.abort()

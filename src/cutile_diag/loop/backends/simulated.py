@@ -49,6 +49,8 @@ class SimSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SimSpec":
+        """The spec from its JSON; an unknown key or missing ``configs`` is a ``BackendError`` that names the spec's
+        keys."""
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         unknown = sorted(set(d) - set(known))
         if unknown:
@@ -76,12 +78,14 @@ class SimSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> "SimSpec":
+        """The spec in the JSON file ``path``; a ``BackendError`` when it cannot be read."""
         try:
             return cls.from_json(json.loads(Path(path).read_text()))
         except (OSError, json.JSONDecodeError) as e:
             raise BackendError(f"{path}: cannot read the simulation spec: {e}") from None
 
     def to_json(self) -> dict:
+        """The spec as JSON (the ledger's setup record)."""
         d = dict(self.__dict__)
         d["unit"] = list(self.unit)
         return d
@@ -99,6 +103,8 @@ def _matches(key: str, v: Version) -> bool:
 
 
 class SimulatedBackend(Backend):
+    """Deterministic fake latencies from the spec: the baseline's per configuration, scaled by the effects of the
+    transforms a version applied; planted failures, crashes and hangs for the loop's error paths."""
     name = "simulated"
     own_ceiling = True      # the spec's ceiling (loop.ceiling)
     alternates = True
@@ -110,12 +116,15 @@ class SimulatedBackend(Backend):
         self._ceiling_measured = False
 
     def describe(self) -> dict:
+        """The spec, for the ledger's setup record."""
         return {"backend": self.name, "spec": self.spec.to_json()}
 
     def configs(self) -> list[str] | None:
+        """The spec's configurations."""
         return list(self.spec.configs)
 
     def workload_info(self) -> dict[str, dict]:
+        """The spec's FLOPs and bytes per configuration."""
         return {c: {"flops": self.spec.flops.get(c), "bytes": self.spec.bytes.get(c), "unit": list(self.spec.unit)}
                 for c in self.spec.configs if c in self.spec.flops or c in self.spec.bytes}
 
@@ -126,6 +135,8 @@ class SimulatedBackend(Backend):
         return None
 
     def latency(self, v: Version, config: str) -> float:
+        """``v``'s noiseless latency on ``config``: the baseline's, times each effect and interaction its transforms
+        match."""
         t = float(self.spec.configs[config])
         for key, eff in self.spec.effects.items():
             if _matches(key, v):
@@ -143,6 +154,7 @@ class SimulatedBackend(Backend):
         raise CandidateCrash(f"{v.label}: the simulated hang ended by itself")  # pragma: no cover
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
+        """PASS (simulated, so "not checked"), or the planted failure or hang."""
         self.calls.append(("verify", v.label))
         check_deadline(deadline, "verification")
         if self.spec.hang_in == "verify" and self._planted("hang", v):
@@ -156,6 +168,8 @@ class SimulatedBackend(Backend):
                                   "configurations", {c: {"passed": None} for c in self.spec.configs}, simulated=True)
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        """Seeded noisy samples around each version's latency (new noise for a repeated sitting); planted crashes and
+        hangs raise."""
         out: Runs = {v.label: {} for v in versions}
         # the same versions measured again get new noise (a repeated sitting is not a replay)
         key = tuple(v.digest for v in versions)
@@ -181,6 +195,7 @@ class SimulatedBackend(Backend):
         return out
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        """Points on the spec's device preset from its counts, or why there are none."""
         if not self.spec.bytes and not self.spec.flops:
             return "the simulation spec has no FLOP/byte counts"
         from ...roofline.device import preset
@@ -226,8 +241,10 @@ class SimulatedBackend(Backend):
                         details={"recorded_from": "the simulation spec"}, curve=curve.curve if curve else None)
 
     def retain(self, versions: Sequence[Version]) -> None:
+        """Remember the retained digests (tests check what the loop keeps)."""
         # the workload backend keys its workers by digest: take the same argument it does
         self.retained = {v.digest for v in versions}
 
     def close(self) -> None:
+        """Nothing to release."""
         pass

@@ -127,6 +127,7 @@ def _roofline(req: dict, st: _State) -> dict:
 
 
 def torch_index(device: str) -> int | None:
+    """The index of a ``cuda:N`` device string; None for a bare ``cuda``."""
     return int(device.split(":")[1]) if ":" in device else None
 
 
@@ -159,6 +160,8 @@ def _preload() -> None:
 
 
 def main() -> int:
+    """Answer JSON requests (load, measure, roofline, quit) on stdin, one reply a line on the real stdout; stray
+    prints go to stderr."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)                      # stray prints go to stderr, never into the protocol
     sys.stdout = sys.stderr

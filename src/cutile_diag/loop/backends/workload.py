@@ -130,6 +130,8 @@ class _Worker:
 
 
 class WorkloadBackend(Backend):
+    """A workload checked and timed in long-lived worker processes, one per version (keyed by digest), so a version's
+    compile and inputs are paid once."""
     name = "workload"
     prepares = True         # a sweep's workers load at once (prepare)
     alternates = False          # A B every round after a lead-in (see measure)
@@ -154,13 +156,16 @@ class WorkloadBackend(Backend):
         self.imports: dict = {}          # where the last loaded worker imported the kernel file from
 
     def describe(self) -> dict:
+        """The workload, its arguments, configurations, bench options and device, for the ledger's setup record."""
         return {"backend": self.name, "workload": self.workload, "kwargs": self.kwargs, "configs": self._configs,
                 "bench_options": self.bench_options, "device": self.device}
 
     def configs(self) -> list[str] | None:
+        """Those asked for, else the workload's once a worker has loaded it (None before)."""
         return self._configs
 
     def workload_info(self) -> dict[str, dict]:
+        """The workload's FLOPs, bytes and unit per configuration, as its workers reported them."""
         return self.info
 
     def _log(self, v: Version) -> Path:
@@ -277,6 +282,8 @@ class WorkloadBackend(Backend):
             self.device_info = reply.get("device") or self.device_info
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
+        """The check the version's worker ran on load; a workload that cannot run here is a ``BackendError``, not a
+        FAIL."""
         t0 = time.monotonic()
         w = self._worker(v, ws, deadline)
         reply = w.loaded or {}
@@ -295,6 +302,8 @@ class WorkloadBackend(Backend):
                             imports=self.imports)
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
+        """Time every version on every configuration, A B every round after one unrecorded lead-in (see the comment);
+        wrong outputs of the timed runs are a ``CorrectnessFailure``."""
         workers = {v.label: self._worker(v, ws, deadline) for v in versions}
         for v in versions:
             rep = workers[v.label].loaded or {}
@@ -333,6 +342,7 @@ class WorkloadBackend(Backend):
         return out
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
+        """The version's worker places its points (measuring the ceilings when asked), or why it could not."""
         w = self.workers.get(v.digest)
         if w is None or not w.alive():
             return "the version's worker is gone"
@@ -346,12 +356,14 @@ class WorkloadBackend(Backend):
         return rep.get("points") or {}
 
     def retain(self, versions: Sequence[Version]) -> None:
+        """Keep the workers of ``versions``, close the others."""
         keep = {v.digest for v in versions}
         for d in list(self.workers):
             if d not in keep:
                 self.workers.pop(d).close()
 
     def close(self) -> None:
+        """Close every worker, spares included."""
         self.keep_spares(None, 0)
         for d in list(self.workers):
             self.workers.pop(d).close()
