@@ -259,6 +259,7 @@ class SiluAndMul(_TileGymOp):
 
 
 class LayerNormLegacy(_TileGymOp):
+    """``tilegym.ops.layer_norm_legacy``: one row per block, three gather passes over the row."""
     op = "layer_norm_legacy"
     kernel_name = "_layer_norm_fwd_kernel"
     description = "tilegym.ops.layer_norm_legacy (one row per block, three gather passes over the row)"
@@ -270,24 +271,29 @@ class LayerNormLegacy(_TileGymOp):
     ]
 
     def make_inputs(self, cfg, seed, device="cuda"):
+        """Seeded x (M x N), weight and bias (N)."""
         m, n, dt = cfg["M"], cfg["N"], cfg["dtype"]
         return {"x": seeded_randn((m, n), dt, seed, device), "w": seeded_randn((n,), dt, seed + 1, device),
                 "b": seeded_randn((n,), dt, seed + 2, device)}
 
     def run(self, inputs):
+        """tilegym's layer_norm_legacy on the cuTile backend over the last dim."""
         x = inputs["x"]
         return self._fn()(x, (x.shape[-1],), inputs["w"], inputs["b"], self.eps, backend="cutile")
 
     def reference(self, inputs):
+        """torch's layer_norm in f64."""
         import torch
         x = inputs["x"].double()
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"].double(), inputs["b"].double(),
                                               self.eps)
 
     def flops(self, cfg):
+        """Eight per element (see the comment)."""
         return 8.0 * cfg["M"] * cfg["N"]   # mean: add; variance: sub, mul, add; normalise: sub, mul, mul, add
 
     def bytes(self, cfg):
+        """The op's traffic: x read and y written once, w and b, mean and rstd per row."""
         # read x, write y, read w and b, write mean and rstd (f32 per row); the kernel's second and
         # third reads of the row are its inefficiency, not the op's traffic
         m, n, e = cfg["M"], cfg["N"], _bytes_of(cfg["dtype"])
