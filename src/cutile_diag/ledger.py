@@ -12,7 +12,8 @@ the first timing).  ``correctness`` is the verification's verdict: PASS when it 
 FAIL when a check failed, ``-`` when no check decided it (a ``crash`` row never claims PASS: the
 candidate did not finish; the ledger keeps any verification that ran).  A table made by the
 simulated backend shows ``not checked (simulated)`` instead of PASS: nothing ran on a GPU.
-``status`` keep/revert/crash.  One row per iteration; iteration 0 is the baseline.
+``status`` keep/revert/crash, or inconclusive (sampled to its cap with the CI still wider than
+the decision needs: not kept, and the set may be measured again).  One row per iteration; iteration 0 is the baseline.
 
 ``ledger.jsonl`` is one JSON object per line:
 
@@ -58,7 +59,7 @@ LEDGER_FILE = "ledger.jsonl"
 LEDGER_GZ = LEDGER_FILE + ".gz"      # committed results keep ledgers gzipped: read, never written
 
 COLUMNS = ("iteration", "optimization", "latency_ms", "correctness", "status")
-STATUSES = ("keep", "revert", "crash")
+STATUSES = ("keep", "revert", "crash", "inconclusive")   # inconclusive: not kept, no verdict (decide.py)
 NOT_CHECKED = "-"
 SIMULATED = "not checked (simulated)"
 CORRECTNESS = ("PASS", "FAIL", NOT_CHECKED, SIMULATED)
@@ -182,7 +183,7 @@ def parse_table(text: str) -> list[dict]:
         if corr not in CORRECTNESS:
             raise LedgerError(f"perf_results.md: correctness {corr!r} is not one of {', '.join(CORRECTNESS)}")
         if status not in STATUSES:
-            raise LedgerError(f"perf_results.md: status {status!r} is not keep/revert/crash")
+            raise LedgerError(f"perf_results.md: status {status!r} is not keep/revert/crash/inconclusive")
         rows.append({"iteration": int(it), "optimization": opt, "latency_ms": None if lat == "-" else float(lat),
                      "correctness": corr, "status": status})
     return rows

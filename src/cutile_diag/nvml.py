@@ -7,6 +7,8 @@ Public API::
                                                      # physical GPUs and ignores CUDA_VISIBLE_DEVICES
     read_nvml(handle) -> dict[str, (value, source)]  # every field we use, each with its call or error
     sample_sm_clock(handle) -> int | None
+    clock_event_reasons(handle) -> int | None        # the clock-event (throttle) reasons mask
+    slowdown(mask) -> list[str]                      # its thermal/hardware slowdowns (POWER_CAP apart)
 
 Every NVML call is wrapped: a field that NVML refuses (NotSupported, NoPermission — e.g.
 under MIG) comes back as ``(None, "nvmlX: <error>")`` instead of raising, so the device
@@ -124,6 +126,19 @@ def sample_sm_clock(handle) -> int | None:
         return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except Exception:
         return None
+
+
+# NVML's clock-event (throttle) reason bits (nvmlClocksEventReason*; the same values as the older
+# nvmlClocksThrottleReason*).  A power cap lowers the SM clock steadily: the time scales with it and
+# a comparison in cycles undoes it.  Thermal and hardware slowdowns (and the power brake) cut the
+# clock abruptly, for part of a run, so the clock read beside it does not describe the run.
+POWER_CAP = 0x4
+SLOWDOWN = {0x8: "hw-slowdown", 0x20: "sw-thermal", 0x40: "hw-thermal", 0x80: "hw-power-brake"}
+
+
+def slowdown(reasons: int | None) -> list[str]:
+    """The thermal/hardware slowdowns in a reasons mask (a run taken under one is not compared)."""
+    return [name for bit, name in SLOWDOWN.items() if reasons and reasons & bit]
 
 
 def clock_event_reasons(handle) -> int | None:

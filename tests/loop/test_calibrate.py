@@ -91,12 +91,13 @@ def test_cli_bad_input_is_one_line(argv, msg, tmp_path, capsys):
     assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_worker_rounds_follow_the_other_worker_every_time(monkeypatch, tmp_path):
-    """Workload mode measures A B A B after an unrecorded lead-in of B, so every recorded
-    measurement follows the other worker (on the H200, following the other process costs a
-    fixed 0.7-0.8 % and A B B A gave it to the second of each round)."""
+def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):
+    """Workload mode measures A B B A within each round, after an unrecorded warm-up of A: a linear
+    drift cancels, and each version has one measurement right after the other worker (on the H200,
+    following the other process costs a fixed 0.7-0.8 %) and one after itself."""
     from cutile_diag.loop import proc
     from cutile_diag.loop.backends import Version, Workspace, WorkloadBackend
+    from cutile_diag.loop.backends.workload import WARM_MAX_RUNS
 
     log = []
 
@@ -113,8 +114,16 @@ def test_worker_rounds_follow_the_other_worker_every_time(monkeypatch, tmp_path)
     be = WorkloadBackend("examples:vector_add", configs=["c1", "c2"])
     monkeypatch.setattr(be, "_worker", lambda v, ws, deadline: FakeWorker(v.label))
     a, b = Version("A", {}), Version("B", {"k.py": "x"})
-    out = be.measure([a, b], Workspace(tmp_path, tmp_path, []), proc.Deadline(None), 2)
-    assert log == [("B", "c1"), ("A", "c1"), ("B", "c1"), ("A", "c2"), ("B", "c2"),
-                   ("A", "c1"), ("B", "c1"), ("A", "c2"), ("B", "c2")]
+    ws = Workspace(tmp_path, tmp_path, [])
+    out = be.measure([a, b], ws, proc.Deadline(None), 2)
+    warm = [("A", "c1"), ("A", "c2")] * (WARM_MAX_RUNS // 2)     # the idle GPU warms on the baseline first
+    abba = lambda c: [("A", c), ("B", c), ("B", c), ("A", c)]
+    assert log == warm + abba("c1") + abba("c2") + abba("c1") + abba("c2")
     assert [len(out[v][c]) for v in "AB" for c in ("c1", "c2")] == [2, 2, 2, 2]
-    assert out["A"]["c1"][0].median == 1.02          # the lead-in (1.01) is not recorded
+    # a round's two runs of a version pool into one (the warm-up is not recorded)
+    w = len(warm)
+    assert out["A"]["c1"][0].median == pytest.approx(1.0 + 0.01 * (w + 2.5))
+    # back to back (no idle GPU between): no warm-up
+    log.clear()
+    be.measure([a, b], ws, proc.Deadline(None), 1)
+    assert log == abba("c1") + abba("c2")

@@ -105,6 +105,14 @@ def _show(cal, args) -> None:
                   f"  (observed spread of the A/A ratios: ±{cal.spread_pct:.2f} %)")
     console.print(f"false keeps: [{ok}]{cal.false_keeps} of {cal.n}[/] decisions"
                   f"  ·  false reverts: {cal.false_reverts} of {cal.n}  ·  measuring took {cal.gpu_s:.1f} s")
+    if cal.per_class:
+        t = Table(title="per kernel class (its configurations decided on their own)", title_justify="left")
+        for c in ("class", "configurations", "false keeps", "false reverts", "CI half-width %", "compared in"):
+            t.add_column(c, justify="left" if c in ("class", "configurations", "compared in") else "right")
+        for cls, d in cal.per_class.items():
+            t.add_row(cls, ", ".join(d["configs"]), f"{d['false_keeps']} of {d['n']}", f"{d['false_reverts']} of {d['n']}",
+                      f"{d['half_width_pct']:.2f}", "/".join(d["basis"]))
+        console.print(t)
     console.print(f"noise floor: {cal.noise_floor * 100:.3f} % per measurement on {cal.machine or 'an unknown machine'}")
     if cal.saved_to:
         console.print(f"[dim]stored in {cal.saved_to}: new optimisation loops on this machine decide with it[/]")

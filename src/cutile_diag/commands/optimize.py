@@ -149,7 +149,7 @@ def ledger_table(rows, title: str):
     for c in ("it", "optimization", "latency_ms", "correctness", "status"):
         t.add_column(c, justify="right" if c in ("it", "latency_ms") else "left",
                      ratio=1 if c == "optimization" else None, no_wrap=c != "optimization")
-    colors = {"keep": "green", "revert": "yellow", "crash": "red"}
+    colors = {"keep": "green", "revert": "yellow", "crash": "red", "inconclusive": "cyan"}
     for r in rows:
         lat = "-" if r.get("latency_ms") is None else f"{r['latency_ms']:.6f}"
         t.add_row(str(r["iteration"]), escape(str(r["optimization"])), lat, escape(str(r.get("correctness") or "-")),

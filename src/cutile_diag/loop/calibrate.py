@@ -1,8 +1,8 @@
 """A/A calibration: how much does the loop's measurement move when nothing changed?
 
 ``calibrate(backend, n=20, rounds=3)`` measures one version against an identical copy of
-itself — two workers (``A A' A A' ...`` after a lead-in) or two runs of the user's command
-(``A A' A' A ...``), interleaved the way the loop measures a candidate — ``n * rounds`` rounds in one sitting, then cuts them into
+itself — two workers (``A A' A' A`` every round, after a warm-up) or two runs of the user's
+command (``A A' A' A ...``), interleaved the way the loop measures a candidate — ``n * rounds`` rounds in one sitting, then cuts them into
 ``n`` A/A comparisons of ``rounds`` rounds each (what one loop decision sees) and applies the
 loop's own decision rule to each.  It reports
 
@@ -12,7 +12,10 @@ loop's own decision rule to each.  It reports
 * false keeps (the rule would keep an edit that changes nothing, as under ``--continue``) and
   false reverts (a "regression" of nothing) out of ``n`` decisions;
 * the per-measurement noise (``sd`` of one round's log ratio / sqrt 2) — the loop's
-  ``noise_floor``.
+  ``noise_floor``;
+* the same decisions per kernel class (``per_class``: each configuration's arithmetic intensity,
+  ``roofline.model.recipe_class``: compute-bound GEMMs drop their clocks under a power cap,
+  memory-bound kernels do not) — the configurations of one class decided on their own.
 
 The floor is cached per machine (GPU name + driver) in ``<cache>/noise.json`` (next to the
 measured roofline ceilings; ``$CUTILE_DIAG_CACHE_DIR`` overrides the folder) and a new loop on
@@ -69,6 +72,7 @@ class Calibration:
     rounds_detail: dict[str, list[dict]] = field(default_factory=dict)   # per config: every round, in order
     gpu_s: float = 0.0                   # wall seconds spent measuring
     per_config: dict[str, dict] = field(default_factory=dict)
+    per_class: dict[str, dict] = field(default_factory=dict)   # class -> configs, false keeps/reverts, CI
     saved_to: str | None = None
 
     @property
@@ -151,18 +155,22 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
         gpu_s = time.monotonic() - t0
     return summarize(runs[a.label], runs[b.label], n=done, rounds=rounds, machine=machine_key(backend),
                      what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=noise_floor,
-                     alternates=backend.alternates)
+                     alternates=backend.alternates, info=backend.workload_info())
 
 
 def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, list[stats.RunStat]], *, n: int,
               rounds: int, machine: str | None, what: str, backend: str, gpu_s: float = 0.0,
-              noise_floor: float | None = None, alternates: bool = True) -> Calibration:
+              noise_floor: float | None = None, alternates: bool = True,
+              info: Mapping[str, Mapping] | None = None) -> Calibration:
     """The calibration from ``n * rounds`` interleaved rounds of A and its copy (``alternates``:
-    the backend's round order, for the record of who went first)."""
+    the backend's round order, for the record of who went first; ``info``: per configuration its
+    FLOPs and bytes, ``Backend.workload_info``, for the kernel classes)."""
     configs = sorted(a_runs)
     per_config, floors, detail = {}, [], {}
     for c in configs:
-        logs = [math.log(y.median / x.median) for x, y in zip(a_runs[c], b_runs[c])]
+        # the per-measurement noise in the unit the comparisons use (cycles when a power cap moved the clock)
+        unit = (lambda r: r.in_cycles()) if stats.cycles(a_runs[c] + b_runs[c]) else (lambda r: r)
+        logs = [math.log(unit(y).median / unit(x).median) for x, y in zip(a_runs[c], b_runs[c])]
         sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
         floors.append(sd / math.sqrt(2.0))
         # every round as measured (who went first: round_order, restarting per decision)
@@ -183,12 +191,39 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
         ratios.append(cmp.ratio)
         halves.append(100 * (cmp.hi - cmp.lo) / 2)
         decisions.append({"ratio": cmp.ratio, "ci95": [cmp.lo, cmp.hi], "status": d.status, "rule": d.rule})
+    per_class = {}
+    for cls, members in _classes(configs, info or {}).items():
+        got = [_decided(a_runs, b_runs, members, slice(i * rounds, (i + 1) * rounds), use) for i in range(n)]
+        per_class[cls] = {"configs": members, "n": n, "false_keeps": sum(d["status"] == "keep" for d in got),
+                          "false_reverts": sum(d["rule"] in ("regression", "cumulative-regression") for d in got),
+                          "half_width_pct": statistics.median(d["half_width_pct"] for d in got),
+                          "basis": sorted({d["basis"] for d in got})}
     spread = 1.96 * statistics.stdev(math.log(r) for r in ratios) * 100 if len(ratios) > 1 else 0.0
     return Calibration(machine=machine, what=what, backend=backend, n=n, rounds=rounds, configs=configs,
                        half_width_pct=statistics.median(halves), spread_pct=spread, noise_floor=floor,
                        false_keeps=sum(d["status"] == "keep" for d in decisions),
                        false_reverts=sum(d["rule"] in ("regression", "cumulative-regression") for d in decisions),
-                       decisions=decisions, rounds_detail=detail, gpu_s=gpu_s, per_config=per_config)
+                       decisions=decisions, rounds_detail=detail, gpu_s=gpu_s, per_config=per_config,
+                       per_class=per_class)
+
+
+def _classes(configs: list[str], info: Mapping[str, Mapping]) -> dict[str, list[str]]:
+    """Configurations by kernel class, from their arithmetic intensity (FLOPs / bytes)."""
+    from ..roofline.model import recipe_class
+    out: dict[str, list[str]] = {}
+    for c in configs:
+        d = info.get(c) or {}
+        f, b = d.get("flops"), d.get("bytes")
+        out.setdefault(recipe_class(f / b if f and b else None), []).append(c)
+    return out
+
+
+def _decided(a_runs, b_runs, configs: list[str], sl: slice, floor: float) -> dict:
+    """One A/A decision over ``configs`` (the rounds in ``sl``), as the loop would take it."""
+    cmp = stats.compare({c: (a_runs[c][sl], b_runs[c][sl]) for c in configs}, noise_floor=floor)
+    d = decide_mod.decide(cmp, keep_going=True)
+    return {"status": d.status, "rule": d.rule, "half_width_pct": cmp.half_width_pct,
+            "basis": "cycles" if any(c.basis == "cycles" for c in cmp.configs) else "ms"}
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,9 +11,19 @@ improvement >= 5 % (significant)                        keep: the new baseline
 improvement < 2 %, or not significant                   keep, then stop unless asked to go on
 going on (--continue): the 95 % CI includes 1, or the  revert: noise-level edits do not pile up
 gain is below 0.5 %                                     (the CI alone keeps 1 in 40 no-change edits)
+sampled to the cap and the 95 % CI still wider than    inconclusive: not kept, not a flat step
++-1 % (none of the rules above is clear)                for the stop rules; the set may be measured again
 correctness FAIL / forbidden files / above the roof     revert
 the candidate crashed or hung                           crash (reverted)
 =====================================================  ======================================
+
+Sampling: a comparison runs its rounds (``--rounds``, or fitted to the budget), then more rounds
+until the 95 % CI's half-width is at most ``CI_TARGET_PCT`` (1 %: half the 2 % line, so a step at
+that line is told from no change) or a per-step cap (``MAX_ROUNDS`` rounds, ``MAX_SAMPLING_S``
+seconds, the iteration's budget).  A tight kernel stops at its first rounds.  Units: when the SM
+clocks were read and differed between runs by more than 1 % (a power cap), the ratios are of
+cycles (median ms x SM MHz), the milliseconds' recorded beside them; rounds with a run under a
+thermal or hardware slowdown are dropped (``stats``).
 
 Loop-level stops: two iterations in a row without improvement; more than 25 iterations;
 the diagnosis says ``scheduling`` or ``unknown`` (a person takes over).  "Improvement" is
@@ -32,6 +42,9 @@ KEEP_DEMOTE_PCT = 2.0
 REGRESSION_PCT = 2.0
 MIN_KEEP_PCT = 0.5            # going on (--continue), a kept step must gain at least this much
 MAX_ITERATIONS = 25
+CI_TARGET_PCT = KEEP_DEMOTE_PCT / 2   # sample until the 95 % CI half-width is this small ...
+MAX_ROUNDS = 12                       # ... or this many rounds were measured ...
+MAX_SAMPLING_S = 60.0                 # ... or sampling took this long: then a step that is not clear is inconclusive
 NON_IMPROVING_LIMIT = 2
 
 
@@ -47,7 +60,7 @@ class Thresholds:
 class Decision:
     """A keep / revert / crash decision: which rule fired, why, and what it means for the stop rules and the entry's
     priority."""
-    status: str                   # keep | revert | crash
+    status: str                   # keep | revert | crash | inconclusive
     rule: str                     # which rule fired (see RULES)
     reason: str
     improved: bool = False        # counts as an improvement for the two-in-a-row stop rule
@@ -68,6 +81,8 @@ RULES = {
     "keep-stop": f"improvement < {KEEP_DEMOTE_PCT:g} % (or not significant): keep, stop unless asked to go on",
     "insignificant": f"going on past a small step (--continue): the 95 % CI includes no change, or the gain is "
                      f"below {MIN_KEEP_PCT:g} %: revert",
+    "inconclusive": f"sampled to the cap and the 95 % CI is still wider than +-{CI_TARGET_PCT:g} %, with no clear "
+                    "keep or regression: not kept, not counted as a flat step, may be measured again",
     "budget": "the time budget cannot fit one comparison, or ran out before a decision: revert",
     "regression": f"a configuration regressed by more than {REGRESSION_PCT:g} %: revert",
     "cumulative-regression": f"a configuration is more than {REGRESSION_PCT:g} % slower than iteration 0: revert",
@@ -83,7 +98,7 @@ RULES = {
 
 
 def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
-           thresholds: Thresholds | None = None, keep_going: bool = False) -> Decision:
+           thresholds: Thresholds | None = None, keep_going: bool = False, capped: bool = False) -> Decision:
     """Keep or revert a measured, correct candidate.
 
     ``cumulative``: per configuration, the kept versions' product of ratios against
@@ -91,6 +106,8 @@ def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
     ``keep_going``: the loop goes on past a small step (``--continue``); a step that is not
     distinguishable from no change is then reverted instead of kept — otherwise edits that
     gain nothing (``num_ctas=2`` on a memory-bound kernel at -0.0 %) accumulate in the kernel.
+    ``capped``: sampling stopped at its cap; a step the clear rules (a regression, a significant
+    gain of 2 % or more) do not decide is then inconclusive while the CI is wider than the target.
     """
     th = thresholds or Thresholds()
     regressions = []
@@ -125,6 +142,10 @@ def decide(cmp: Comparison, *, cumulative: Mapping[str, float] | None = None,
     if sig and imp >= th.keep_demote_pct:
         return Decision("keep", "keep-demote", f"{imp:.1f}% faster ({ci}): kept, entry demoted", improved=True,
                         demote=True, improvement_pct=imp)
+    if capped and cmp.half_width_pct > CI_TARGET_PCT:
+        return Decision("inconclusive", "inconclusive", f"{imp:+.2f}% ({ci}): the 95% CI is wider than "
+                        f"+-{CI_TARGET_PCT:g}% after sampling to the cap; not kept, may be measured again",
+                        improvement_pct=imp)
     if keep_going and (not sig or imp < MIN_KEEP_PCT):
         why = "includes no change" if not sig else f"gains less than {MIN_KEEP_PCT:g}%"
         return Decision("revert", "insignificant", f"{imp:+.2f}% ({ci}) {why}: reverted, so noise-level edits "
@@ -166,10 +187,12 @@ def stop_rules(decisions: Sequence[Mapping], *, max_iterations: int = MAX_ITERAT
     n = len(decisions)
     if n >= max_iterations:
         return StopCheck(True, "max-iterations", f"{n} iterations done (the cap is {max_iterations})")
+    # an inconclusive step is no evidence of a flat kernel: the other rules skip it
+    decisions = [d for d in decisions if d.get("rule") != "inconclusive"]
     rule = reason = None
-    if n >= NON_IMPROVING_LIMIT and not any(d.get("improved") for d in decisions[-NON_IMPROVING_LIMIT:]):
+    if len(decisions) >= NON_IMPROVING_LIMIT and not any(d.get("improved") for d in decisions[-NON_IMPROVING_LIMIT:]):
         rule, reason = "no-improvement", f"the last {NON_IMPROVING_LIMIT} iterations brought no improvement"
-    elif n and decisions[-1].get("stop") and not keep_going:
+    elif decisions and decisions[-1].get("stop") and not keep_going:
         rule, reason = "below-threshold", f"the last step gained less than {KEEP_DEMOTE_PCT:g}%"
     if rule is None:
         return StopCheck(False)

@@ -322,7 +322,36 @@ class Evaluation:
         if self._clear_regression(first) is not None:
             return runs, 1
         more = self.steps.measure([b, a], deadline, rounds - 1)
-        return {v: {c: rs + more[v][c] for c, rs in runs[v].items()} for v in runs}, rounds
+        return _joined(runs, more), rounds
+
+    def _sample_to_ci(self, a: Version, b: Version, deadline: proc.Deadline, runs, done: int, per_round: float):
+        """More rounds until the 95 % CI's half-width is at most ``decide.CI_TARGET_PCT`` or a cap
+        (``MAX_ROUNDS``, ``MAX_SAMPLING_S``, the iteration's budget): the runs, their rounds, and
+        how sampling ended (the ledger's ``sampling``; ``capped``: the CI is still too wide).
+        Rounds come in pairs where the backend alternates A B / B A, so they stay ABBA-balanced;
+        ``per_round``: seconds one round took so far (no round starts that the budget cannot fit)."""
+        step = 2 if self.backend.alternates else 1
+        t0 = last = time.monotonic()
+        while True:
+            cmp = stats.compare({c: (runs[a.label][c], runs[b.label][c]) for c in runs[a.label]},
+                                noise_floor=self.opt.noise_floor)
+            info = {"rounds": done, "half_width_pct": round(cmp.half_width_pct, 4),
+                    "target_pct": decide_mod.CI_TARGET_PCT, "capped": False}
+            left = deadline.remaining()
+            if cmp.half_width_pct <= decide_mod.CI_TARGET_PCT:
+                return runs, done, {**info, "stopped": "ci"}
+            why = "rounds" if done + step > decide_mod.MAX_ROUNDS else \
+                "seconds" if time.monotonic() - t0 >= decide_mod.MAX_SAMPLING_S else \
+                "budget" if left is not None and step * per_round > left * budget_mod.MARGIN \
+                else None
+            if why is not None:
+                return runs, done, {**info, "stopped": why, "capped": True}
+            try:
+                more = self.steps.measure([a, b] if done % 2 == 0 or step == 1 else [b, a], deadline, step)
+            except MeasurementTimeout:
+                return runs, done, {**info, "stopped": "budget", "capped": True}
+            runs, done = _joined(runs, more), done + step
+            per_round, last = (time.monotonic() - last) / step, time.monotonic()
 
     @staticmethod
     def _next_record(prev: dict) -> dict:
@@ -421,6 +450,14 @@ class Evaluation:
             return None
         t0 = time.monotonic()
         runs, done = self._confirm_runs(a, b.version, deadline, plan.confirm_rounds)
+        sampling = None
+        if done == plan.confirm_rounds:         # not cut as a clear regression: sample until the CI is tight
+            runs, done, sampling = self._sample_to_ci(a, b.version, deadline, runs, done,
+                                                      (time.monotonic() - t0) / done)
+            record["sampling"] = sampling
+            if done > plan.confirm_rounds:
+                self.echo(f"  sampled {done} rounds: the 95% CI is +-{sampling['half_width_pct']:.2f}% "
+                          f"({'capped: ' + sampling['stopped'] if sampling['capped'] else 'within the target'})")
         # later iterations plan with the slower of the baseline's and this run time
         record["costs"] = budget_mod.Costs(run_s=(time.monotonic() - t0) / (2 * done)).to_json()
         if done < plan.confirm_rounds:
@@ -443,7 +480,8 @@ class Evaluation:
             cum = lineage_cumulative(self.led.iterations, a.digest) if getattr(self, "beam", None) else \
                 decide_mod.cumulative_ratios((r["status"], r.get("comparison")) for r in self.led.iterations
                                              if r["iteration"] > 0)
-            d = decide_mod.decide(cmp, cumulative=cum, keep_going=self.opt.keep_going or self.opt.until_roof is not None)
+            d = decide_mod.decide(cmp, cumulative=cum, keep_going=self.opt.keep_going or self.opt.until_roof is not None,
+                                  capped=bool(sampling and sampling["capped"]))
         d = uncredit(d, record.get("ir_diff"), outside_changed=changed_outside_kernel(   # empty IR diff: noise
             a.files, b.version.files, self.s.kernel_file, self.s.function))
         record["decision"] = d.to_json()
@@ -722,6 +760,11 @@ class Evaluation:
         except Exception:
             pass
         return record
+
+
+def _joined(runs, more):
+    """Two measurements' runs as one: each version's rounds, in order."""
+    return {v: {c: rs + more[v][c] for c, rs in runs[v].items()} for v in runs}
 
 
 def _best_confirmation(tried: list) -> tuple:

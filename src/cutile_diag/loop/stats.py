@@ -1,9 +1,9 @@
 """Is the candidate faster than the baseline?  Paired, interleaved rounds, per configuration.
 
 Both versions are measured in the same sitting, in rounds, in the order the backend chooses
-(``A B`` then ``B A`` for runs of a command, which cancels a linear drift; ``A B`` every round
-for worker processes, where following the other process costs the next measurement a fixed
-amount: ``backends.base.round_order``, ``WorkloadBackend.measure``).  Each round ``r`` yields one
+(``A B`` then ``B A`` for runs of a command, which cancels a linear drift; ``A B B A`` within
+every round for worker processes, where following the other process also costs the next
+measurement a fixed amount: ``backends.base.round_order``, ``WorkloadBackend.measure``).  Each round ``r`` yields one
 median per version; the estimate for a configuration is the geometric mean of the paired
 ratios ``B_r / A_r`` and its uncertainty on the log scale is the largest of
 
@@ -14,7 +14,13 @@ ratios ``B_r / A_r`` and its uncertainty on the log scale is the largest of
   show; 0.5 % by default), so that two equal latencies are never "significantly" different.
 
 The 95 % interval uses Student's t with R - 1 degrees of freedom when the between-round
-term dominates and R >= 3, else the normal 1.96.  The configurations combine into a
+term dominates and R >= 3, else the normal 1.96.
+
+Clocks (``RunStat.clock_mhz``, ``clock_events``: NVML, read over each run's timed phase): a round
+with a run taken under a thermal or hardware slowdown is dropped (the clock read beside it does not
+describe the run); when every kept run has a clock and the clocks differ by more than
+``CLOCK_VARIES`` (a power cap moving the SM clock), the comparison is in cycles (median x clock)
+— ``basis: "cycles"`` — and the milliseconds' ratio and interval are recorded beside it.  The configurations combine into a
 geometric-mean ratio (the headline), but the decision rules also look at every
 configuration on its own: a win on average never hides a regression on one shape.
 """
@@ -25,10 +31,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from ..nvml import slowdown
+
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
          10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 MEDIAN_SE_FACTOR = 1.2533      # SE(median) / SE(mean) for normal samples: sqrt(pi / 2)
 DEFAULT_NOISE_FLOOR = 0.005
+CLOCK_VARIES = 0.01            # clocks further apart than this: compare in cycles (NVML steps ~15 MHz, 0.8 %)
 
 
 def t975(df: int) -> float:
@@ -53,6 +62,13 @@ class RunStat:
     nrep: int | None = None
     samples: list[float] | None = None
     record: dict | None = None          # the full record as the backend returned it
+    clock_mhz: float | None = None      # median SM clock over the timed phase (None: not read)
+    clock_events: int | None = None     # NVML clock-event reasons seen during it (a mask)
+
+    @property
+    def slowed(self) -> list[str]:
+        """The thermal/hardware slowdowns it ran under (its round is not compared)."""
+        return slowdown(self.clock_events)
 
     @classmethod
     def from_samples(cls, samples: Sequence[float], record: dict | None = None) -> "RunStat":
@@ -87,7 +103,18 @@ class RunStat:
             d["record"] = self.record
         if self.samples is not None:
             d["samples"] = [round(x, 6) for x in self.samples]
+        if self.clock_mhz is not None:
+            d["clock_mhz"] = self.clock_mhz
+        if self.clock_events is not None:
+            d["clock_events"] = self.clock_events
         return d
+
+    def in_cycles(self) -> "RunStat":
+        """The same run in SM cycles (ms x MHz: a constant factor away from cycles)."""
+        k = float(self.clock_mhz)
+        return RunStat(self.median * k, self.rel_std, self.nrep,
+                       None if self.samples is None else [x * k for x in self.samples], None, self.clock_mhz,
+                       self.clock_events)
 
 
 @dataclass
@@ -105,6 +132,14 @@ class ConfigComparison:
     method: str                         # which term set the uncertainty
     baseline_runs: list[RunStat] = field(default_factory=list)
     candidate_runs: list[RunStat] = field(default_factory=list)
+    basis: str = "ms"                   # "cycles": clocks varied and the ratio is of median x clock
+    ms: tuple[float, float, float] | None = None    # (ratio, lo, hi) in milliseconds when basis is cycles
+    dropped: int = 0                    # rounds not compared: a run under a thermal/hardware slowdown
+
+    @property
+    def half_width_pct(self) -> float:
+        """Half the 95 % interval's width, in percent of the ratio (what sampling narrows)."""
+        return 100.0 * (self.hi - self.lo) / 2.0
 
     @property
     def change_pct(self) -> float:
@@ -131,6 +166,8 @@ class ConfigComparison:
         return {"config": self.config, "baseline_ms": self.baseline_ms, "candidate_ms": self.candidate_ms,
                 "ratio": self.ratio, "ci95": [self.lo, self.hi], "change_pct": self.change_pct,
                 "rounds": self.rounds, "se_log": self.se_log, "method": self.method,
+                **({"basis": self.basis, "ratio_ms": self.ms[0], "ci95_ms": list(self.ms[1:])} if self.ms else {}),
+                **({"dropped_rounds": self.dropped} if self.dropped else {}),
                 "baseline_runs": [r.to_json() for r in self.baseline_runs],
                 "candidate_runs": [r.to_json() for r in self.candidate_runs]}
 
@@ -155,6 +192,11 @@ class Comparison:
         """The whole 95 % interval of the combined ratio is below 1."""
         return self.hi < 1.0
 
+    @property
+    def half_width_pct(self) -> float:
+        """Half the 95 % interval's width, in percent of the ratio (the sampling target is compared with it)."""
+        return 100.0 * (self.hi - self.lo) / 2.0
+
     def config(self, name: str) -> ConfigComparison:
         """The comparison of configuration ``name`` (StopIteration when there is none)."""
         return next(c for c in self.configs if c.config == name)
@@ -174,17 +216,17 @@ def geomean(xs: Iterable[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
-def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence[RunStat], *,
-                   noise_floor: float = DEFAULT_NOISE_FLOOR) -> ConfigComparison:
-    """Paired comparison over rounds of the log ratio: its standard error is the largest of the between-round spread,
-    the runs' own spread and the noise floor (t quantile only for the between-round term with 3 rounds or more)."""
-    if not baseline or len(baseline) != len(candidate):
-        raise ValueError(f"{config}: need the same number (>= 1) of baseline and candidate runs")
-    if any(r.median <= 0 for r in [*baseline, *candidate]):
-        raise ValueError(f"{config}: a non-positive latency")
+def cycles(runs: Sequence[RunStat]) -> bool:
+    """Compare these runs in cycles: each has its SM clock and the clocks differ by more than CLOCK_VARIES."""
+    clocks = [r.clock_mhz for r in runs]
+    return bool(clocks) and all(clocks) and max(clocks) > (1.0 + CLOCK_VARIES) * min(clocks)
+
+
+def _estimate(baseline: Sequence[RunStat], candidate: Sequence[RunStat],
+              noise_floor: float) -> tuple[float, float, float, str]:
+    """(mean log ratio, its standard error, the interval's critical value, the term that set it)."""
     R = len(baseline)
     logs = [math.log(b.median / a.median) for a, b in zip(baseline, candidate)]
-    lbar = statistics.fmean(logs)
     terms: dict[str, float] = {}
     if R >= 2:
         terms["between-round"] = statistics.stdev(logs) / math.sqrt(R)
@@ -198,11 +240,35 @@ def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence
     terms["noise-floor"] = math.sqrt(2.0) * noise_floor / math.sqrt(R)
     method, se = max(terms.items(), key=lambda kv: kv[1])
     crit = t975(R - 1) if (method == "between-round" and R >= 3) else 1.96
+    return statistics.fmean(logs), se, crit, method
+
+
+def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence[RunStat], *,
+                   noise_floor: float = DEFAULT_NOISE_FLOOR) -> ConfigComparison:
+    """Paired comparison over rounds of the log ratio: its standard error is the largest of the between-round spread,
+    the runs' own spread and the noise floor (t quantile only for the between-round term with 3 rounds or more).
+    Rounds slowed by a clock event are dropped; when the SM clocks differ by more than ``CLOCK_VARIES`` the
+    decision is made in cycles and the milliseconds kept beside it."""
+    if not baseline or len(baseline) != len(candidate):
+        raise ValueError(f"{config}: need the same number (>= 1) of baseline and candidate runs")
+    if any(r.median <= 0 for r in [*baseline, *candidate]):
+        raise ValueError(f"{config}: a non-positive latency")
+    pairs = [(a, b) for a, b in zip(baseline, candidate) if not (a.slowed or b.slowed)]
+    dropped = len(baseline) - len(pairs)
+    if not pairs:                       # every round slowed: compared as measured, and said so
+        pairs, dropped = list(zip(baseline, candidate)), 0
+    base, cand = [a for a, _ in pairs], [b for _, b in pairs]
+    lbar, se, crit, method = _estimate(base, cand, noise_floor)
+    ms = None
+    if cycles(base + cand):
+        ms = (math.exp(lbar), math.exp(lbar - crit * se), math.exp(lbar + crit * se))
+        lbar, se, crit, method = _estimate([r.in_cycles() for r in base], [r.in_cycles() for r in cand], noise_floor)
     return ConfigComparison(
-        config=config, baseline_ms=statistics.median(r.median for r in baseline),
-        candidate_ms=statistics.median(r.median for r in candidate), ratio=math.exp(lbar),
-        lo=math.exp(lbar - crit * se), hi=math.exp(lbar + crit * se), rounds=R, se_log=se, method=method,
-        baseline_runs=list(baseline), candidate_runs=list(candidate))
+        config=config, baseline_ms=statistics.median(r.median for r in base),
+        candidate_ms=statistics.median(r.median for r in cand), ratio=math.exp(lbar),
+        lo=math.exp(lbar - crit * se), hi=math.exp(lbar + crit * se), rounds=len(base), se_log=se, method=method,
+        baseline_runs=list(baseline), candidate_runs=list(candidate), basis="cycles" if ms else "ms", ms=ms,
+        dropped=dropped)
 
 
 def combine(configs: Sequence[ConfigComparison]) -> Comparison:

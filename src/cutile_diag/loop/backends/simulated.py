@@ -1,7 +1,8 @@
 """Simulated backend for CI: deterministic fake latencies per version, from the transforms
 applied and markers in the source, with configurable noise and planted behaviours (a wrong
 transform, a regression on one configuration, a crash, a hang, an impossible speedup above
-the roof)."""
+the roof), and a GPU clock that a power cap moves and thermal slowdowns cut (``clock_mhz``,
+``throttle``), read with every run as NVML would."""
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import proc
+from ...nvml import POWER_CAP
 from ..errors import BackendError, CandidateCrash, MeasurementTimeout
 from ..stats import RunStat
 from ..recipe import recipe
@@ -41,6 +43,14 @@ class SimSpec:
     unit: tuple[str, str] = ("f32", "cuda")
     device: str = "h200"
     seed: int = 0
+    # the SM clock read with each run (MHz; None: not read, as without NVML).  A power cap holds it below
+    # the boost: each run's clock is clock_mhz x (1 - clock_drift x run index) x (1 - clock_noise x |N(0, 1)|),
+    # and the run's milliseconds scale by clock_mhz / that clock (the cycles do not)
+    clock_mhz: float | None = None
+    clock_drift: float = 0.0
+    clock_noise: float = 0.0
+    throttle: float = 0.0                                  # probability a run is under a thermal slowdown
+    throttle_slowdown: float = 0.3                         # ... which makes it this much slower, unseen in its clock
     # the simulated GPU's measured ceiling: {"dram_tbps": 4.24, "flops_tflops": {"f32:cuda": 60},
     # "cached": false (the loop measures it before the baseline), "measure_s": 0.1, "curve": true (the
     # preset's size curve: % of attainable)}; None: it has none, and "% of roof" is of the datasheet
@@ -72,6 +82,14 @@ class SimSpec:
             if what == "interactions" and any("+" not in k for k in known.get(what) or {}):
                 raise BackendError("simulation spec: an interactions key names two or more keys joined by '+' "
                                    "(persistent_grid+kernel_hints)")
+        for key in ("clock_drift", "clock_noise", "throttle", "throttle_slowdown"):
+            v = known.get(key, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < (1 if key == "throttle" else 10):
+                raise BackendError(f"simulation spec: {key} must be a number >= 0{' and < 1' * (key == 'throttle')}, "
+                                   f"not {v!r}")
+        if known.get("clock_mhz") is not None and not (isinstance(known["clock_mhz"], (int, float))
+                                                       and known["clock_mhz"] > 0):
+            raise BackendError(f"simulation spec: clock_mhz must be a positive number of MHz, not {known['clock_mhz']!r}")
         if "unit" in known:
             known["unit"] = tuple(known["unit"])
         return cls(**known)
@@ -89,6 +107,9 @@ class SimSpec:
         d = dict(self.__dict__)
         d["unit"] = list(self.unit)
         return d
+
+
+HW_SLOWDOWN = 0x8                       # nvmlClocksEventReasonHwSlowdown
 
 
 def _matches(key: str, v: Version) -> bool:
@@ -180,18 +201,31 @@ class SimulatedBackend(Backend):
                 raise CandidateCrash(f"{v.label}: the measurement worker died (exit -11: simulated segfault)")
             if self.spec.hang_in == "measure" and self._planted("hang", v):
                 self._hang(v, deadline, "the benchmark")
+        sp = self.spec
         for r in range(rounds):
-            for v in round_order(versions, r):
+            for i, v in enumerate(round_order(versions, r)):
                 check_deadline(deadline, f"measuring {v.label}")
-                for c in self.spec.configs:
+                for c in sp.configs:
                     t = self.latency(v, c)
-                    tag = f"{self.spec.seed}|{v.digest}|{c}|{r}" + (f"|{sitting}" if sitting else "")
+                    tag = f"{sp.seed}|{v.digest}|{c}|{r}" + (f"|{sitting}" if sitting else "")
                     seed = int(hashlib.sha256(tag.encode()).hexdigest()[:12], 16)
                     rng = random.Random(seed)
-                    offset = 1.0 + self.spec.run_noise * rng.gauss(0, 1)
-                    xs = [max(1e-6, t * offset * (1.0 + self.spec.noise * rng.gauss(0, 1)))
-                          for _ in range(self.spec.samples)]
-                    out[v.label].setdefault(c, []).append(RunStat.from_samples(xs))
+                    offset = 1.0 + sp.run_noise * rng.gauss(0, 1)
+                    clock = events = None
+                    if sp.clock_mhz:
+                        # a power cap: the clock falls over the sitting and wanders; the time follows it
+                        run = r * len(versions) + i
+                        clock = round(sp.clock_mhz * max(0.3, (1 - sp.clock_drift * run) *
+                                                         (1 - sp.clock_noise * abs(rng.gauss(0, 1)))), 1)
+                        offset *= sp.clock_mhz / clock
+                        events = POWER_CAP if clock < sp.clock_mhz else 0
+                    if sp.throttle and rng.random() < sp.throttle:
+                        offset *= 1 + sp.throttle_slowdown        # part of the run at a cut clock
+                        events = (events or 0) | HW_SLOWDOWN
+                    xs = [max(1e-6, t * offset * (1.0 + sp.noise * rng.gauss(0, 1))) for _ in range(sp.samples)]
+                    run_stat = RunStat.from_samples(xs)
+                    run_stat.clock_mhz, run_stat.clock_events = clock, events
+                    out[v.label].setdefault(c, []).append(run_stat)
         return out
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:

@@ -92,13 +92,17 @@ def _load(req: dict, st: _State) -> dict:
 
 
 def _measure(req: dict, st: _State) -> dict:
+    from ...harness.observers import ClockObserver
     from ...harness.timing import BenchOptions
     from ...measure.version import time_prepared
     name = req["config"]
     if name not in st.prepared:
         return {"ok": False, "error": f"configuration {name} was not loaded (or failed its check)"}
-    t = time_prepared(st.prepared[name], BenchOptions.from_json(req.get("options")),
-                      post_check=req.get("post_check", True))
+    opts = BenchOptions.from_json(req.get("options"))
+    # the SM clock and the clock-event reasons over the timed phase: the comparison drops runs under a
+    # thermal slowdown and compares in cycles when a power cap moved the clock (loop.stats)
+    observers = [ClockObserver(st.device)] if opts.sample_clocks else []
+    t = time_prepared(st.prepared[name], opts, post_check=req.get("post_check", True), observers=observers)
     m = t.measurement
     return {"ok": True, "config": name, "stats": m.stats.record(), "samples_ms": m.samples_ms,
             "first_call_s": m.first_call_s, "observed": m.observed,

@@ -1,9 +1,11 @@
 """Workload backend: a ``cutile_diag.workload`` (configurations, inputs, reference) run by
 long-lived workers (``backends/worker.py``), one per version, so the last kept version and the
-candidate are measured in the same sitting, alternating request by request."""
+candidate are measured in the same sitting, A B B A request by request."""
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import select
 import subprocess
@@ -20,6 +22,33 @@ from .base import Backend, CorrectnessFailure, Runs, Verification, Version, Work
 
 
 WORKER = "cutile_diag.loop.backends.worker"
+WARM_S = 1.0          # the baseline's warm-up before a comparison's first timed sample ...
+WARM_IDLE_S = 2.0     # ... after the GPU idled this long (back-to-back calls, as calibrate's, skip it) ...
+WARM_MAX_RUNS = 8     # ... and at most this many measure requests
+
+
+def _run_stat(rep: dict) -> RunStat:
+    """A measure reply as a RunStat, with the SM clock and clock-event reasons of its timed phase."""
+    stats, obs = rep["stats"], rep.get("observed") or {}
+    clock = obs.get("sm_clock_mhz")
+    return RunStat(float(stats["median"]), stats.get("rel_std"), stats.get("nrep"), rep.get("samples_ms"),
+                   {**stats, "observed": rep.get("observed")},
+                   clock_mhz=float(clock["median"]) if isinstance(clock, dict) and clock.get("median") else None,
+                   clock_events=obs.get("clock_event_reasons"))
+
+
+def _merged(rs: list[RunStat]) -> RunStat:
+    """A round's runs of one version (A B B A: two) as one: their samples pooled, clocks averaged,
+    clock-event reasons joined."""
+    if len(rs) == 1:
+        return rs[0]
+    samples = [x for r in rs for x in (r.samples or [r.median])]
+    m = RunStat.from_samples(samples, {"runs": [r.record for r in rs]})
+    clocks = [r.clock_mhz for r in rs]
+    m.clock_mhz = sum(clocks) / len(clocks) if all(clocks) else None
+    events = [r.clock_events for r in rs if r.clock_events is not None]
+    m.clock_events = functools.reduce(operator.or_, events) if events else None
+    return m
 
 
 def _device_env(device: int | None) -> dict[str, str]:
@@ -134,7 +163,7 @@ class WorkloadBackend(Backend):
     compile and inputs are paid once."""
     name = "workload"
     prepares = True         # a sweep's workers load at once (prepare)
-    alternates = False          # A B every round after a lead-in (see measure)
+    alternates = False          # A B B A within every round (see measure)
 
     def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
                  configs: Sequence[str] | None = None, bench_options: Mapping[str, Any] | None = None,
@@ -154,6 +183,7 @@ class WorkloadBackend(Backend):
         self.info: dict[str, dict] = {}
         self.device_info: dict = {}
         self.imports: dict = {}          # where the last loaded worker imported the kernel file from
+        self._busy = float("-inf")       # when the last measurement ended (the warm-up's idle test)
 
     def describe(self) -> dict:
         """The workload, its arguments, configurations, bench options and device, for the ledger's setup record."""
@@ -321,24 +351,31 @@ class WorkloadBackend(Backend):
                 raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
             return rep
 
-        # A B every round, after an unrecorded measurement of B: every recorded measurement follows
-        # the *other* worker.  On the H200 the measurement right after the other process is 0.7-0.8 %
-        # slower (20 ms of warm-up notwithstanding), so A B, B A made the second of each round pay
-        # it and biased odd round counts (the calibration's per-round log ratios showed it)
-        if len(versions) > 1 and self._configs:
-            one(versions[-1], self._configs[0])
+        # a GPU that idled (compiles, checks) runs at its boost clock and drops within a second under a
+        # GEMM's power load: the baseline runs, unrecorded, for up to WARM_S first, so that no version's
+        # first samples come from a cooler, faster GPU
+        if time.monotonic() - self._busy > WARM_IDLE_S and self._configs:
+            t0, n = time.monotonic(), 0
+            while n < WARM_MAX_RUNS and time.monotonic() - t0 < WARM_S:
+                one(versions[0], self._configs[n % len(self._configs)])
+                n += 1
+        # A B B A every round: a linear drift (the clock settling under a power cap) cancels, and each
+        # version has one measurement right after the other worker and one after itself (on the H200 the
+        # measurement that follows the other process is 0.7-0.8 % slower, 20 ms of warm-up notwithstanding)
+        order = [*versions, *reversed(versions)]       # alone: A A, so that a round costs what it costs in pairs
         for r in range(rounds):
             for cfg in self._configs or []:
-                for v in versions:
+                got: dict[str, list[RunStat]] = {}
+                for v in order:
                     rep = one(v, cfg)
                     post = rep.get("post_check")
                     if post is not None and not post.get("passed"):
                         raise CorrectnessFailure(f"{v.label} on {cfg}: outputs of the timed runs are wrong: "
                                                  f"{post.get('summary')}")
-                    stats = rep["stats"]
-                    out[v.label].setdefault(cfg, []).append(
-                        RunStat(float(stats["median"]), stats.get("rel_std"), stats.get("nrep"),
-                                rep.get("samples_ms"), {**stats, "observed": rep.get("observed")}))
+                    got.setdefault(v.label, []).append(_run_stat(rep))
+                for label, rs in got.items():
+                    out[label].setdefault(cfg, []).append(_merged(rs))
+        self._busy = time.monotonic()
         return out
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
