@@ -138,7 +138,7 @@ case "${1:-}" in
   # then the original, (1) persistent grid + occupancy=8, (2) occupancy=4 + approx division and the loop's final
   # version side by side; A/A calibrate on TileGym matmul 8192^3 bf16 (>= 10 decisions); the matmul loop's final
   # version vs torch.matmul. Each part stops at its share of the budget (results.json/md rewritten after each part)
-  s9f) run frontier_suite 580 --budget-s 550 --only layer_norm,calibrate,matmul ;;
+  s9f) b=${S9F_BUDGET:-550}; run frontier_suite $((b + 30)) --budget-s "$b" --only "${S9F_ONLY:-layer_norm,calibrate,matmul}" ;;
   # session 10 (#31): the copy curve's flush/batch methods against the figures (< 1 min)
   s10c) run curve_flush 120 ;;
   # session 10's last call: every GPU-marked test (#32), the curve's methods (#31), #30's A/A calibrate alone
