@@ -21,7 +21,9 @@ layer_norm  ``optimize src/tilegym/ops/cutile/layer_norm_legacy.py::_layer_norm_
             project's transforms through the loop's recipe) and the loop's final version; the
             ratios, and whether the loop ended at or below the best of (1) and (2).
 calibrate   ``cutile-diag calibrate tilegym:matmul --configs 8192-bf16``: the same version against
-            itself, interleaved, >= 10 decisions: the 95 % CI half-width and the false keeps.
+            itself, interleaved, >= 10 decisions, each sampled as the loop samples (to a CI of
+            +-1 % or the cap): the CI half-width, false keeps, inconclusive decisions, rounds per
+            decision; every round and decision in calibration.json.gz.
 matmul      ``optimize src/tilegym/ops/cutile/matmul.py::_matmul_kernel --workload tilegym:matmul
             --configs 8192-bf16 --until-roof 0.9`` under a short ``--time-limit`` (past small steps
             until the time is up); then the original, the loop's final
@@ -41,6 +43,7 @@ stderr.txt, side_by_side.json, v<i>.diff (each version against the original)}.
 from __future__ import annotations
 
 import argparse
+import gzip
 import difflib
 import json
 import math
@@ -374,10 +377,21 @@ def calibrate_part(share: float, args, env: dict, out: Path, work: Path) -> dict
         doc = json.loads(stdout)
     except json.JSONDecodeError:
         doc = {"error": (stderr.strip().splitlines() or ["no output"])[-1][:400]}
-    return {"part": "calibrate", "kernel": "simulated 8192-bf16" if args.dry_run else "tilegym:matmul 8192-bf16",
+    if "decisions" in doc:          # every round and decision, for the record (clocks, basis, sampling)
+        with gzip.open(out / "calibration.json.gz", "wt") as f:
+            json.dump(doc, f, default=str)
+    decided = [d for d in doc.get("decisions") or [] if d.get("status") != "inconclusive"]
+    halves = sorted(d["half_width_pct"] for d in decided)
+    part = {"part": "calibrate", "kernel": "simulated 8192-bf16" if args.dry_run else "tilegym:matmul 8192-bf16",
             "rc": rc_, "wall_s": round(wall, 1), "command": "cutile-diag " + " ".join(argv[3:]),
-            **{k: doc.get(k) for k in ("n", "rounds", "half_width_pct", "false_keeps", "false_reverts", "noise_floor",
-                                       "error") if k in doc}}
+            **{k: doc.get(k) for k in ("n", "rounds", "half_width_pct", "false_keeps", "false_reverts", "inconclusive",
+                                       "rounds_sampled", "noise_floor", "noise_floor_used", "error") if k in doc},
+            "basis": sorted({d.get("basis") for d in doc.get("decisions") or []}),
+            "decided_max_half_width_pct": halves[-1] if halves else None}
+    # the issue's line: 0 false keeps in >= 10 decisions with a CI <= 1 %
+    if "n" in doc:
+        part["met"] = doc["n"] >= 10 and doc["false_keeps"] == 0 and doc["half_width_pct"] <= 1.0
+    return part
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,10 +419,16 @@ def markdown(res: dict) -> str:
             continue
         if part == "calibrate":
             lines += ["## calibrate: A/A on TileGym matmul 8192³ bf16", "", f"`{p.get('command')}`", "",
-                      "| kernel | decisions | 95 % CI half-width | false keeps | false reverts | rc | wall s |",
-                      "|---|---|---|---|---|---|---|",
+                      "Each decision samples as the loop does: 3 rounds, then more until the 95 % CI is within ±1 % "
+                      "or the cap (inconclusive at the cap).", "",
+                      "| kernel | decisions | median 95 % CI half-width | false keeps | false reverts | inconclusive | "
+                      "rounds per decision | basis | per-measurement noise | met | rc | wall s |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|",
                       f"| {p.get('kernel')} | {p.get('n')} | {fmt(p.get('half_width_pct'), '.3f')} % | {p.get('false_keeps')} | "
-                      f"{p.get('false_reverts')} | {p.get('rc')} | {p.get('wall_s')} |", ""]
+                      f"{p.get('false_reverts')} | {p.get('inconclusive', '-')} | "
+                      f"{', '.join(map(str, p.get('rounds_sampled') or [])) or '-'} | {'/'.join(p.get('basis') or []) or '-'} | "
+                      f"{fmt(100 * p['noise_floor'] if p.get('noise_floor') else None, '.2f')} % | {p.get('met', '-')} | "
+                      f"{p.get('rc')} | {p.get('wall_s')} |", ""]
             if p.get("error"):
                 lines += [f"error: {p['error']}", ""]
             continue

@@ -25,8 +25,11 @@ def test_a_version_against_itself_gives_an_honest_interval():
     # under the loop's rule (as with --continue) every A/A step is reverted as insignificant
     assert {d["rule"] for d in cal.decisions} == {"insignificant"}
     assert sum(d["ci95"][0] <= 1.0 <= d["ci95"][1] for d in cal.decisions) >= 17     # ~95 % cover no change
-    # both copies were measured, interleaved, one call per decision
-    assert sum(1 for op, _ in b.calls if op == "measure") == 2 * 20
+    # the first decision samples until the noise rests on 8 degrees of freedom (2 configurations x 4); pooled
+    # with it, the next ones stop at their 3 rounds, as a loop's later steps do
+    assert cal.rounds_sampled[0] == 5 and cal.rounds_sampled[1:] == [3] * 19
+    # both copies were measured, interleaved: one call per decision and one per extra pair of rounds
+    assert sum(1 for op, _ in b.calls if op == "measure") == 2 * (20 + 1)
 
 
 def test_the_false_keep_counter_counts():
@@ -49,7 +52,7 @@ def test_calibration_stops_at_its_budget_after_two_decisions():
         time.sleep(0.25)
         return real(*a, **k)
     b.measure = slow
-    cal = calibrate(b, n=20, rounds=2, budget_s=1.0)
+    cal = calibrate(b, n=20, rounds=2, budget_s=2.5)
     assert 2 <= cal.n < 20 and len(cal.decisions) == cal.n
 
 

@@ -2,15 +2,17 @@
 
 ``calibrate(backend, n=20, rounds=3)`` measures one version against an identical copy of
 itself — two workers (``A A' A' A`` every round, after a warm-up) or two runs of the user's
-command (``A A' A' A ...``), interleaved the way the loop measures a candidate — ``n * rounds`` rounds in one sitting, then cuts them into
-``n`` A/A comparisons of ``rounds`` rounds each (what one loop decision sees) and applies the
-loop's own decision rule to each.  It reports
+command (``A A' A' A ...``), interleaved the way the loop measures a candidate — ``n`` times in one
+sitting, and takes each of the ``n`` A/A decisions the way the loop takes one: ``rounds`` rounds
+(the loop's ``--rounds``), then more until the 95 % CI is within ±1 % or the loop's cap
+(``loop.sampling``; at the cap a decision the rules cannot take is ``inconclusive``).  It reports
 
 * the 95 % CI half-width of the A/A difference (median over the comparisons, in percent):
   the smallest change one decision can tell from noise;
 * the spread of the A/A ratios themselves (1.96 x their sd): whether that CI is honest;
-* false keeps (the rule would keep an edit that changes nothing, as under ``--continue``) and
-  false reverts (a "regression" of nothing) out of ``n`` decisions;
+* false keeps (the rule would keep an edit that changes nothing, as under ``--continue``), false
+  reverts (a "regression" of nothing) and inconclusive decisions out of ``n``, and the rounds each
+  decision sampled;
 * the per-measurement noise (``sd`` of one round's log ratio / sqrt 2) — the loop's
   ``noise_floor``;
 * the same decisions per kernel class (``per_class``: each configuration's arithmetic intensity,
@@ -37,6 +39,7 @@ from ..output import prog, write_atomic
 from . import decide as decide_mod
 from . import proc, stats
 from .backends import Backend, Version, Workspace
+from .sampling import comparison, floor_with_pool, sample_to_ci
 from .errors import LoopError, MeasurementTimeout
 
 SCHEMA = "cutile-diag.noise/1"
@@ -68,6 +71,9 @@ class Calibration:
     noise_floor: float                   # per-measurement relative noise (the loop's noise_floor)
     false_keeps: int
     false_reverts: int
+    inconclusive: int = 0                # decisions sampled to the cap with the CI still wider than +-1 %
+    rounds_sampled: list[int] = field(default_factory=list)   # per decision: the rounds it measured
+    noise_floor_used: float | None = None   # the floor decisions start from (a loop's here; pooled noise raises it)
     decisions: list[dict] = field(default_factory=list)
     rounds_detail: dict[str, list[dict]] = field(default_factory=dict)   # per config: every round, in order
     gpu_s: float = 0.0                   # wall seconds spent measuring
@@ -116,10 +122,14 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
               budget_s: float | None = None, noise_floor: float | None = None, check: bool = True,
               progress: Callable[[int, int], None] | None = None) -> Calibration:
     """Measure the current version against itself; see the module doc.  ``budget_s``: stop
-    after the last decision that fits (at least 2 are needed); ``check``: verify correctness
-    first (a command-mode calibration without --test-cmd has nothing to check with)."""
+    after the last decision that fits (at least 2 are needed); ``noise_floor``: decide with this
+    floor (default: the one a new loop on this machine would use, ``noise_floor_for``);
+    ``check``: verify correctness first (a command-mode calibration without --test-cmd has
+    nothing to check with)."""
     if n < 2 or rounds < 2:
         raise LoopError("calibration needs at least 2 decisions (-n) of at least 2 rounds (--rounds)")
+    floor, source = (noise_floor, "given") if noise_floor is not None else noise_floor_for(backend)
+    calibrated = source.startswith("calibrated")     # a floor measured on this machine: its noise is known
     a = Version("A", {}, None, ())
     b = _Copy("A'", {}, None, ())
     with tempfile.TemporaryDirectory(prefix="cutile-diag-calibrate-") as tmp:
@@ -131,40 +141,55 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
                 raise LoopError(f"the kernel fails its correctness check: {ver.summary}")
         t0 = time.monotonic()
         runs: dict[str, dict[str, list[stats.RunStat]]] = {a.label: {}, b.label: {}}
-        done, slowest = 0, 0.0
-        for i in range(n):
+        spans: list[tuple[int, int, dict]] = []
+        pooled: list[dict] = []
+        slowest = 0.0
+        measure = lambda order, k: backend.measure(order, ws, deadline, k)   # noqa: E731
+        for _ in range(n):
             left = deadline.remaining()
-            if done >= 2 and left is not None and left < 1.2 * slowest:
+            if len(spans) >= 2 and left is not None and left < 1.2 * slowest:
                 break                       # the next decision would not fit: report what was measured
             t1 = time.monotonic()
+            # as a loop does: the floor raised to the noise pooled over the comparisons before this one
+            use, known_df = floor_with_pool(floor, pooled)
             try:
-                # one decision's rounds per call: progress, and the interleaving restarts A-first each time
-                got = backend.measure([a, b], ws, deadline, rounds)
+                # one decision per call: progress, and the interleaving restarts A-first each time
+                got = measure([a, b], rounds)
+                got, done, sampling = sample_to_ci(measure, a, b, deadline, got, rounds,
+                                                   (time.monotonic() - t1) / rounds, alternates=backend.alternates,
+                                                   noise_floor=use, known_df=None if calibrated else known_df)
             except MeasurementTimeout:
-                if done < 2:
+                if len(spans) < 2:
                     raise LoopError(f"the time budget ({budget_s:g} s) ran out before 2 A/A decisions were "
                                     "measured", hint="raise --budget-s or lower --rounds") from None
                 break
             slowest = max(slowest, time.monotonic() - t1)
+            start = len(next(iter(runs[a.label].values()), []))
             for lab in runs:
                 for c, rs in got[lab].items():
                     runs[lab].setdefault(c, []).extend(rs)
-            done += 1
+            spans.append((start, start + done, {**sampling, "noise_floor": use}))
+            pooled.append(comparison(got, a, b, use).to_json())
             if progress:
-                progress(done, n)
+                progress(len(spans), n)
         gpu_s = time.monotonic() - t0
-    return summarize(runs[a.label], runs[b.label], n=done, rounds=rounds, machine=machine_key(backend),
-                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=noise_floor,
-                     alternates=backend.alternates, info=backend.workload_info())
+    return summarize(runs[a.label], runs[b.label], n=len(spans), rounds=rounds, machine=machine_key(backend),
+                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=floor,
+                     alternates=backend.alternates, info=backend.workload_info(), spans=spans)
 
 
 def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, list[stats.RunStat]], *, n: int,
               rounds: int, machine: str | None, what: str, backend: str, gpu_s: float = 0.0,
               noise_floor: float | None = None, alternates: bool = True,
-              info: Mapping[str, Mapping] | None = None) -> Calibration:
-    """The calibration from ``n * rounds`` interleaved rounds of A and its copy (``alternates``:
-    the backend's round order, for the record of who went first; ``info``: per configuration its
-    FLOPs and bytes, ``Backend.workload_info``, for the kernel classes)."""
+              info: Mapping[str, Mapping] | None = None,
+              spans: list[tuple[int, int, dict]] | None = None) -> Calibration:
+    """The calibration from the interleaved rounds of A and its copy: decision ``i`` is rounds
+    ``spans[i][0]:spans[i][1]``, sampled as ``spans[i][2]`` says (default: ``n`` slices of
+    ``rounds``, none capped).  ``noise_floor``: decide with it (default: the measured floor);
+    ``alternates``: the backend's round order, for the record of who went first; ``info``: per
+    configuration its FLOPs and bytes, ``Backend.workload_info``, for the kernel classes."""
+    spans = spans if spans is not None else [(i * rounds, (i + 1) * rounds, {}) for i in range(n)]
+    firsts = [k for lo, hi, _ in spans for k in range(hi - lo)]     # a round's place in its decision
     configs = sorted(a_runs)
     per_config, floors, detail = {}, [], {}
     for c in configs:
@@ -174,9 +199,9 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
         sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
         floors.append(sd / math.sqrt(2.0))
         # every round as measured (who went first: round_order, restarting per decision)
-        detail[c] = [{"a_ms": x.median, "b_ms": y.median,
-                      "first": "A" if not alternates or (i % rounds) % 2 == 0 else "B",
-                      "log_ratio": round(lr, 6)} for i, (x, y, lr) in enumerate(zip(a_runs[c], b_runs[c], logs))]
+        detail[c] = [{"a_ms": x.median, "b_ms": y.median, "a_mhz": x.clock_mhz, "b_mhz": y.clock_mhz,
+                      "first": "A" if not alternates or k % 2 == 0 else "B",
+                      "log_ratio": round(lr, 6)} for k, x, y, lr in zip(firsts, a_runs[c], b_runs[c], logs)]
         per_config[c] = {"round_sd_pct": 100 * sd, "median_ms": statistics.median(x.median for x in a_runs[c]),
                          "rel_std_pct": statistics.median(x.rel_std for x in a_runs[c] if x.rel_std is not None)
                          if any(x.rel_std is not None for x in a_runs[c]) else None}
@@ -184,18 +209,19 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
     # the decisions the loop would take with this floor (or the one given), n of them
     use = floor if noise_floor is None else noise_floor
     decisions, ratios, halves = [], [], []
-    for i in range(n):
-        sl = slice(i * rounds, (i + 1) * rounds)
-        cmp = stats.compare({c: (a_runs[c][sl], b_runs[c][sl]) for c in configs}, noise_floor=use)
-        d = decide_mod.decide(cmp, keep_going=True)
-        ratios.append(cmp.ratio)
-        halves.append(100 * (cmp.hi - cmp.lo) / 2)
-        decisions.append({"ratio": cmp.ratio, "ci95": [cmp.lo, cmp.hi], "status": d.status, "rule": d.rule})
+    for lo, hi, sampling in spans:
+        d = _decided(a_runs, b_runs, configs, slice(lo, hi), sampling.get("noise_floor", use),
+                     bool(sampling.get("capped")))
+        ratios.append(d["ratio"])
+        halves.append(d["half_width_pct"])
+        decisions.append({**d, "rounds": hi - lo, **({"sampling": sampling} if sampling else {})})
     per_class = {}
     for cls, members in _classes(configs, info or {}).items():
-        got = [_decided(a_runs, b_runs, members, slice(i * rounds, (i + 1) * rounds), use) for i in range(n)]
+        got = [_decided(a_runs, b_runs, members, slice(lo, hi), sp.get("noise_floor", use), bool(sp.get("capped")))
+               for lo, hi, sp in spans]
         per_class[cls] = {"configs": members, "n": n, "false_keeps": sum(d["status"] == "keep" for d in got),
                           "false_reverts": sum(d["rule"] in ("regression", "cumulative-regression") for d in got),
+                          "inconclusive": sum(d["status"] == "inconclusive" for d in got),
                           "half_width_pct": statistics.median(d["half_width_pct"] for d in got),
                           "basis": sorted({d["basis"] for d in got})}
     spread = 1.96 * statistics.stdev(math.log(r) for r in ratios) * 100 if len(ratios) > 1 else 0.0
@@ -203,8 +229,9 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
                        half_width_pct=statistics.median(halves), spread_pct=spread, noise_floor=floor,
                        false_keeps=sum(d["status"] == "keep" for d in decisions),
                        false_reverts=sum(d["rule"] in ("regression", "cumulative-regression") for d in decisions),
-                       decisions=decisions, rounds_detail=detail, gpu_s=gpu_s, per_config=per_config,
-                       per_class=per_class)
+                       inconclusive=sum(d["status"] == "inconclusive" for d in decisions),
+                       rounds_sampled=[hi - lo for lo, hi, _ in spans], noise_floor_used=use, decisions=decisions,
+                       rounds_detail=detail, gpu_s=gpu_s, per_config=per_config, per_class=per_class)
 
 
 def _classes(configs: list[str], info: Mapping[str, Mapping]) -> dict[str, list[str]]:
@@ -218,11 +245,13 @@ def _classes(configs: list[str], info: Mapping[str, Mapping]) -> dict[str, list[
     return out
 
 
-def _decided(a_runs, b_runs, configs: list[str], sl: slice, floor: float) -> dict:
-    """One A/A decision over ``configs`` (the rounds in ``sl``), as the loop would take it."""
+def _decided(a_runs, b_runs, configs: list[str], sl: slice, floor: float, capped: bool) -> dict:
+    """One A/A decision over ``configs`` (the rounds in ``sl``), as the loop would take it (``capped``: its
+    sampling stopped at the cap)."""
     cmp = stats.compare({c: (a_runs[c][sl], b_runs[c][sl]) for c in configs}, noise_floor=floor)
-    d = decide_mod.decide(cmp, keep_going=True)
-    return {"status": d.status, "rule": d.rule, "half_width_pct": cmp.half_width_pct,
+    d = decide_mod.decide(cmp, keep_going=True, capped=capped)
+    return {"ratio": cmp.ratio, "ci95": [cmp.lo, cmp.hi], "status": d.status, "rule": d.rule,
+            "half_width_pct": cmp.half_width_pct,
             "basis": "cycles" if any(c.basis == "cycles" for c in cmp.configs) else "ms"}
 
 

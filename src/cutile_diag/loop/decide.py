@@ -20,9 +20,11 @@ the candidate crashed or hung                           crash (reverted)
 Sampling: a comparison runs its rounds (``--rounds``, or fitted to the budget), then more rounds
 until the 95 % CI's half-width is at most ``CI_TARGET_PCT`` (1 %: half the 2 % line, so a step at
 that line is told from no change) or a per-step cap (``MAX_ROUNDS`` rounds, ``MAX_SAMPLING_S``
-seconds, the iteration's budget).  A tight kernel stops at its first rounds.  Units: when the SM
-clocks were read and differed between runs by more than 1 % (a power cap), the ratios are of
-cycles (median ms x SM MHz), the milliseconds' recorded beside them; rounds with a run under a
+seconds, the iteration's budget; ``loop.sampling``).  A tight kernel stops at its first rounds once
+the noise is known (8 degrees of freedom pooled over the loop's comparisons, or a calibrated floor;
+the pooled noise raises the floor).  Units: when the SM clocks were read and differed between runs
+by more than 1 % (a power cap), the ratio is also taken in cycles (median ms x SM MHz) and decided
+in the basis with the narrower interval, the other recorded beside it; rounds with a run under a
 thermal or hardware slowdown are dropped (``stats``).
 
 Loop-level stops: two iterations in a row without improvement; more than 25 iterations;
@@ -43,7 +45,7 @@ REGRESSION_PCT = 2.0
 MIN_KEEP_PCT = 0.5            # going on (--continue), a kept step must gain at least this much
 MAX_ITERATIONS = 25
 CI_TARGET_PCT = KEEP_DEMOTE_PCT / 2   # sample until the 95 % CI half-width is this small ...
-MAX_ROUNDS = 12                       # ... or this many rounds were measured ...
+MAX_ROUNDS = 32                       # ... or this many rounds were measured (a GEMM under a power cap needs ~25) ...
 MAX_SAMPLING_S = 60.0                 # ... or sampling took this long: then a step that is not clear is inconclusive
 NON_IMPROVING_LIMIT = 2
 

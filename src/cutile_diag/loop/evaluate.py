@@ -29,6 +29,7 @@ from .evidence import changed_outside_kernel, diff_line, no_op, uncredit
 from .integrations import ir_diff
 from ..ledger import short_text as _short
 from .recover import save_candidates, save_files
+from .sampling import floor_with_pool, joined, sample_to_ci
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -111,6 +112,19 @@ class Evaluation:
         self.steps = steps
         self._compile_ref: Version | None = None            # the kept version a step's compiles reuse
         self._verified: dict[str, Verification] = {}        # this step's checks, by digest (Steps.check_first)
+
+    def noise(self) -> tuple[float, int | None]:
+        """The floor a comparison decides with: the loop's (calibrated or the default), raised to the noise
+        pooled over this loop's recorded comparisons (``sampling.floor_with_pool``); and the degrees of freedom
+        it rests on (None: calibrated on this machine, or rounds too costly to spend on it)."""
+        floor, df = floor_with_pool(self.opt.noise_floor, (r.get("comparison") for r in self.led.iterations))
+        # a round that costs a run of the user's command (seconds apiece) is not spent on knowing the noise
+        known = str(getattr(self.opt, "noise_source", "")).startswith("calibrated") or self._costly
+        return floor, None if known else df
+
+    def noise_floor(self) -> float:
+        """The floor of ``noise``."""
+        return self.noise()[0]
 
     def costs(self) -> budget_mod.Costs:
         """What a check, a run and a capture cost, as the ledger's iterations measured them."""
@@ -318,40 +332,11 @@ class Evaluation:
             return self.steps.measure([a, b], deadline, rounds), rounds
         runs = self.steps.measure([a, b], deadline, 1)
         first = stats.compare({c: (runs[a.label][c], runs[b.label][c]) for c in runs[a.label]},
-                              noise_floor=self.opt.noise_floor)
+                              noise_floor=self.noise_floor())
         if self._clear_regression(first) is not None:
             return runs, 1
         more = self.steps.measure([b, a], deadline, rounds - 1)
-        return _joined(runs, more), rounds
-
-    def _sample_to_ci(self, a: Version, b: Version, deadline: proc.Deadline, runs, done: int, per_round: float):
-        """More rounds until the 95 % CI's half-width is at most ``decide.CI_TARGET_PCT`` or a cap
-        (``MAX_ROUNDS``, ``MAX_SAMPLING_S``, the iteration's budget): the runs, their rounds, and
-        how sampling ended (the ledger's ``sampling``; ``capped``: the CI is still too wide).
-        Rounds come in pairs where the backend alternates A B / B A, so they stay ABBA-balanced;
-        ``per_round``: seconds one round took so far (no round starts that the budget cannot fit)."""
-        step = 2 if self.backend.alternates else 1
-        t0 = last = time.monotonic()
-        while True:
-            cmp = stats.compare({c: (runs[a.label][c], runs[b.label][c]) for c in runs[a.label]},
-                                noise_floor=self.opt.noise_floor)
-            info = {"rounds": done, "half_width_pct": round(cmp.half_width_pct, 4),
-                    "target_pct": decide_mod.CI_TARGET_PCT, "capped": False}
-            left = deadline.remaining()
-            if cmp.half_width_pct <= decide_mod.CI_TARGET_PCT:
-                return runs, done, {**info, "stopped": "ci"}
-            why = "rounds" if done + step > decide_mod.MAX_ROUNDS else \
-                "seconds" if time.monotonic() - t0 >= decide_mod.MAX_SAMPLING_S else \
-                "budget" if left is not None and step * per_round > left * budget_mod.MARGIN \
-                else None
-            if why is not None:
-                return runs, done, {**info, "stopped": why, "capped": True}
-            try:
-                more = self.steps.measure([a, b] if done % 2 == 0 or step == 1 else [b, a], deadline, step)
-            except MeasurementTimeout:
-                return runs, done, {**info, "stopped": "budget", "capped": True}
-            runs, done = _joined(runs, more), done + step
-            per_round, last = (time.monotonic() - last) / step, time.monotonic()
+        return joined(runs, more), rounds
 
     @staticmethod
     def _next_record(prev: dict) -> dict:
@@ -450,10 +435,14 @@ class Evaluation:
             return None
         t0 = time.monotonic()
         runs, done = self._confirm_runs(a, b.version, deadline, plan.confirm_rounds)
-        sampling = None
+        sampling, (floor, known_df) = None, self.noise()
+        if floor > self.opt.noise_floor:
+            record["noise_floor"] = {"used": floor, "pooled_from": "this loop's comparisons", "df": known_df}
         if done == plan.confirm_rounds:         # not cut as a clear regression: sample until the CI is tight
-            runs, done, sampling = self._sample_to_ci(a, b.version, deadline, runs, done,
-                                                      (time.monotonic() - t0) / done)
+            runs, done, sampling = sample_to_ci(lambda order, k: self.steps.measure(order, deadline, k), a, b.version,
+                                                deadline, runs, done, (time.monotonic() - t0) / done,
+                                                alternates=self.backend.alternates, noise_floor=floor,
+                                                known_df=known_df)
             record["sampling"] = sampling
             if done > plan.confirm_rounds:
                 self.echo(f"  sampled {done} rounds: the 95% CI is +-{sampling['half_width_pct']:.2f}% "
@@ -465,7 +454,7 @@ class Evaluation:
             self.echo(f"  a clear regression after {done} of {plan.confirm_rounds} rounds: not measured further")
         self.steps.hook("after_measure", hctx)
         cmp = stats.compare({c: (runs[a.label][c], runs[b.version.label][c]) for c in runs[a.label]},
-                            noise_floor=self.opt.noise_floor)
+                            noise_floor=floor)
         record["comparison"] = cmp.to_json()
         record["configs"] = {c.config: {"median_ms": c.candidate_ms, "baseline_ms": c.baseline_ms,
                                         "ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in cmp.configs}
@@ -637,7 +626,7 @@ class Evaluation:
                     continue
                 base = runs_a if runs_a is not None else runs[a.label]
                 cmp = stats.compare({k: (base[k], runs[c.version.label][k]) for k in base},
-                                    noise_floor=self.opt.noise_floor)
+                                    noise_floor=self.noise_floor())
                 row["screen_ratio"], row["screen_ms"] = cmp.ratio, cmp.candidate_ms
                 screened.append((cmp.ratio, c, cmp))
             screened.sort(key=lambda x: x[0])
@@ -760,11 +749,6 @@ class Evaluation:
         except Exception:
             pass
         return record
-
-
-def _joined(runs, more):
-    """Two measurements' runs as one: each version's rounds, in order."""
-    return {v: {c: rs + more[v][c] for c, rs in runs[v].items()} for v in runs}
 
 
 def _best_confirmation(tried: list) -> tuple:

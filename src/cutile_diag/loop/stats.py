@@ -19,8 +19,11 @@ term dominates and R >= 3, else the normal 1.96.
 Clocks (``RunStat.clock_mhz``, ``clock_events``: NVML, read over each run's timed phase): a round
 with a run taken under a thermal or hardware slowdown is dropped (the clock read beside it does not
 describe the run); when every kept run has a clock and the clocks differ by more than
-``CLOCK_VARIES`` (a power cap moving the SM clock), the comparison is in cycles (median x clock)
-— ``basis: "cycles"`` — and the milliseconds' ratio and interval are recorded beside it.  The configurations combine into a
+``CLOCK_VARIES`` (a power cap moving the SM clock), the ratio is estimated in cycles (median x clock)
+as well, and decided in cycles — ``basis: "cycles"`` — where that interval is the narrower (3+ rounds:
+the clock explains the noise); the other basis's ratio and interval are recorded beside it.  On an
+H100 the NVML clock does not follow a GEMM's 15-20 ms power-cap steps and its cycles are the noisier
+(``ratio_cycles`` beside a decision in ms).  The configurations combine into a
 geometric-mean ratio (the headline), but the decision rules also look at every
 configuration on its own: a win on average never hides a regression on one shape.
 """
@@ -37,7 +40,9 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 MEDIAN_SE_FACTOR = 1.2533      # SE(median) / SE(mean) for normal samples: sqrt(pi / 2)
 DEFAULT_NOISE_FLOOR = 0.005
-CLOCK_VARIES = 0.01            # clocks further apart than this: compare in cycles (NVML steps ~15 MHz, 0.8 %)
+CLOCK_VARIES = 0.01            # clocks further apart than this: compare in cycles (NVML steps ~15 MHz, 0.8 %) ...
+CYCLES_MIN_ROUNDS = 3          # ... from this many rounds, where the cycles' interval is the narrower
+POOL_MIN_DF = 8                # a pooled noise floor needs this many degrees of freedom (pooled_floor)
 
 
 def t975(df: int) -> float:
@@ -132,14 +137,21 @@ class ConfigComparison:
     method: str                         # which term set the uncertainty
     baseline_runs: list[RunStat] = field(default_factory=list)
     candidate_runs: list[RunStat] = field(default_factory=list)
-    basis: str = "ms"                   # "cycles": clocks varied and the ratio is of median x clock
-    ms: tuple[float, float, float] | None = None    # (ratio, lo, hi) in milliseconds when basis is cycles
+    basis: str = "ms"                   # "cycles": clocks varied, and the ratio of median x clock was the tighter
+    other: tuple[float, float, float] | None = None  # clocks varied: (ratio, lo, hi) in the basis not decided in
     dropped: int = 0                    # rounds not compared: a run under a thermal/hardware slowdown
+    ss_log: float = 0.0                 # the rounds' squared deviations of the log ratio (decided basis) ...
+    df: int = 0                         # ... and their degrees of freedom: pooled into a noise floor (pooled_floor)
 
     @property
     def half_width_pct(self) -> float:
         """Half the 95 % interval's width, in percent of the ratio (what sampling narrows)."""
         return 100.0 * (self.hi - self.lo) / 2.0
+
+    @property
+    def other_basis(self) -> str:
+        """The basis of ``other``: the one not decided in."""
+        return "ms" if self.basis == "cycles" else "cycles"
 
     @property
     def change_pct(self) -> float:
@@ -166,8 +178,9 @@ class ConfigComparison:
         return {"config": self.config, "baseline_ms": self.baseline_ms, "candidate_ms": self.candidate_ms,
                 "ratio": self.ratio, "ci95": [self.lo, self.hi], "change_pct": self.change_pct,
                 "rounds": self.rounds, "se_log": self.se_log, "method": self.method,
-                **({"basis": self.basis, "ratio_ms": self.ms[0], "ci95_ms": list(self.ms[1:])} if self.ms else {}),
-                **({"dropped_rounds": self.dropped} if self.dropped else {}),
+                **({"basis": self.basis, f"ratio_{self.other_basis}": self.other[0],
+                    f"ci95_{self.other_basis}": list(self.other[1:])} if self.other else {}),
+                **({"dropped_rounds": self.dropped} if self.dropped else {}), "ss_log": self.ss_log, "df": self.df,
                 "baseline_runs": [r.to_json() for r in self.baseline_runs],
                 "candidate_runs": [r.to_json() for r in self.candidate_runs]}
 
@@ -217,7 +230,7 @@ def geomean(xs: Iterable[float]) -> float:
 
 
 def cycles(runs: Sequence[RunStat]) -> bool:
-    """Compare these runs in cycles: each has its SM clock and the clocks differ by more than CLOCK_VARIES."""
+    """Estimate these runs in cycles too: each has its SM clock and the clocks differ by more than CLOCK_VARIES."""
     clocks = [r.clock_mhz for r in runs]
     return bool(clocks) and all(clocks) and max(clocks) > (1.0 + CLOCK_VARIES) * min(clocks)
 
@@ -226,7 +239,7 @@ def _estimate(baseline: Sequence[RunStat], candidate: Sequence[RunStat],
               noise_floor: float) -> tuple[float, float, float, str]:
     """(mean log ratio, its standard error, the interval's critical value, the term that set it)."""
     R = len(baseline)
-    logs = [math.log(b.median / a.median) for a, b in zip(baseline, candidate)]
+    logs = _logs(baseline, candidate)
     terms: dict[str, float] = {}
     if R >= 2:
         terms["between-round"] = statistics.stdev(logs) / math.sqrt(R)
@@ -243,12 +256,37 @@ def _estimate(baseline: Sequence[RunStat], candidate: Sequence[RunStat],
     return statistics.fmean(logs), se, crit, method
 
 
+def _logs(baseline: Sequence[RunStat], candidate: Sequence[RunStat]) -> list[float]:
+    return [math.log(b.median / a.median) for a, b in zip(baseline, candidate)]
+
+
+def _spread(logs: Sequence[float]) -> float:
+    """The sum of squared deviations of the rounds' log ratios from their mean."""
+    m = statistics.fmean(logs)
+    return sum((x - m) ** 2 for x in logs)
+
+
+def pooled_floor(spreads: Iterable[tuple[float, int]]) -> tuple[float | None, int]:
+    """The per-measurement noise pooled over comparisons' ``(ss_log, df)``: ``sqrt(sum ss / sum df) / sqrt 2``
+    (a round's log ratio holds two measurements), and its degrees of freedom; None below ``POOL_MIN_DF``.
+    Each comparison's rounds deviate around its own mean, so a real change between versions adds nothing;
+    with many comparisons this is the noise a 3-round spread cannot tell (2 degrees of freedom: one
+    decision in ten sees a spread under a third of the truth and stops sampling with too narrow a CI)."""
+    ss = df = 0
+    for s, d in spreads:
+        if d > 0 and s >= 0:
+            ss, df = ss + s, df + d
+    if df < POOL_MIN_DF:
+        return None, df
+    return math.sqrt(ss / df) / math.sqrt(2.0), df
+
+
 def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence[RunStat], *,
                    noise_floor: float = DEFAULT_NOISE_FLOOR) -> ConfigComparison:
     """Paired comparison over rounds of the log ratio: its standard error is the largest of the between-round spread,
     the runs' own spread and the noise floor (t quantile only for the between-round term with 3 rounds or more).
     Rounds slowed by a clock event are dropped; when the SM clocks differ by more than ``CLOCK_VARIES`` the
-    decision is made in cycles and the milliseconds kept beside it."""
+    decision is made in cycles where their interval is the narrower, and the other basis kept beside it."""
     if not baseline or len(baseline) != len(candidate):
         raise ValueError(f"{config}: need the same number (>= 1) of baseline and candidate runs")
     if any(r.median <= 0 for r in [*baseline, *candidate]):
@@ -258,17 +296,33 @@ def compare_config(config: str, baseline: Sequence[RunStat], candidate: Sequence
     if not pairs:                       # every round slowed: compared as measured, and said so
         pairs, dropped = list(zip(baseline, candidate)), 0
     base, cand = [a for a, _ in pairs], [b for _, b in pairs]
-    lbar, se, crit, method = _estimate(base, cand, noise_floor)
-    ms = None
+    est = _estimate(base, cand, noise_floor)
+    basis, other = "ms", None
     if cycles(base + cand):
-        ms = (math.exp(lbar), math.exp(lbar - crit * se), math.exp(lbar + crit * se))
-        lbar, se, crit, method = _estimate([r.in_cycles() for r in base], [r.in_cycles() for r in cand], noise_floor)
+        cyc = _estimate([r.in_cycles() for r in base], [r.in_cycles() for r in cand], noise_floor)
+        # cycles only where the clock explains the noise: with 3+ rounds, a narrower interval than the
+        # milliseconds'.  On an H100 a GEMM's time steps with the power cap every 15-20 ms, faster than
+        # NVML's clock reading follows: there ms x clock spread 2-3x wider than ms (bench/results s11)
+        if len(base) >= CYCLES_MIN_ROUNDS and cyc[1] * cyc[2] < est[1] * est[2]:
+            basis, est, other = "cycles", cyc, est
+        else:
+            other = cyc
+    lbar, se, crit, method = est
+    dec = [r.in_cycles() for r in base] if basis == "cycles" else base, \
+        [r.in_cycles() for r in cand] if basis == "cycles" else cand
     return ConfigComparison(
         config=config, baseline_ms=statistics.median(r.median for r in base),
         candidate_ms=statistics.median(r.median for r in cand), ratio=math.exp(lbar),
         lo=math.exp(lbar - crit * se), hi=math.exp(lbar + crit * se), rounds=len(base), se_log=se, method=method,
-        baseline_runs=list(baseline), candidate_runs=list(candidate), basis="cycles" if ms else "ms", ms=ms,
-        dropped=dropped)
+        baseline_runs=list(baseline), candidate_runs=list(candidate), basis=basis,
+        other=None if other is None else _interval(other), dropped=dropped, ss_log=_spread(_logs(*dec)),
+        df=len(base) - 1)
+
+
+def _interval(est: tuple[float, float, float, str]) -> tuple[float, float, float]:
+    """(ratio, lo, hi) of an ``_estimate``."""
+    lbar, se, crit, _ = est
+    return math.exp(lbar), math.exp(lbar - crit * se), math.exp(lbar + crit * se)
 
 
 def combine(configs: Sequence[ConfigComparison]) -> Comparison:

@@ -45,10 +45,12 @@ class SimSpec:
     seed: int = 0
     # the SM clock read with each run (MHz; None: not read, as without NVML).  A power cap holds it below
     # the boost: each run's clock is clock_mhz x (1 - clock_drift x run index) x (1 - clock_noise x |N(0, 1)|),
-    # and the run's milliseconds scale by clock_mhz / that clock (the cycles do not)
+    # and the run's milliseconds scale by clock_mhz / that clock (the cycles do not).  clock_read_noise: the
+    # reading's own error, x (1 + clock_read_noise x N(0, 1)) (an H100's NVML clock lags a GEMM's power steps)
     clock_mhz: float | None = None
     clock_drift: float = 0.0
     clock_noise: float = 0.0
+    clock_read_noise: float = 0.0
     throttle: float = 0.0                                  # probability a run is under a thermal slowdown
     throttle_slowdown: float = 0.3                         # ... which makes it this much slower, unseen in its clock
     # the simulated GPU's measured ceiling: {"dram_tbps": 4.24, "flops_tflops": {"f32:cuda": 60},
@@ -82,7 +84,7 @@ class SimSpec:
             if what == "interactions" and any("+" not in k for k in known.get(what) or {}):
                 raise BackendError("simulation spec: an interactions key names two or more keys joined by '+' "
                                    "(persistent_grid+kernel_hints)")
-        for key in ("clock_drift", "clock_noise", "throttle", "throttle_slowdown"):
+        for key in ("clock_drift", "clock_noise", "clock_read_noise", "throttle", "throttle_slowdown"):
             v = known.get(key, 0.0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < (1 if key == "throttle" else 10):
                 raise BackendError(f"simulation spec: {key} must be a number >= 0{' and < 1' * (key == 'throttle')}, "
@@ -219,6 +221,8 @@ class SimulatedBackend(Backend):
                                                          (1 - sp.clock_noise * abs(rng.gauss(0, 1)))), 1)
                         offset *= sp.clock_mhz / clock
                         events = POWER_CAP if clock < sp.clock_mhz else 0
+                        if sp.clock_read_noise:
+                            clock = round(clock * max(0.3, 1 + sp.clock_read_noise * rng.gauss(0, 1)), 1)
                     if sp.throttle and rng.random() < sp.throttle:
                         offset *= 1 + sp.throttle_slowdown        # part of the run at a cut clock
                         events = (events or 0) | HW_SLOWDOWN
