@@ -79,6 +79,7 @@ STOP_S = 30.0           # the campaign's --time-limit ends this long before the 
 # the throw-away repository's commit is the same in every call (the loops' branches grow from it)
 GIT_DATES = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000"}
 STATE_LIMIT = 3_000_000   # bytes: the tarball travels back to the device in .gpu (the carry leaves ~6 MB beside .device)
+FILE_LIMIT = 2_000_000    # bytes: a file of the campaign's folder past this stays out of the state
 T0 = time.monotonic()
 
 
@@ -148,15 +149,20 @@ def out_dir(repo: Path) -> Path:
     return repo / "cutile-diag-out" / "campaign"
 
 
-def _keeper(started: bool) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
+def _keeper(started: bool, dropped: list[str]) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
     """The campaign's folder without what the next call makes again: the report (rewritten by every
     run), the loops' logs, captures and candidates, and once the campaign has started (its
-    campaign.json holds the plan) the survey's launch records."""
+    campaign.json holds the plan) the survey's launch records. A file past FILE_LIMIT is left out and
+    named in ``dropped``: in session 12 a replay's cached answer on regenerated inputs (the whole output
+    of a 1 GB launch, ``expected-regenerated.pt``) made the tarball 1.75 GB and no result came back."""
     again = {"campaign.html", "campaign-ceiling.svg", "campaign.md", "diffs"} | ({"records"} if started else set())
 
     def keep(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
         parts = Path(ti.name).parts
         if again & set(parts) or "__pycache__" in parts or ti.name.endswith(".tmp"):
+            return None
+        if ti.isfile() and ti.size > FILE_LIMIT:
+            dropped.append(f"{ti.name} ({ti.size / 1e6:.1f} MB)")
             return None
         if "loops" in parts and len(parts) > parts.index("loops") + 2:
             if ti.isdir() or parts[parts.index("loops") + 2] not in ("ledger.jsonl", "perf_results.md"):
@@ -165,7 +171,7 @@ def _keeper(started: bool) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None
     return keep
 
 
-def save_state(repo: Path, meta: dict, dest: Path) -> int:
+def save_state(repo: Path, meta: dict, dest: Path, dropped: list[str]) -> int:
     """The tarball of this call's state: meta.json, the campaign's folder, a git bundle of every ref
     beyond the base commit (the loops' branches and kept refs), the measured ceilings."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,8 +193,17 @@ def save_state(repo: Path, meta: dict, dest: Path) -> int:
             for p in sorted(t.iterdir()):
                 tar.add(p, arcname=p.name)
             if out_dir(repo).is_dir():
-                tar.add(out_dir(repo), arcname="campaign", filter=_keeper(state(repo) is not None))
+                tar.add(out_dir(repo), arcname="campaign", filter=_keeper(state(repo) is not None, dropped))
+    if dropped:
+        print(f"[campaign_suite] left out of the state (over {FILE_LIMIT / 1e6:.0f} MB; a resumed loop cannot check "
+              f"against them): {', '.join(dropped)}", flush=True)
     return dest.stat().st_size
+
+
+def largest(folder: Path, n: int = 12) -> list[dict]:
+    """The ``n`` largest files under ``folder`` (what a state or a results folder would carry)."""
+    files = [(p.stat().st_size, p) for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+    return [{"path": str(p.relative_to(folder)), "bytes": b} for b, p in sorted(files, reverse=True)[:n]]
 
 
 def restore_state(args, src: Path) -> tuple[Path, dict] | None:
@@ -289,8 +304,8 @@ def suite_numbers(ledger: Path) -> dict:
             "kept_tested": all((r.get("test_cmd") or {}).get("passed") for r in kept) if kept else None}
 
 
-def call(args, out: Path, state_in: Path | None, state_out: Path | None, budget_s: float,
-         stop_when: Callable[[Path], bool] | None = None) -> dict:
+def call(args, out: Path, state_in: Path | None, state_out: Path | None, budget_s: float, earlier: list[dict],
+         gpu: str, stop_when: Callable[[Path], bool] | None = None) -> dict:
     """One device call: restore or start, survey + plan, the campaign (or its resumption), report."""
     started = time.monotonic()
     restored = restore_state(args, state_in) if state_in and state_in.is_file() else None
@@ -330,10 +345,15 @@ def call(args, out: Path, state_in: Path | None, state_out: Path | None, budget_
                 repo, env, left(), log, steps, stop)
     rows = collect(repo, out)
     res = {"call": meta["calls"], "command": cmd, "selected": meta.get("selected"), "steps": steps, "kernels": rows,
-           "seconds": round(time.monotonic() - started, 1)}
+           "seconds": round(time.monotonic() - started, 1), "largest": largest(out_dir(repo))}
+    print("[campaign_suite] largest files of the campaign's folder: "
+          + ", ".join(f"{f['path']} {f['bytes'] / 1e6:.1f} MB" for f in res["largest"][:6]), flush=True)
+    # the results first: packing the state must never keep them from coming back
+    report(out, [*earlier, res], gpu, cmd)
     if state_out:
-        size = save_state(repo, meta, state_out)
-        res["state"] = {"path": str(state_out), "bytes": size}
+        dropped: list[str] = []
+        size = save_state(repo, meta, state_out, dropped)
+        res["state"] = {"path": str(state_out), "bytes": size, "dropped": dropped}
         print(f"[campaign_suite] state: {state_out} ({size / 1e3:.0f} KB"
               + (f", over the {STATE_LIMIT / 1e3:.0f} KB it may take" if size > STATE_LIMIT else "") + ")", flush=True)
     return res
@@ -370,6 +390,8 @@ def report(out: Path, calls: list[dict], gpu: str, command: list[str]) -> None:
                f"| {s['started_s']} | {s['seconds']} |" for s in c["steps"]]
         if c.get("state"):
             md.append(f"| {c['call']} | state tarball | - | - | {c['state']['bytes'] / 1e3:.0f} KB |")
+    md += ["", "Largest files of the campaign's folder at the end of the last call: "
+           + (", ".join(f"`{f['path']}` {f['bytes'] / 1e6:.1f} MB" for f in calls[-1].get("largest", [])[:6]) or "-")]
     (out / "report.md").write_text("\n".join(md) + "\n")
 
 
@@ -385,18 +407,19 @@ def main() -> int:
     ap.add_argument("--dry-run", action="store_true",
                     help="CPU: fixture repository, --dry-run survey, --simulate; two calls, the second resumed")
     args, out = parse_suite_args(ap)
-    calls = []
+    calls: list[dict] = []
+    gpu = "simulated (dry run)" if args.dry_run else suite.gpu_name()
     if args.dry_run:
         # call 1 stops once every baseline is in and a step has begun (a GPU call's budget ending
         # there); call 2 restores its tarball into a fresh folder and resumes to the end
         first = Path(args.state_out or out / "state-call1.tgz")
-        calls.append(call(args, out, Path(args.state_in) if args.state_in else None, first, args.budget_s,
+        calls.append(call(args, out, Path(args.state_in) if args.state_in else None, first, args.budget_s, calls, gpu,
                           stop_when=baselines_in_and_a_step_begun))
-        calls.append(call(args, out, first, out / "state-call2.tgz", args.budget_s))
+        calls.append(call(args, out, first, out / "state-call2.tgz", args.budget_s, calls, gpu))
     else:
         calls.append(call(args, out, Path(args.state_in) if args.state_in else None,
-                          Path(args.state_out) if args.state_out else None, args.budget_s))
-    report(out, calls, "simulated (dry run)" if args.dry_run else suite.gpu_name(), calls[-1]["command"])
+                          Path(args.state_out) if args.state_out else None, args.budget_s, calls, gpu))
+    report(out, calls, gpu, calls[-1]["command"])
     rows = calls[-1]["kernels"]
     print(f"[campaign_suite] {len(rows)} kernel(s): {sum(1 for r in rows if r['start_pct'] is not None)} with a start %, "
           f"{sum(1 for r in rows if r['status'] == 'done')} done, in {time.monotonic() - T0:.0f} s", flush=True)

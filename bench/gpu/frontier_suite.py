@@ -75,11 +75,12 @@ from cutile_diag.loop.stats import RunStat, compare_config  # noqa: E402
 from cutile_diag.transforms import TRANSFORMS  # noqa: E402
 
 SNAPSHOT = Path("/work/.mirror/NVIDIA+TileGym/repo")   # --dry-run without --tilegym
-ORDER = ("layer_norm", "calibrate", "matmul")
+ORDER = ("layer_norm", "calibrate", "calibrate_fixed", "matmul")
+CALIBRATE = ("calibrate", "calibrate_fixed")
 # a part's weight in the share of what is left, its minimum (below it: not run) and, for a loop
 # part, the side-by-side's share of it (compiles, checks, TileGym's matmul autotune, the rounds)
-WEIGHT = {"layer_norm": 300.0, "calibrate": 90.0, "matmul": 140.0}
-MIN_S = {"layer_norm": 100.0, "calibrate": 45.0, "matmul": 75.0}
+WEIGHT = {"layer_norm": 300.0, "calibrate": 90.0, "calibrate_fixed": 90.0, "matmul": 140.0}
+MIN_S = {"layer_norm": 100.0, "calibrate": 45.0, "calibrate_fixed": 45.0, "matmul": 75.0}
 SIDE_S = {"layer_norm": 45.0, "matmul": 50.0}
 GRACE_S = 20.0              # a loop is killed this long after its --time-limit (the ledger keeps what finished)
 LOOP_OPTS = ["--rep-ms", "30", "--warmup-ms", "20"]
@@ -364,9 +365,11 @@ def verdict(part: str, t: dict, versions: list[dict], sbs: dict) -> dict:
                    f"rounds){'; within the noise' if tie else ''}"}
 
 
-def calibrate_part(share: float, args, env: dict, out: Path, work: Path) -> dict:
+def calibrate_part(share: float, args, env: dict, out: Path, work: Path, name: str = "calibrate") -> dict:
+    """``name`` calibrate: inputs made anew each round (the default); calibrate_fixed: the control, every
+    measurement on the inputs first made (--no-relocate), in the same sitting."""
     argv = [sys.executable, "-m", "cutile_diag", "calibrate", "-n", str(args.decisions), "--no-save", "--json",
-            "--budget-s", f"{max(30.0, share - 15):.0f}"]
+            "--budget-s", f"{max(30.0, share - 15):.0f}", *(["--no-relocate"] if name == "calibrate_fixed" else [])]
     if args.dry_run:
         argv += ["--simulate", str(_sim_file(work, "calibrate"))]
     else:
@@ -378,16 +381,19 @@ def calibrate_part(share: float, args, env: dict, out: Path, work: Path) -> dict
     except json.JSONDecodeError:
         doc = {"error": (stderr.strip().splitlines() or ["no output"])[-1][:400]}
     if "decisions" in doc:          # every round and decision, for the record (clocks, basis, sampling)
-        with gzip.open(out / "calibration.json.gz", "wt") as f:
+        with gzip.open(out / f"{'calibration' if name == 'calibrate' else name}.json.gz", "wt") as f:
             json.dump(doc, f, default=str)
     decided = [d for d in doc.get("decisions") or [] if d.get("status") != "inconclusive"]
     halves = sorted(d["half_width_pct"] for d in decided)
-    part = {"part": "calibrate", "kernel": "simulated 8192-bf16" if args.dry_run else "tilegym:matmul 8192-bf16",
+    ratios = [d["ratio"] for d in doc.get("decisions") or [] if d.get("ratio")]
+    part = {"part": name, "kernel": "simulated 8192-bf16" if args.dry_run else "tilegym:matmul 8192-bf16",
             "rc": rc_, "wall_s": round(wall, 1), "command": "cutile-diag " + " ".join(argv[3:]),
             **{k: doc.get(k) for k in ("n", "rounds", "half_width_pct", "false_keeps", "false_reverts", "inconclusive",
                                        "rounds_sampled", "noise_floor", "noise_floor_used", "error") if k in doc},
             "basis": sorted({d.get("basis") for d in doc.get("decisions") or []}),
-            "decided_max_half_width_pct": halves[-1] if halves else None}
+            "decided_max_half_width_pct": halves[-1] if halves else None,
+            # a bias between the two processes shows as A/A ratios on one side of 1
+            "ratios_below_1": sum(r < 1 for r in ratios), "mean_ratio": sum(ratios) / len(ratios) if ratios else None}
     # the issue's line: 0 false keeps in >= 10 decisions with a CI <= 1 %
     if "n" in doc:
         part["met"] = doc["n"] >= 10 and doc["false_keeps"] == 0 and doc["half_width_pct"] <= 1.0
@@ -417,17 +423,20 @@ def markdown(res: dict) -> str:
         p = res["parts"].get(part)
         if not p:
             continue
-        if part == "calibrate":
-            lines += ["## calibrate: A/A on TileGym matmul 8192³ bf16", "", f"`{p.get('command')}`", "",
+        if part in CALIBRATE:
+            lines += [f"## {part}: A/A on TileGym matmul 8192³ bf16"
+                      + (" — control: inputs never made anew (--no-relocate)" if part == "calibrate_fixed" else ""),
+                      "", f"`{p.get('command')}`", "",
                       "Each decision samples as the loop does: 3 rounds, then more until the 95 % CI is within ±1 % "
                       "or the cap (inconclusive at the cap).", "",
                       "| kernel | decisions | median 95 % CI half-width | false keeps | false reverts | inconclusive | "
-                      "rounds per decision | basis | per-measurement noise | met | rc | wall s |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|",
+                      "rounds per decision | basis | per-measurement noise | ratios < 1 | mean ratio | met | rc | wall s |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
                       f"| {p.get('kernel')} | {p.get('n')} | {fmt(p.get('half_width_pct'), '.3f')} % | {p.get('false_keeps')} | "
                       f"{p.get('false_reverts')} | {p.get('inconclusive', '-')} | "
                       f"{', '.join(map(str, p.get('rounds_sampled') or [])) or '-'} | {'/'.join(p.get('basis') or []) or '-'} | "
-                      f"{fmt(100 * p['noise_floor'] if p.get('noise_floor') else None, '.2f')} % | {p.get('met', '-')} | "
+                      f"{fmt(100 * p['noise_floor'] if p.get('noise_floor') else None, '.2f')} % | "
+                      f"{p.get('ratios_below_1', '-')} | {fmt(p.get('mean_ratio'), '.4f')} | {p.get('met', '-')} | "
                       f"{p.get('rc')} | {p.get('wall_s')} |", ""]
             if p.get("error"):
                 lines += [f"error: {p['error']}", ""]
@@ -507,8 +516,8 @@ def main() -> int:
                                       f"share {share:.0f} s < {MIN_S[part]:.0f} s)")
                 continue
             try:
-                if part == "calibrate":
-                    res["parts"][part] = calibrate_part(share, args, env, out, work)
+                if part in CALIBRATE:
+                    res["parts"][part] = calibrate_part(share, args, env, out, work, part)
                 else:
                     if tg_repo is None:
                         tg_repo = base.tilegym_repo(work, tilegym_source(args, work))
@@ -517,7 +526,7 @@ def main() -> int:
             except Exception as e:          # one part's failure is a fact of the report, not the end of it
                 res["parts"][part] = {"part": part, "error": f"{type(e).__name__}: {e}"}
                 res["not_run"].append(f"{part}: failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
-            sbs = (res["parts"][part].get("side_by_side") or {}).get("error") if part != "calibrate" else None
+            sbs = (res["parts"][part].get("side_by_side") or {}).get("error") if part not in CALIBRATE else None
             if sbs and sbs.startswith("not run"):
                 res["not_run"].append(f"{part} side by side: {sbs}")
             log(f"{part}: done")

@@ -102,7 +102,7 @@ def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):
     from cutile_diag.loop.backends import Version, Workspace, WorkloadBackend
     from cutile_diag.loop.backends.workload import WARM_MAX_RUNS
 
-    log = []
+    log, moved = [], []
 
     class FakeWorker:
         loaded = {"ok": True, "passed": True}
@@ -112,6 +112,7 @@ def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):
 
         def request(self, req, timeout, what):
             log.append((self.label, req["config"]))
+            moved.append(bool(req.get("relocate")))
             return {"ok": True, "stats": {"median": 1.0 + 0.01 * len(log)}}
 
     be = WorkloadBackend("examples:vector_add", configs=["c1", "c2"])
@@ -122,6 +123,8 @@ def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):
     warm = [("A", "c1"), ("A", "c2")] * (WARM_MAX_RUNS // 2)     # the idle GPU warms on the baseline first
     abba = lambda c: [("A", c), ("B", c), ("B", c), ("A", c)]
     assert log == warm + abba("c1") + abba("c2") + abba("c1") + abba("c2")
+    # each version's first run of a round (per configuration) is on inputs made anew; the warm-up is not
+    assert moved == [False] * len(warm) + [True, True, False, False] * 4
     assert [len(out[v][c]) for v in "AB" for c in ("c1", "c2")] == [2, 2, 2, 2]
     # a round's two runs of a version pool into one (the warm-up is not recorded)
     w = len(warm)
@@ -130,3 +133,8 @@ def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):
     log.clear()
     be.measure([a, b], ws, proc.Deadline(None), 1)
     assert log == abba("c1") + abba("c2")
+    # --no-relocate (BenchOptions.relocate off): the same inputs throughout
+    log.clear(), moved.clear()
+    be.bench_options = {"relocate": False}
+    be.measure([a, b], ws, proc.Deadline(None), 1)
+    assert log == abba("c1") + abba("c2") and not any(moved)

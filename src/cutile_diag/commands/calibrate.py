@@ -38,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--warmup-ms", help="warm-up budget per measurement (ms; workload mode)")
     p.add_argument("--no-batch", action="store_true", help="time every launch on its own (workload mode; default: "
                    "kernels under 0.5 ms are timed in CUDA-graph batches)")
+    p.add_argument("--no-relocate", action="store_true", help="keep every measurement on the inputs first made "
+                   "(workload mode; default: each round's first run makes them anew at shifted addresses, so an "
+                   "offset of one process's placement is seen as noise)")
     p.add_argument("--device", type=int, help="CUDA device index (workload mode)")
     p.add_argument("--budget-s", help="stop after the last decision that fits in this many seconds")
     p.add_argument("--no-save", action="store_true", help="do not store the noise floor for this machine")
@@ -56,6 +59,8 @@ def _backend(args):
             for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
     if args.no_batch:
         opts["batch"] = None
+    if args.no_relocate:
+        opts["relocate"] = False
     # command mode: the A/A needs no correctness command ("true" stands in; --test-cmd runs once if given)
     spec = backend_spec(workload=args.workload, workload_args=args.workload_arg,
                         test_cmd=(args.test_cmd or "true") if args.bench_cmd else None,
