@@ -71,7 +71,10 @@ def _backend(args):
     if args.bench_cmd:
         from ..loop.factory import check_commands
         check_commands(spec, Path.cwd())
-    return make_backend(spec)
+    backend = make_backend(spec)
+    if args.no_relocate and args.simulate:
+        backend.spec.relocate = False        # the simulated GPU's placement offset then stays per version
+    return backend
 
 
 def run(args) -> int:
