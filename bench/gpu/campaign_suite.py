@@ -276,7 +276,10 @@ def collect(repo: Path, out: Path) -> list[dict]:
         shutil.rmtree(dest)
     if not src.is_dir():
         return []
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("records", "iterations", "logs", "captures", "*.tmp"))
+    # the recordings stay behind (the state carries what a next call needs): a replay folder's cached answer can be
+    # as large as the launch's outputs
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("records", "replay", "iterations", "logs", "captures",
+                                                             "*.tmp"))
     rows = []
     if (src / "campaign.json").is_file():
         from cutile_diag.campaign.report import kernel_rows
