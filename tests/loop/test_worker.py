@@ -107,30 +107,6 @@ def test_workload_backend_loop_on_vector_add(repo):
     assert res.iterations >= 1 and led.iterations[1]["status"] in ("keep", "revert")
 
 
-@pytest.mark.gpu
-def test_a_relocated_measurement_moves_the_inputs_and_still_checks_the_timed_outputs(repo):
-    """BenchOptions.relocate: the worker makes the configuration's inputs anew at other addresses; the
-    timing plan is kept and the timed runs' outputs are still checked against the reference."""
-    pytest.importorskip("torch")
-    from cutile_diag.loop.factory import backend_spec, make_backend
-    spec = backend_spec(workload="examples:vector_add", kernel_file=repo / "vector_add.py", configs=["16M-f32"],
-                        bench_options={"rep_ms": 20, "warmup_ms": 10})
-    b = make_backend(spec)
-    ws = Workspace(repo, repo / "state", ["vector_add.py"])
-    v = Version("baseline", ws.current())
-    try:
-        w = b._worker(v, ws, Deadline(300))
-        reps = [w.request({"op": "measure", "config": "16M-f32", "options": b.bench_options, "relocate": r}, 120,
-                          "measuring") for r in (False, True, True)]
-    finally:
-        b.close()
-    assert all(r["ok"] and r["post_check"]["passed"] for r in reps), reps
-    assert "relocated" not in reps[0] and reps[1]["relocated"] and reps[2]["relocated"]
-    assert reps[1]["observed"]["timer"]["batch"] == reps[0]["observed"]["timer"]["batch"]
-    medians = [r["stats"]["median"] for r in reps]
-    assert max(medians) < 1.3 * min(medians)
-
-
 def test_proc_run_removes_none_env_and_keeps_empty(monkeypatch):
     """None removes a variable (CUDA_HOME must be absent, not empty, for cuTile's tileiras probe)."""
     from cutile_diag.loop import proc

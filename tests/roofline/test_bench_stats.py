@@ -174,21 +174,19 @@ def test_short_kernels_are_timed_in_batches_with_the_flush_accounted_for():
     assert ("time", 1000) in be.calls                      # eager: the launch-count budget as before
 
 
-class KeptBatching(FakeBackend):
-    """Captures batch graphs and warms up by replaying them (what a kept set-up reuses)."""
-    def batch(self, k):
-        self.calls.append(("batch", k))
-
-    def warm(self, n):
-        self.calls.append(("warm", n))
-
-
 def test_a_kept_set_up_is_reused_by_later_calls_and_freed_when_the_options_change_or_a_call_fails():
     """A loop worker measures one version many times: the first call sets up (estimate, batch
     graphs), later calls with the same options only warm up and sample, with the same plan."""
     from cutile_diag.harness.timing import Kept
 
-    be = KeptBatching(est_ms=0.02, samples=[0.02])
+    class Batching(FakeBackend):
+        def batch(self, k):
+            self.calls.append(("batch", k))
+
+        def warm(self, n):
+            self.calls.append(("warm", n))
+
+    be = Batching(est_ms=0.02, samples=[0.02])
     keep = Kept()
     opts = BenchOptions(warmup_ms=10, rep_ms=10, min_rep=3, max_rep=1000, batch_sample_ms=2.0)
     first = measure(lambda: None, opts, backend=be, keep=keep)
@@ -198,45 +196,14 @@ def test_a_kept_set_up_is_reused_by_later_calls_and_freed_when_the_options_chang
     again = measure(lambda: None, opts, keep=keep)          # no backend given: the kept one
     assert be.calls == [("warm", first.n_warmup), "reset", ("time", first.stats.nrep)]
     assert again.first_call_s == 0 and again.observed["timer"]["batch"] == 100
-    other = KeptBatching(est_ms=0.02, samples=[0.02])
+    other = Batching(est_ms=0.02, samples=[0.02])
     measure(lambda: None, BenchOptions(warmup_ms=5), backend=other, keep=keep)
     assert be.calls[-1] == "teardown" and "setup" in other.calls     # new options: set up anew
 
-    class Boom(KeptBatching):
+    class Boom(Batching):
         def time_reps(self, n):
             raise RuntimeError("kernel crashed")
     boom = Boom(est_ms=0.02, samples=[0.02])
     with pytest.raises(RuntimeError):
         measure(lambda: None, opts, backend=boom, keep=keep)
     assert boom.calls[-1] == "teardown" and keep.backend is None
-
-
-def test_a_kept_plan_rebound_to_new_inputs_sets_the_backend_up_again_with_the_same_batch():
-    """A worker's relocation (BenchOptions.relocate): new inputs, a new flush buffer and graphs, but the
-    same estimate, repetitions and batch size, so every run of a comparison stays alike."""
-    from cutile_diag.harness.timing import Kept
-
-    be = KeptBatching(est_ms=0.02, samples=[0.02])
-    keep = Kept()
-    opts = BenchOptions(warmup_ms=10, rep_ms=10, min_rep=3, max_rep=1000, batch_sample_ms=2.0)
-    first = measure(lambda: None, opts, backend=be, keep=keep)
-    be.calls.clear()
-    ran = []
-    keep.rebind(lambda: ran.append(1))
-    assert be.calls == ["teardown", "setup", ("batch", 100)] and ran == [1]
-    be.calls.clear()
-    again = measure(lambda: None, opts, keep=keep)
-    assert be.calls == [("warm", first.n_warmup), "reset", ("time", first.stats.nrep)]
-    assert again.observed["timer"]["batch"] == 100
-
-    class NoLongerCapturable(KeptBatching):
-        def batch(self, k):
-            return "CUDA-graph capture failed"
-    nb = NoLongerCapturable(est_ms=0.02, samples=[0.02])
-    keep = Kept()
-    measure(lambda: None, BenchOptions(batch=None), backend=nb, keep=keep)
-    keep.rebind(lambda: None)                    # batch 1: set up again, nothing to capture
-    assert keep.backend is nb
-    keep.timer["batch"] = 4
-    keep.rebind(lambda: None)
-    assert keep.backend is None                  # the next measure plans from scratch

@@ -38,9 +38,6 @@ def register(sub) -> None:
     p.add_argument("--warmup-ms", help="warm-up budget per measurement (ms; workload mode)")
     p.add_argument("--no-batch", action="store_true", help="time every launch on its own (workload mode; default: "
                    "kernels under 0.5 ms are timed in CUDA-graph batches)")
-    p.add_argument("--no-relocate", action="store_true", help="keep every measurement on the inputs first made "
-                   "(workload mode; default: each round's first run makes them anew at shifted addresses, so an "
-                   "offset of one process's placement is seen as noise)")
     p.add_argument("--device", type=int, help="CUDA device index (workload mode)")
     p.add_argument("--budget-s", help="stop after the last decision that fits in this many seconds")
     p.add_argument("--no-save", action="store_true", help="do not store the noise floor for this machine")
@@ -59,8 +56,6 @@ def _backend(args):
             for k, v in (("rep_ms", args.rep_ms), ("warmup_ms", args.warmup_ms)) if v is not None}
     if args.no_batch:
         opts["batch"] = None
-    if args.no_relocate:
-        opts["relocate"] = False
     # command mode: the A/A needs no correctness command ("true" stands in; --test-cmd runs once if given)
     spec = backend_spec(workload=args.workload, workload_args=args.workload_arg,
                         test_cmd=(args.test_cmd or "true") if args.bench_cmd else None,
@@ -71,10 +66,7 @@ def _backend(args):
     if args.bench_cmd:
         from ..loop.factory import check_commands
         check_commands(spec, Path.cwd())
-    backend = make_backend(spec)
-    if args.no_relocate and args.simulate:
-        backend.spec.relocate = False        # the simulated GPU's placement offset then stays per version
-    return backend
+    return make_backend(spec)
 
 
 def run(args) -> int:
@@ -126,6 +118,11 @@ def _show(cal, args) -> None:
         console.print(f"[dim]stored in {cal.saved_to}: new optimisation loops on this machine decide with it[/]")
     elif not cal.machine:
         console.print("[yellow]not stored: the machine (GPU name + driver) is not known here[/]")
+    if cal.offset_ci_pct and (cal.offset_ci_pct[0] > 0 or cal.offset_ci_pct[1] < 0):
+        lo, hi = cal.offset_ci_pct
+        console.print(f"[yellow]the copy measures {cal.offset_pct:+.2f} % (95 % CI {lo:+.2f} to {hi:+.2f} %) across the "
+                      "decisions: an offset between the two measurement processes that more rounds do not remove; "
+                      f"a gain under {max(abs(lo), abs(hi)):.1f} % is not proven on this machine[/]")
     if cal.spread_pct > 1.5 * cal.half_width_pct and cal.n >= 10:
         console.print("[yellow]the A/A ratios spread wider than the CI says: the measurement drifts between "
                       "decisions (clocks, other processes); more --rounds help[/]")

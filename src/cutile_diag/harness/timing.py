@@ -64,11 +64,6 @@ class BenchOptions:
     max_batch: int = 256
     sleep: bool = True                # hide host enqueue latency behind a GPU spin
     sample_clocks: bool = True        # NVML SM-clock sampling during the timed phase
-    # a loop worker makes its inputs (and flush buffer, graphs) anew at shifted addresses at the start of
-    # every interleaved round: on an H100 a GEMM's copy measured 0.8 % faster than the baseline in every
-    # one of 11 A/A decisions, an offset of the process (placement) that more rounds never average out;
-    # relocated, it varies between rounds, where the CI sees it
-    relocate: bool = True
 
     def to_json(self) -> dict:
         """The options as a dict."""
@@ -157,22 +152,6 @@ class Kept:
     def holds(self, opts: BenchOptions) -> bool:
         """Whether a set-up is kept and was made with these options."""
         return self.backend is not None and self.opts == opts
-
-    def rebind(self, fn: Callable[[], Any]) -> None:
-        """Keep the plan (estimate, repetitions, batch size: a comparison's runs stay alike) for ``fn`` on new
-        inputs: the backend is set up again around it, its flush buffer and graphs made anew."""
-        if self.backend is None:
-            return
-        k = int(self.timer.get("batch") or 1)
-        self.backend.teardown()
-        try:
-            self.backend.setup(fn, self.opts)
-            why = self.backend.batch(k) if k > 1 and hasattr(self.backend, "batch") else None
-        except Exception:
-            self.backend = None
-            raise
-        if why:                 # no longer capturable: the next measure plans from scratch
-            self.close()
 
     def close(self) -> None:
         """Tear the kept backend down (frees the flush buffer and graphs)."""

@@ -74,6 +74,10 @@ class Calibration:
     inconclusive: int = 0                # decisions sampled to the cap with the CI still wider than +-1 %
     rounds_sampled: list[int] = field(default_factory=list)   # per decision: the rounds it measured
     noise_floor_used: float | None = None   # the floor decisions start from (a loop's here; pooled noise raises it)
+    # the copy's offset across the decisions (mean A/A log ratio, %) and its 95 % interval: a bias between the two
+    # worker processes, which more rounds per decision never remove, shows as an interval that excludes 0
+    offset_pct: float | None = None
+    offset_ci_pct: list[float] | None = None
     decisions: list[dict] = field(default_factory=list)
     rounds_detail: dict[str, list[dict]] = field(default_factory=dict)   # per config: every round, in order
     gpu_s: float = 0.0                   # wall seconds spent measuring
@@ -225,12 +229,18 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
                           "half_width_pct": statistics.median(d["half_width_pct"] for d in got),
                           "basis": sorted({d["basis"] for d in got})}
     spread = 1.96 * statistics.stdev(math.log(r) for r in ratios) * 100 if len(ratios) > 1 else 0.0
+    offset = offset_ci = None
+    if len(ratios) >= 3:
+        logs = [math.log(r) for r in ratios]
+        mean, half = statistics.fmean(logs), stats.t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        offset, offset_ci = 100 * math.expm1(mean), [100 * math.expm1(mean - half), 100 * math.expm1(mean + half)]
     return Calibration(machine=machine, what=what, backend=backend, n=n, rounds=rounds, configs=configs,
                        half_width_pct=statistics.median(halves), spread_pct=spread, noise_floor=floor,
                        false_keeps=sum(d["status"] == "keep" for d in decisions),
                        false_reverts=sum(d["rule"] in ("regression", "cumulative-regression") for d in decisions),
                        inconclusive=sum(d["status"] == "inconclusive" for d in decisions),
-                       rounds_sampled=[hi - lo for lo, hi, _ in spans], noise_floor_used=use, decisions=decisions,
+                       rounds_sampled=[hi - lo for lo, hi, _ in spans], noise_floor_used=use,
+                       offset_pct=offset, offset_ci_pct=offset_ci, decisions=decisions,
                        rounds_detail=detail, gpu_s=gpu_s, per_config=per_config, per_class=per_class)
 
 

@@ -109,7 +109,6 @@ class Prepared:
     verify: Callable[[Any], CheckResult] | None = None
     keep: Kept | None = None
     last: Any = None                    # what the last call returned (graphs replayed keep writing it)
-    inputs: Any = None                  # the workload's inputs, where ``prepare`` made them
 
     def run(self) -> None:
         """One call, its result kept for ``verify``: the function ``measure`` times."""
@@ -130,7 +129,7 @@ def prepare(wl: Workload, cfg: WorkloadConfig, *, seed: int = 0, device: str = "
     ``time_prepared`` calls.  Raises what ``make_inputs`` or the reference raise."""
     inputs = wl.make_inputs(cfg, seed, device)
     expected = reference_outputs(wl, inputs) if (post_check and wl.repeatable) else None
-    p = Prepared(name=cfg.name, call=lambda: wl.run(inputs), keep=Kept() if keep else None, inputs=inputs)
+    p = Prepared(name=cfg.name, call=lambda: wl.run(inputs), keep=Kept() if keep else None)
     if expected is not None:
         def poison() -> None:
             wl.reset(inputs)             # inputs a kernel writes in place back to theirs (a replay's recording)

@@ -18,8 +18,7 @@ corrupt the channel).  Requests::
     {"op": "load", "workload": REF, "kwargs": {...}, "configs": [..] | null, "seed": 0,
      "check_seed": null, "device": null,          # check_seed null: fresh inputs per check (seed recorded)
      "overrides": {PATH: TEXT}}                   # optional: the version's files, read instead of the disk
-    {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true,
-     "relocate": false}                           # true: the configuration's inputs made anew first (_relocate)
+    {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true}
     {"op": "roofline", "latencies": {NAME: ms}}
     {"op": "quit"}
 
@@ -42,8 +41,6 @@ class _State:
     cfgs: dict = {}
     prepared: dict = {}                 # per configuration: measure.Prepared (inputs, reference, timing set-up)
     overrides_read: set = set()         # files imported from the load request's overrides
-    seed = 0                            # the timed runs' inputs (load request)
-    pads: dict = {}                     # per configuration: the allocation that shifts its relocated inputs
     roof = None                         # (device, ceilings) for the roofline requests
 
 
@@ -69,7 +66,6 @@ def _load(req: dict, st: _State) -> dict:
         return {"ok": False, "error": "no CUDA GPU visible to torch in the measurement worker; without a GPU, "
                                       "--simulate SPEC.json runs against a simulated one (docs/simulate.md)"}
     st.wl = wl
-    st.seed = int(req.get("seed", 0))
     cfgs = wl.select(req.get("configs"))
     checks, info, passed = {}, {}, True
     with torch.no_grad():
@@ -88,7 +84,7 @@ def _load(req: dict, st: _State) -> dict:
                 continue
             # the timing set-up (estimate, batch graphs, flush buffer) is kept per configuration
             # between measure requests: the inputs stay
-            p = st.prepared[cfg.name] = prepare(wl, cfg, seed=st.seed, device=st.device, keep=True)
+            p = st.prepared[cfg.name] = prepare(wl, cfg, seed=int(req.get("seed", 0)), device=st.device, keep=True)
             p.run()                                     # compiles now, while this version is on disk
         torch.cuda.synchronize()
     return {"ok": True, "passed": passed, "configs": [c.name for c in cfgs], "checks": checks, "info": info,
@@ -103,7 +99,6 @@ def _measure(req: dict, st: _State) -> dict:
     if name not in st.prepared:
         return {"ok": False, "error": f"configuration {name} was not loaded (or failed its check)"}
     opts = BenchOptions.from_json(req.get("options"))
-    moved = _relocate(name, st) if req.get("relocate") else None
     # the SM clock and the clock-event reasons over the timed phase: the comparison drops runs under a
     # thermal slowdown and compares in cycles when a power cap moved the clock (loop.stats)
     observers = [ClockObserver(st.device)] if opts.sample_clocks else []
@@ -111,38 +106,7 @@ def _measure(req: dict, st: _State) -> dict:
     m = t.measurement
     return {"ok": True, "config": name, "stats": m.stats.record(), "samples_ms": m.samples_ms,
             "first_call_s": m.first_call_s, "observed": m.observed,
-            "post_check": t.post_check.to_json() if t.post_check else None,
-            **({"relocated": moved} if moved is not None else {})}
-
-
-def _addresses(inputs) -> list[int]:
-    return [v.data_ptr() for v in (inputs.values() if isinstance(inputs, dict) else ()) if hasattr(v, "data_ptr")]
-
-
-def _relocate(name: str, st: _State) -> bool:
-    """The configuration's inputs (same seed, same values), reference, flush buffer and graphs made anew at
-    shifted addresses, the timing plan kept: a placement this process happened to get is then a between-round
-    effect, not an offset of every round.  The new allocations are made while the old are held (after a pad
-    of random size), so they cannot land where the old were.  Whether any input tensor moved (a workload
-    whose inputs are one kept object, like a replay's recording, stays where it is)."""
-    import random
-    import torch
-    from ...measure.version import prepare
-    old = st.prepared[name]
-    pad = torch.empty(random.randrange(1, 65) << 20 | random.randrange(0, 1 << 20, 512), dtype=torch.uint8,
-                      device=st.device)
-    with torch.no_grad():
-        p = prepare(st.wl, st.cfgs[name], seed=st.seed, device=st.device, keep=False)
-        p.keep, old.keep = old.keep, None
-        if p.keep is not None:
-            p.keep.rebind(p.run)
-        p.run()
-    moved = _addresses(p.inputs) != _addresses(old.inputs)
-    st.prepared[name] = p
-    st.pads[name] = pad                 # the previous pad and the old inputs are freed here
-    del old
-    torch.cuda.synchronize(st.device)
-    return moved
+            "post_check": t.post_check.to_json() if t.post_check else None}
 
 
 def _roofline(req: dict, st: _State) -> dict:

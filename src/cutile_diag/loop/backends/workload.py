@@ -18,7 +18,6 @@ from .. import proc
 from .. import spares as spares_mod
 from ..errors import BackendError, CandidateCrash, LoopError, MeasurementTimeout
 from ..stats import RunStat
-from ...harness.timing import BenchOptions
 from .base import Backend, CorrectnessFailure, Runs, Verification, Version, Workspace, check_deadline
 
 
@@ -342,13 +341,11 @@ class WorkloadBackend(Backend):
                 raise CandidateCrash(f"{v.label} did not load cleanly: {rep.get('error', 'check failed')}")
         out: Runs = {v.label: {} for v in versions}
 
-        def one(v: Version, cfg: str, relocate: bool = False) -> dict:
+        def one(v: Version, cfg: str) -> dict:
             check_deadline(deadline, f"measuring {v.label} on {cfg}")
             t0 = time.monotonic()
-            req = {"op": "measure", "config": cfg, "options": self.bench_options}
-            if relocate:
-                req["relocate"] = True
-            rep = workers[v.label].request(req, deadline.timeout(), f"measuring {cfg}")
+            rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options},
+                                           deadline.timeout(), f"measuring {cfg}")
             self.requests.append((time.monotonic() - t0, float(rep.get("op_s") or 0.0)))
             if not rep.get("ok"):
                 raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
@@ -366,14 +363,11 @@ class WorkloadBackend(Backend):
         # version has one measurement right after the other worker and one after itself (on the H200 the
         # measurement that follows the other process is 0.7-0.8 % slower, 20 ms of warm-up notwithstanding)
         order = [*versions, *reversed(versions)]       # alone: A A, so that a round costs what it costs in pairs
-        # each version's first run of a round on new inputs (BenchOptions.relocate): a process's placement
-        # varies between rounds instead of offsetting all of them
-        relocate = BenchOptions.from_json(self.bench_options).relocate and len(versions) > 1
         for r in range(rounds):
             for cfg in self._configs or []:
                 got: dict[str, list[RunStat]] = {}
                 for v in order:
-                    rep = one(v, cfg, relocate and v.label not in got)
+                    rep = one(v, cfg)
                     post = rep.get("post_check")
                     if post is not None and not post.get("passed"):
                         raise CorrectnessFailure(f"{v.label} on {cfg}: outputs of the timed runs are wrong: "
