@@ -115,3 +115,21 @@ def test_proc_run_removes_none_env_and_keeps_empty(monkeypatch):
     r = proc.run([sys.executable, "-c", code], env={"CUTILE_DIAG_PROBE_VAR": None, "OTHER_VAR": ""}, timeout=60)
     assert r.returncode == 0
     assert r.stdout.strip() == "None ''"
+
+
+def test_the_first_worker_s_autotune_picks_are_handed_to_every_later_one(tmp_path):
+    """measure.tuning: the baseline's worker searches; the load requests of later workers (candidates, calibrate's
+    copy) carry its picks, so two processes of one version never run two different autotuned configurations."""
+    from cutile_diag.loop.backends.workload import _tuning_note
+    b, ws, v = backend_for(tmp_path, "")
+    assert "tuning" not in b._load_request(ws, v)
+    picks = {"_matmul_kernel#0": {"pick": "namespace(TILE=128)", "space": "ab12"}}
+    b._loaded({"ok": True, "configs": ["c"], "tuning": {"made": picks, "pinned": [],
+                                                        "searched": {"_matmul_kernel#0": "the first worker searches"}}})
+    assert b._load_request(ws, v)["tuning"] == picks
+    b._loaded({"ok": True, "configs": ["c"], "tuning": {"made": {"_matmul_kernel#0": {"pick": "other", "space": "x"}}}})
+    assert b._load_request(ws, v)["tuning"] == picks                 # the first worker's, not the latest
+    assert _tuning_note({"made": picks, "pinned": [], "searched": {"_matmul_kernel#0": "the first worker searches"}}) == ""
+    assert _tuning_note({"pinned": ["_matmul_kernel#0"], "searched": {"_matmul_kernel#1": "its search space changed"}}) \
+        == ("; autotune held at the first worker's pick (_matmul_kernel#0); autotune searched _matmul_kernel#1 again "
+            "(its search space changed)")

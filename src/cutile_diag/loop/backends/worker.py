@@ -17,6 +17,7 @@ corrupt the channel).  Requests::
 
     {"op": "load", "workload": REF, "kwargs": {...}, "configs": [..] | null, "seed": 0,
      "check_seed": null, "device": null,          # check_seed null: fresh inputs per check (seed recorded)
+     "tuning": {NAME: {"pick", "space"}},         # optional: an earlier worker's autotune picks, held here
      "overrides": {PATH: TEXT}}                   # optional: the version's files, read instead of the disk
     {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true}
     {"op": "roofline", "latencies": {NAME: ms}}
@@ -41,6 +42,7 @@ class _State:
     cfgs: dict = {}
     prepared: dict = {}                 # per configuration: measure.Prepared (inputs, reference, timing set-up)
     overrides_read: set = set()         # files imported from the load request's overrides
+    tuning = None                       # measure.tuning.TuningPins: this process's autotune searches
     roof = None                         # (device, ceilings) for the roofline requests
 
 
@@ -57,6 +59,10 @@ def _load(req: dict, st: _State) -> dict:
     if dev is not None and torch.cuda.is_available():
         torch.cuda.set_device(int(dev))
         st.device = f"cuda:{int(dev)}"
+    # before the kernel's module is imported: a search it binds at import is then the held one
+    from ...measure.tuning import TuningPins
+    st.tuning = TuningPins(given=dict(req.get("tuning") or {}))
+    st.tuning.install()
     wl = load_workload(req["workload"], **(req.get("kwargs") or {}))
     why = wl.available()
     if why:
@@ -88,7 +94,8 @@ def _load(req: dict, st: _State) -> dict:
             p.run()                                     # compiles now, while this version is on disk
         torch.cuda.synchronize()
     return {"ok": True, "passed": passed, "configs": [c.name for c in cfgs], "checks": checks, "info": info,
-            "device": device_info(st.device), "pid": os.getpid(), "overrides_read": sorted(st.overrides_read)}
+            "device": device_info(st.device), "pid": os.getpid(), "overrides_read": sorted(st.overrides_read),
+            "tuning": st.tuning.report()}
 
 
 def _measure(req: dict, st: _State) -> dict:

@@ -158,6 +158,15 @@ class _Worker:
             pass
 
 
+def _tuning_note(tuning: Mapping | None) -> str:
+    """What a worker's autotune searches did, for the check's summary (empty when it held nothing or ran none)."""
+    t = tuning or {}
+    again = {k: why for k, why in (t.get("searched") or {}).items() if why != "the first worker searches"}
+    parts = ([f"autotune held at the first worker's pick ({', '.join(t['pinned'])})"] if t.get("pinned") else []) + \
+        [f"autotune searched {k} again ({why})" for k, why in again.items()]
+    return "; " + "; ".join(parts) if parts else ""
+
+
 class WorkloadBackend(Backend):
     """A workload checked and timed in long-lived worker processes, one per version (keyed by digest), so a version's
     compile and inputs are paid once."""
@@ -184,6 +193,7 @@ class WorkloadBackend(Backend):
         self.device_info: dict = {}
         self.imports: dict = {}          # where the last loaded worker imported the kernel file from
         self._busy = float("-inf")       # when the last measurement ended (the warm-up's idle test)
+        self.tuning: dict[str, dict] = {}     # the first loaded worker's autotune picks, held by the later ones
 
     def describe(self) -> dict:
         """The workload, its arguments, configurations, bench options and device, for the ledger's setup record."""
@@ -205,6 +215,8 @@ class WorkloadBackend(Backend):
     def _load_request(self, ws: Workspace, v: Version | None = None) -> dict:
         req = {"op": "load", "workload": ws.remap(self.workload), "kwargs": ws.remap(self.kwargs),
                "configs": self._configs, "seed": self.seed, "check_seed": self.check_seed, "device": self.device}
+        if self.tuning:
+            req["tuning"] = self.tuning
         if v is not None:
             req["overrides"] = {str(ws.root / p): t for p, t in v.files.items()}
         return req
@@ -310,6 +322,10 @@ class WorkloadBackend(Backend):
                 self._configs = list(reply["configs"])
             self.info.update(reply.get("info") or {})
             self.device_info = reply.get("device") or self.device_info
+            # the first worker's autotune picks (the loop's baseline) are held by every later one (measure.tuning)
+            made = (reply.get("tuning") or {}).get("made")
+            if made and not self.tuning:
+                self.tuning = dict(made)
 
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
         """The check the version's worker ran on load; a workload that cannot run here is a ``BackendError``, not a
@@ -328,8 +344,8 @@ class WorkloadBackend(Backend):
             summ = "; ".join(f"{c}: {d.get('summary', 'FAIL')}" for c, d in list(bad.items())[:3])
             return Verification(False, f"FAIL on {len(bad)} of {len(checks)} configurations: {summ}", checks,
                                 seconds=time.monotonic() - t0, imports=self.imports)
-        return Verification(True, f"PASS on {len(checks)} configurations", checks, seconds=time.monotonic() - t0,
-                            imports=self.imports)
+        return Verification(True, f"PASS on {len(checks)} configurations{_tuning_note(reply.get('tuning'))}", checks,
+                            seconds=time.monotonic() - t0, imports=self.imports)
 
     def measure(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline, rounds: int) -> Runs:
         """Time every version on every configuration, A B every round after one unrecorded lead-in (see the comment);
