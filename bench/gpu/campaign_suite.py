@@ -239,13 +239,13 @@ def restore_state(args, src: Path) -> tuple[Path, dict] | None:
 
 
 def one_per_op(plan: dict) -> list[str]:
-    """Per op (a kernel source file) the kernel its perf tests launch most (then the most GPU time),
-    as FILE.py::KERNEL."""
+    """Per op (a kernel source file) the kernel with the most to gain (the plan's expected gain: its share of the
+    suite's GPU time times its headroom to the attainable time), then the one launched most, as FILE.py::KERNEL."""
     best: dict[str, tuple] = {}
     for k in plan["kernels"]:
         if not k["ok"]:
             continue
-        key = (sum(c["calls"] for c in k["configs"]), k.get("gpu_ms") or 0.0, k["expected_gain"])
+        key = (k["expected_gain"], sum(c["calls"] for c in k["configs"]), k.get("gpu_ms") or 0.0)
         if k["file"] not in best or key > best[k["file"]][0]:
             best[k["file"]] = (key, f"{k['file']}::{k['ref'].rsplit('::', 1)[1]}")
     return [ref for _key, ref in best.values()]
@@ -323,9 +323,10 @@ def call(args, out: Path, state_in: Path | None, state_out: Path | None, budget_
     env = child_env(None if args.dry_run else repo)
     # TileGym: the first config instead of an autotune per version; shorter timing per perf test
     env.update({"TILEGYM_DISABLE_AUTOTUNE": "1", "WARMUP": "20", "REP": "30"})
-    # the recordings travel to the next call in the state tarball (the carry leaves ~6 MB): floats past
-    # 1 MB a launch are regenerated from their statistics (integers stay whole)
-    env.setdefault("CUTILE_DIAG_REPLAY_CAP_MB", "1")
+    # no small replay cap for the state's sake (session 12 set 1 MB): every float input was then regenerated, each
+    # worker computed or loaded the recorded version's whole answer (1 GB for rms_norm), and in session 13 a
+    # resumed loop's baseline worker did not finish loading within its share; the state leaves files past
+    # FILE_LIMIT out instead
     log = out / "campaign.log"
     steps: list[dict] = []
     left = lambda: budget_s - args.grace_s - (time.monotonic() - started)   # noqa: E731
