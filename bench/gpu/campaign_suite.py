@@ -154,7 +154,7 @@ def _keeper(started: bool, dropped: list[str]) -> Callable[[tarfile.TarInfo], ta
     run), the loops' logs, captures and candidates, and once the campaign has started (its
     campaign.json holds the plan) the survey's launch records. A file past FILE_LIMIT is left out and
     named in ``dropped``: in session 12 a replay's cached answer on regenerated inputs (the whole output
-    of a 1 GB launch, ``expected-regenerated.pt``) made the tarball 1.75 GB and no result came back."""
+    of a 1 GB launch, ``expected-regenerated*.pt``) made the tarball 1.75 GB and no result came back."""
     again = {"campaign.html", "campaign-ceiling.svg", "campaign.md", "diffs"} | ({"records"} if started else set())
 
     def keep(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:

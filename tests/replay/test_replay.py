@@ -111,6 +111,11 @@ def test_a_dry_run_records_each_signature_once_with_shapes_sharing_whole_integer
     x_store = st[r.manifest["args"][0]["value"]["tensor"]["storage"]]
     assert x_store["stored"] == "regenerated" and abs(x_store["stats"]["std"] - 1.0) < 0.1
     assert abs(float(r.args[0].std()) - 1.0) < 0.1
+    # drawn on the replay's device in their own type, the same at every load (the cached answer is computed on them)
+    again = replay.load(gather, device="cpu")
+    assert again.args[0].dtype == r.args[0].dtype and torch.equal(again.args[0], r.args[0])
+    from cutile_diag.replay.load import regen_tag
+    assert regen_tag("cpu") == "cpu-v2" and regen_tag("cuda:1") == "cuda-v2"
     # the wrapper's call: its own arguments (the rebound `tile` and `out` at their defaults)
     fn, args, kwargs = r.wrapper
     assert fn.__name__ == "gather" and args[1].data_ptr() == r.args[1].data_ptr() and args[2:] == [None, None, None]

@@ -114,11 +114,26 @@ def _buffer(folder: Path, s: dict, device: str):
     st = s.get("stats") or {}
     dt = getattr(torch, st.get("dtype", "float32"))
     esize = torch.empty(0, dtype=dt).element_size()
-    g = torch.Generator(device="cpu")
+    # drawn where they are used, in their own type: on the host in float32, a 2 GB bf16 input took a worker
+    # tens of seconds to load (session 13: a resumed loop's baseline did not load within its share).  The
+    # values depend on the device type (CPU and CUDA generators differ): ``regen_tag`` names them
+    dev = torch.device(device)
+    g = torch.Generator(device=dev)
     g.manual_seed(_REGEN_SEED + int(s["id"]))
-    x = torch.randn((size + pad) // esize, generator=g) * float(st.get("std", 1.0)) + float(st.get("mean", 0.0))
-    x = x.clamp(float(st.get("min", -1e30)), float(st.get("max", 1e30))).to(dt)
-    return x.view(torch.uint8).to(device)
+    n = (size + pad) // esize
+    try:
+        x = torch.randn(n, dtype=dt, device=dev, generator=g)
+    except (RuntimeError, TypeError):            # a type randn does not draw (float8): drawn in float32
+        x = torch.randn(n, device=dev, generator=g).to(dt)
+    x.mul_(float(st.get("std", 1.0))).add_(float(st.get("mean", 0.0)))
+    x.clamp_(float(st.get("min", -1e30)), float(st.get("max", 1e30)))
+    return x.view(torch.uint8)
+
+
+def regen_tag(device: str) -> str:
+    """Which regenerated values a replay on ``device`` holds (the cached answer on them is kept per tag)."""
+    import torch
+    return f"{torch.device(device).type}-v2"
 
 
 def _view(buf, s: dict, spec: dict):

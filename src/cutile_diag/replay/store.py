@@ -5,8 +5,9 @@
     <folder>/replay.json          schema "cutile-diag.replay/1"
     <folder>/s<i>.pt              storage i's bytes before the launch (uint8, torch.save), when stored
     <folder>/s<i>.after.pt        storage i's bytes after the launch, when the kernel wrote it
-    <folder>/expected-regenerated.pt   where inputs are regenerated: the recorded version's answer on them,
-                                  written by its first replay (as large as the written arguments)
+    <folder>/expected-regenerated-<tag>.pt   where inputs are regenerated: the recorded version's answer on
+                                  them (tag: the device type they were drawn on), written by its first replay
+                                  (as large as the written arguments)
 
 ``replay.json``::
 

@@ -25,7 +25,7 @@ from .load import Replay, load
 from .store import ReplayError, read_manifest, replay_folders, source_sha256
 
 REF_PREFIX = "replay:"
-_REGEN_CACHE = "expected-regenerated.pt"
+_REGEN_CACHE = "expected-regenerated-{tag}.pt"      # per replay.load.regen_tag: the values it was computed on
 
 
 def folders_of(target: str | Path) -> list[Path]:
@@ -170,7 +170,8 @@ class ReplayWorkload(Workload):
         if not r.regenerated:
             return dict(r.outputs)
         import torch
-        cache = r.folder / _REGEN_CACHE
+        from .load import regen_tag
+        cache = r.folder / _REGEN_CACHE.format(tag=regen_tag(r.device))
         if cache.is_file():
             return {k: v.to(r.device) for k, v in torch.load(cache, weights_only=True).items()}
         if not self._same_version(r.manifest):
