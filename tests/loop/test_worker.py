@@ -107,6 +107,80 @@ def test_workload_backend_loop_on_vector_add(repo):
     assert res.iterations >= 1 and led.iterations[1]["status"] in ("keep", "revert")
 
 
+TUNED_WORKLOAD = """
+import cuda.tile as ct
+from cuda.tile.tune import exhaustive_search        # bound at import, as TileGym binds it
+from cutile_diag.workload import Workload, WorkloadConfig, seeded_randn
+
+
+@ct.kernel
+def add_kernel(a, b, c, TILE: ct.Constant[int]):
+    bid = ct.bid(0)
+    ct.store(c, index=(bid,), tile=ct.load(a, index=(bid,), shape=(TILE,)) + ct.load(b, index=(bid,), shape=(TILE,)))
+
+
+_tuned = {}
+
+
+def add(a, b, c):
+    import torch
+    stream = torch.cuda.current_stream()
+    if "tile" not in _tuned:                       # tune once per process, as TileGym's ops do
+        res = exhaustive_search([256, 512, 1024, 2048], stream, lambda t: (ct.cdiv(a.shape[0], t), 1, 1),
+                                add_kernel, lambda t: (a, b, c, t), quiet=True)
+        _tuned["tile"] = res.best.config
+    t = _tuned["tile"]
+    ct.launch(stream, (ct.cdiv(a.shape[0], t), 1, 1), add_kernel, (a, b, c, t))
+    return c
+
+
+class W(Workload):
+    name = "tuned_add"
+    outputs = ("c",)
+    configs = [WorkloadConfig("1M", {"n": 1 << 20})]
+
+    def make_inputs(self, cfg, seed, device="cuda"):
+        import torch
+        n = cfg["n"]
+        return {"a": seeded_randn((n,), "f32", seed, device), "b": seeded_randn((n,), "f32", seed + 1, device),
+                "c": torch.empty(n, device=device)}
+
+    def run(self, inputs):
+        return add(inputs["a"], inputs["b"], inputs["c"])
+
+    def reference(self, inputs):
+        return {"c": inputs["a"].double() + inputs["b"].double()}
+
+    def flops(self, cfg):
+        return float(cfg["n"])
+
+    def bytes(self, cfg):
+        return 12.0 * cfg["n"]
+"""
+
+
+@pytest.mark.gpu
+def test_a_later_worker_holds_the_first_worker_s_autotune_pick_on_the_gpu(tmp_path):
+    """measure.tuning in real workers: the baseline's worker searches, the copy's worker runs its pick only."""
+    pytest.importorskip("torch")
+    f = tmp_path / "wl.py"
+    f.write_text(TUNED_WORKLOAD)
+    ws = Workspace(tmp_path, tmp_path / "state", ["wl.py"])
+    b = WorkloadBackend(f"{f}::W", log_dir=tmp_path / "logs", bench_options={"rep_ms": 10, "warmup_ms": 5})
+    a = Version("baseline", ws.current())
+    copy = Version("copy", {"wl.py": TUNED_WORKLOAD + "\n# the same kernel\n"})
+    try:
+        first = b.verify(a, ws, Deadline(300))
+        assert first.passed and "autotune" not in first.summary, first.summary
+        assert list(b.tuning) == ["add_kernel#0"]
+        second = b.verify(copy, ws, Deadline(300))
+        runs = b.measure([a, copy], ws, Deadline(300), 2)
+    finally:
+        b.close()
+    assert second.passed and "autotune held at the first worker's pick (add_kernel#0)" in second.summary, second.summary
+    assert all(len(runs[v]["1M"]) == 2 for v in ("baseline", "copy"))
+
+
 def test_proc_run_removes_none_env_and_keeps_empty(monkeypatch):
     """None removes a variable (CUDA_HOME must be absent, not empty, for cuTile's tileiras probe)."""
     from cutile_diag.loop import proc

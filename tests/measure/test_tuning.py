@@ -78,3 +78,14 @@ def test_installing_twice_wraps_cuTile_s_search_once(timings):
     assert second._original is first._original
     search()
     assert second.made and not first.made
+
+
+def test_a_module_that_bound_the_search_before_the_pins_gets_them_too(timings, monkeypatch):
+    import types
+    timings.update({repr(c): 1.0 + i for i, c in enumerate(SPACE)})
+    early = types.ModuleType("early_kernels")
+    early.exhaustive_search = tune.exhaustive_search          # ``from cuda.tile.tune import exhaustive_search``
+    monkeypatch.setitem(__import__("sys").modules, "early_kernels", early)
+    pins = TuningPins()
+    pins.install()
+    assert early.exhaustive_search == pins.search

@@ -58,7 +58,11 @@ class TuningPins:
         tune.exhaustive_search = _tune.exhaustive_search = self.search
         # modules that bound the name at their import, before this (``from cuda.tile.tune import ...``)
         for mod in list(sys.modules.values()):
-            if getattr(mod, "exhaustive_search", None) is current and mod not in (tune, _tune):
+            try:
+                bound = mod is not tune and mod is not _tune and getattr(mod, "exhaustive_search", None) is current
+            except Exception:                    # a lazy module whose attribute lookup itself fails
+                continue
+            if bound:
                 mod.exhaustive_search = self.search
         return True
 
