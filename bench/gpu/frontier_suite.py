@@ -390,7 +390,10 @@ def calibrate_part(share: float, args, env: dict, out: Path, work: Path) -> dict
             "basis": sorted({d.get("basis") for d in doc.get("decisions") or []}),
             "decided_max_half_width_pct": halves[-1] if halves else None,
             # a bias between the two processes shows as A/A ratios on one side of 1
-            "ratios_below_1": sum(r < 1 for r in ratios), "mean_ratio": sum(ratios) / len(ratios) if ratios else None}
+            "ratios_below_1": sum(r < 1 for r in ratios), "mean_ratio": sum(ratios) / len(ratios) if ratios else None,
+            "offset_pct": doc.get("offset_pct"), "offset_ci_pct": doc.get("offset_ci_pct"),
+            # TileGym's matmul autotunes in every process: held at the first worker's pick (measure.tuning)
+            "tuning": doc.get("tuning")}
     # the issue's line: 0 false keeps in >= 10 decisions with a CI <= 1 %
     if "n" in doc:
         part["met"] = doc["n"] >= 10 and doc["false_keeps"] == 0 and doc["half_width_pct"] <= 1.0
@@ -433,6 +436,13 @@ def markdown(res: dict) -> str:
                       f"{fmt(100 * p['noise_floor'] if p.get('noise_floor') else None, '.2f')} % | "
                       f"{p.get('ratios_below_1', '-')} | {fmt(p.get('mean_ratio'), '.4f')} | {p.get('met', '-')} | "
                       f"{p.get('rc')} | {p.get('wall_s')} |", ""]
+            if p.get("offset_ci_pct"):
+                lo, hi = p["offset_ci_pct"]
+                tune = p.get("tuning") or {}
+                held = ", ".join(tune.get("held") or []) or "nothing"
+                lines += [f"The copy's offset across decisions: {fmt(p.get('offset_pct'), '+.2f')} % (95 % CI "
+                          f"{lo:+.2f} to {hi:+.2f} %). Autotune held: {held}; searched again: "
+                          f"{tune.get('searched_again') or 'nothing'}.", ""]
             if p.get("error"):
                 lines += [f"error: {p['error']}", ""]
             continue

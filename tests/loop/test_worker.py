@@ -1,6 +1,7 @@
 """The workload backend's long-lived workers: protocol, timeouts and deaths (no GPU needed), and
 one GPU run of the whole loop on an example kernel."""
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -175,6 +176,7 @@ def test_a_later_worker_holds_the_first_worker_s_autotune_pick_on_the_gpu(tmp_pa
         assert list(b.tuning) == ["add_kernel#0"]
         second = b.verify(copy, ws, Deadline(300))
         runs = b.measure([a, copy], ws, Deadline(300), 2)
+        assert b.tuning_report()["held"] == ["add_kernel#0"]
     finally:
         b.close()
     assert second.passed and "autotune held at the first worker's pick (add_kernel#0)" in second.summary, second.summary
@@ -203,6 +205,11 @@ def test_the_first_worker_s_autotune_picks_are_handed_to_every_later_one(tmp_pat
     assert b._load_request(ws, v)["tuning"] == picks
     b._loaded({"ok": True, "configs": ["c"], "tuning": {"made": {"_matmul_kernel#0": {"pick": "other", "space": "x"}}}})
     assert b._load_request(ws, v)["tuning"] == picks                 # the first worker's, not the latest
+    b.workers["x"] = SimpleNamespace(loaded={"tuning": {"pinned": ["_matmul_kernel#0"],
+                                                         "searched": {"_matmul_kernel#1": "its search space changed"}}})
+    assert b.tuning_report() == {"picks": picks, "held": ["_matmul_kernel#0"],
+                                 "searched_again": {"_matmul_kernel#1": "its search space changed"}}
+    b.workers.clear()
     assert _tuning_note({"made": picks, "pinned": [], "searched": {"_matmul_kernel#0": "the first worker searches"}}) == ""
     assert _tuning_note({"pinned": ["_matmul_kernel#0"], "searched": {"_matmul_kernel#1": "its search space changed"}}) \
         == ("; autotune held at the first worker's pick (_matmul_kernel#0); autotune searched _matmul_kernel#1 again "

@@ -118,6 +118,11 @@ def _show(cal, args) -> None:
         console.print(f"[dim]stored in {cal.saved_to}: new optimisation loops on this machine decide with it[/]")
     elif not cal.machine:
         console.print("[yellow]not stored: the machine (GPU name + driver) is not known here[/]")
+    if cal.tuning.get("held"):
+        console.print(f"autotune held equal in both processes: {', '.join(cal.tuning['held'])} at the first "
+                      "worker's picks")
+    for k, why in (cal.tuning.get("searched_again") or {}).items():
+        console.print(f"[yellow]autotune {k} searched in each process ({why}): the decisions include two searches[/]")
     if cal.offset_ci_pct and (cal.offset_ci_pct[0] > 0 or cal.offset_ci_pct[1] < 0):
         lo, hi = cal.offset_ci_pct
         console.print(f"[yellow]the copy measures {cal.offset_pct:+.2f} % (95 % CI {lo:+.2f} to {hi:+.2f} %) across the "

@@ -78,6 +78,7 @@ class Calibration:
     # worker processes, which more rounds per decision never remove, shows as an interval that excludes 0
     offset_pct: float | None = None
     offset_ci_pct: list[float] | None = None
+    tuning: dict = field(default_factory=dict)   # autotune held equal between A and its copy (measure.tuning)
     decisions: list[dict] = field(default_factory=list)
     rounds_detail: dict[str, list[dict]] = field(default_factory=dict)   # per config: every round, in order
     gpu_s: float = 0.0                   # wall seconds spent measuring
@@ -177,9 +178,12 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
             if progress:
                 progress(len(spans), n)
         gpu_s = time.monotonic() - t0
-    return summarize(runs[a.label], runs[b.label], n=len(spans), rounds=rounds, machine=machine_key(backend),
-                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=floor,
-                     alternates=backend.alternates, info=backend.workload_info(), spans=spans)
+        tuning = getattr(backend, "tuning_report", dict)()
+    cal = summarize(runs[a.label], runs[b.label], n=len(spans), rounds=rounds, machine=machine_key(backend),
+                    what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=floor,
+                    alternates=backend.alternates, info=backend.workload_info(), spans=spans)
+    cal.tuning = tuning
+    return cal
 
 
 def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, list[stats.RunStat]], *, n: int,

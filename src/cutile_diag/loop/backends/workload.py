@@ -195,6 +195,15 @@ class WorkloadBackend(Backend):
         self._busy = float("-inf")       # when the last measurement ended (the warm-up's idle test)
         self.tuning: dict[str, dict] = {}     # the first loaded worker's autotune picks, held by the later ones
 
+    def tuning_report(self) -> dict:
+        """The autotune picks the first worker made and what the later workers held or searched again."""
+        held, again = set(), {}
+        for w in self.workers.values():
+            t = (w.loaded or {}).get("tuning") or {}
+            held.update(t.get("pinned") or [])
+            again.update({k: why for k, why in (t.get("searched") or {}).items() if why != "the first worker searches"})
+        return {"picks": dict(self.tuning), "held": sorted(held), "searched_again": again} if self.tuning else {}
+
     def describe(self) -> dict:
         """The workload, its arguments, configurations, bench options and device, for the ledger's setup record."""
         return {"backend": self.name, "workload": self.workload, "kwargs": self.kwargs, "configs": self._configs,
