@@ -60,6 +60,37 @@ def test_four_steps_run_the_bench_command_twice_and_the_test_command_once_per_ke
     assert res.stop_rule == "max-iterations" and untouched(repo, r)
 
 
+def test_a_resumed_loop_checks_on_the_recording_without_running_the_baseline_s_commands_again(lse_cmd):  # noqa: F811
+    """A campaign resumes each loop in a new process: its baseline was checked by the test command, recorded and
+    benched in the earlier run (the ledger says so), so the first check is a replayed one and the suite's start
+    is the recorded one (on an H100 the repeat cost a resumed loop 40-60 s of its share)."""
+    from cutile_diag.loop.backends import CommandBackend, ReplayBackend, SimSpec, SimulatedBackend
+    from cutile_diag.loop.runner import LoopOptions, Runner
+    repo, count = lse_cmd
+    ts = {n: FakeTransform(n, p) for n, p in (("fast", "A"), ("faster", "C"))}
+    recs = [rec("A", "fast"), rec("C", "faster")]
+    r, rb = make(repo, ts, recs, SPEC, max_iterations=1, rounds=2, capture=False)
+    r.start()
+    first = runs(count)
+    assert first[:2] == ["check observed", "bench"] and r.led.iterations[1]["status"] == "keep"
+    # a new process: a new backend over the same recordings, the same ledger
+    py = sys.executable
+    cb = CommandBackend(f"CUTILE_DIAG_LAUNCH_EXECUTE=0 {py} check.py", f"{py} bench.py")
+    rb2 = ReplayBackend(cb, rb.replay_dir, kernel="row_lse", inner=SimulatedBackend(SimSpec.from_json(SPEC)))
+    r2 = Runner(r.s, rb2, r.led, diagnoser=RankedDiagnoser(recs), transforms=ts,
+                options=LoopOptions(max_iterations=2, rounds=2, capture=False))
+    r2.user_checkout = r.user_checkout
+    r2.start()
+    again = runs(count)                        # (runs() empties the fixture's count)
+    its = r2.led.iterations
+    assert [i["status"] for i in its[1:]] == ["keep", "keep"]
+    # only the kept step's test command and the end's bench command: no baseline check, no second start bench
+    assert "check observed" not in again and again.count("bench") == 1 and len(again) == 2, again
+    # one start (the recorded one); an end per run that kept something new
+    suite = r2.led.of_type("suite")
+    assert [s["when"] for s in suite] == ["start", "end", "end"] and suite[2]["digest"] == its[2]["digest"]
+
+
 def test_without_a_recording_it_is_command_mode(lse_cmd):  # noqa: F811
     """No launch of the kernel recorded for replay (the fixture's bench launches nothing): the loop
     measures with the user's commands, as --no-replay does."""

@@ -515,6 +515,8 @@ class Runner(Evaluation, Steps):
         try:
             if not self.led.iterations:
                 self.baseline()
+            else:
+                self.backend.resume(self.led)
             return self.run()
         finally:
             if self._compile_spares is not None:

@@ -182,6 +182,10 @@ class Backend(abc.ABC):
     def keep_spares(self, ws: Workspace, n: int) -> None:
         """Keep ``n`` worker processes started ahead for a sweep; a backend without workers keeps none."""
 
+    def resume(self, ledger: Any) -> None:
+        """A loop resumed from its ledger in a new process: pick up what its earlier run left (the replay backend:
+        its baseline's check, recording and bench run); by default there is nothing to pick up."""
+
     def confirm_keep(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification | None:
         """Re-check ``v`` with the user's test command before it is kept; None: nothing to confirm
         (the backend's own check is that command, or there is none)."""

@@ -54,6 +54,7 @@ class ReplayBackend(Backend):
         self._recorded = False                  # the baseline's check (which records) has run
         self.check_cost_s: float | None = None   # a replayed check (worker start + load), what a candidate's costs
         self._suite_start: tuple[str, dict] | None = None   # (digest, medians) of the recording bench run
+        self._resumed = False                   # the baseline's check and recording happened in an earlier run
 
     @property
     def costly_runs(self) -> bool:
@@ -136,10 +137,29 @@ class ReplayBackend(Backend):
         if self.inner is not None:
             self.inner.prepare(versions, ws, deadline)
 
+    def resume(self, ledger) -> None:
+        """A resumed loop whose baseline was checked by the test command, recorded and replayed in an earlier run
+        (its ledger says so): the first check here is a replayed one, not the user's commands again (in a
+        campaign on an H100 that repeat cost a resumed loop 40-60 s of its share), and the suite's start is the
+        recorded one."""
+        base = next((r for r in ledger.iterations if r.get("iteration") == 0), None)
+        ver = (base or {}).get("verification") or {}
+        # passed: True, or None for a simulated pass (nothing was checked, the ledger's convention)
+        if ver.get("passed") is False or (ver.get("observed") or {}).get("replay") != str(self.replay_dir):
+            return
+        self._resumed = True
+        start = next((r for r in ledger.of_type("suite") if r.get("when") == "start" and r.get("configs")), None)
+        if start is not None:
+            self._suite_start = (start["digest"], dict(start["configs"]))
+
     # -- the protocol ------------------------------------------------------------------------
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline, *, observe: bool = False) -> Verification:
         """The baseline: the test command, observed, then one recording bench run, then its replayed check; later
         versions: the replayed check (or the test command when nothing was recorded)."""
+        if not self._recorded and self._resumed and (self._injected or self._recordings()):
+            self._recorded = True               # checked and recorded in the loop's earlier run
+            if not self._injected:
+                self._start(ws)
         if not self._recorded:
             self._recorded = True
             # the baseline: the user's test command, observed (its launch gives the capture); then the bench
