@@ -178,7 +178,7 @@ def calibrate(backend: Backend, *, n: int = 20, rounds: int = 3, root: Path | No
             if progress:
                 progress(len(spans), n)
         gpu_s = time.monotonic() - t0
-        tuning = getattr(backend, "tuning_report", dict)()
+        tuning = backend.tuning_report()
     cal = summarize(runs[a.label], runs[b.label], n=len(spans), rounds=rounds, machine=machine_key(backend),
                     what=what_of(backend.describe()), backend=backend.name, gpu_s=gpu_s, noise_floor=floor,
                     alternates=backend.alternates, info=backend.workload_info(), spans=spans)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..capture.launches import describe_launch
 from ..workload import Workload, WorkloadConfig, WorkloadError
-from .load import Replay, load
+from .load import Replay, load, regen_tag
 from .store import ReplayError, read_manifest, replay_folders, source_sha256
 
 REF_PREFIX = "replay:"
@@ -170,7 +170,6 @@ class ReplayWorkload(Workload):
         if not r.regenerated:
             return dict(r.outputs)
         import torch
-        from .load import regen_tag
         cache = r.folder / _REGEN_CACHE.format(tag=regen_tag(r.device))
         if cache.is_file():
             return {k: v.to(r.device) for k, v in torch.load(cache, weights_only=True).items()}

@@ -182,6 +182,11 @@ class Backend(abc.ABC):
     def keep_spares(self, ws: Workspace, n: int) -> None:
         """Keep ``n`` worker processes started ahead for a sweep; a backend without workers keeps none."""
 
+    def tuning_report(self) -> dict:
+        """Autotuning held equal between the versions' processes (``measure.tuning``): the first worker's picks,
+        what later ones held and searched again; empty where nothing autotuned or there are no workers."""
+        return {}
+
     def resume(self, ledger: Any) -> None:
         """A loop resumed from its ledger in a new process: pick up what its earlier run left (the replay backend:
         its baseline's check, recording and bench run); by default there is nothing to pick up."""

@@ -223,6 +223,10 @@ class ReplayBackend(Backend):
         runs = self.cmd.measure([v], ws, deadline, 1)[v.label]
         return {c: rs[0].median for c, rs in runs.items()}
 
+    def tuning_report(self) -> dict:
+        """The recordings' workers' autotune picks (none when the commands measure)."""
+        return self.inner.tuning_report() if self.inner is not None else {}
+
     def retain(self, versions: Sequence[Version]) -> None:
         """Keep the workers of ``versions`` (the recordings' backend), drop the rest."""
         if self.inner is not None:
