@@ -288,6 +288,28 @@ def test_derived_commands_from_a_relative_repository_root(tmp_path, monkeypatch)
     assert ids == ["tests/test_x.py::test_a"] and check and bench and "tests/test_x.py" in bench
 
 
+def test_a_repository_inside_another_project_gets_commands_that_run_from_its_root(tmp_path):
+    """`./dev demo` in a fresh clone makes its campaign repository under the clone's cutile-diag-out/: pytest's
+    rootdir is then the clone (its pyproject.toml configures pytest) and node ids are relative to it. The derived
+    commands run from the inner repository, so their test paths must be relative to it (they were not: every
+    kernel's correctness command "could not be collected" and the demo exited 2)."""
+    outer = tmp_path / "project"
+    outer.mkdir()
+    (outer / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = \"\"\n")
+    repo = make_repo(outer / "cutile-diag-out")
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        rc, out = run_main(["campaign", "--plan", "--dry-run", "--json", "--", *PYTEST])
+    finally:
+        os.chdir(cwd)
+    ks = {k["name"]: k for k in json.loads(out)["plan"]["kernels"]}
+    assert rc == 0 and all(k["ok"] and not k["problems"] for k in ks.values()), [k["problems"] for k in ks.values()]
+    va = ks["vector_add"]
+    assert va["tests"][0] == "tests/test_ops.py::test_perf_vector_add[1048576]"
+    assert va["test_cmd"].endswith("-m pytest tests/test_ops.py -k 'not perf'")
+
+
 def simulated_campaign(repo: Path, tmp_path: Path, options: dict, specs: dict | None = None, **kw):
     """A campaign of row_norm (expected gain 0.7) and vector_add (0.3) of ``repo`` on simulated GPUs
     (``specs``: each kernel's spec, default SPECS), its plan made here (no survey)."""

@@ -135,13 +135,13 @@ def _roof_ms(static: dict | None, unit: tuple[str, str], device, ceilings) -> tu
 
 
 def _resolve_file(nodeid_file: str, cwd: Path, root: Path) -> Path | None:
-    """A node id's file is relative to pytest's rootdir: the survey's folder or one above it."""
+    """A node id's file is relative to pytest's rootdir: the survey's folder or one above it, up to the repository
+    root or past it (a repository nested in another project's checkout: pytest's rootdir is then the outer one's,
+    where its configuration is); the file itself must be in the repository."""
     for base in (cwd, *cwd.parents):
         p = base / nodeid_file
-        if p.is_file():
+        if p.is_file() and p.resolve().is_relative_to(root.resolve()):
             return p
-        if base == root:
-            break
     return None
 
 
