@@ -44,13 +44,18 @@ def planned(tmp_path_factory):
     """The fixture repository and its `campaign --plan --dry-run --json` (the survey is reused after)."""
     repo = make_repo(tmp_path_factory.mktemp("campaign"))
     before = checkout_state(repo)
+    return (repo, before, *plan_in(repo))
+
+
+def plan_in(repo: Path) -> tuple[int, dict]:
+    """`campaign --plan --dry-run --json` of the fixture's perf tests, run in ``repo``."""
     cwd = os.getcwd()
     os.chdir(repo)
     try:
         rc, out = run_main(["campaign", "--plan", "--dry-run", "--json", "--", *PYTEST])
     finally:
         os.chdir(cwd)
-    return repo, before, rc, json.loads(out)
+    return rc, json.loads(out)
 
 
 def test_plan_lists_the_three_kernels_with_refs_configs_and_derived_commands(planned):
@@ -296,14 +301,8 @@ def test_a_repository_inside_another_project_gets_commands_that_run_from_its_roo
     outer = tmp_path / "project"
     outer.mkdir()
     (outer / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = \"\"\n")
-    repo = make_repo(outer / "cutile-diag-out")
-    cwd = os.getcwd()
-    os.chdir(repo)
-    try:
-        rc, out = run_main(["campaign", "--plan", "--dry-run", "--json", "--", *PYTEST])
-    finally:
-        os.chdir(cwd)
-    ks = {k["name"]: k for k in json.loads(out)["plan"]["kernels"]}
+    rc, doc = plan_in(make_repo(outer / "cutile-diag-out"))
+    ks = {k["name"]: k for k in doc["plan"]["kernels"]}
     assert rc == 0 and all(k["ok"] and not k["problems"] for k in ks.values()), [k["problems"] for k in ks.values()]
     va = ks["vector_add"]
     assert va["tests"][0] == "tests/test_ops.py::test_perf_vector_add[1048576]"
