@@ -68,6 +68,9 @@ def test_a_later_process_holds_the_first_one_s_pick_and_searches_where_the_space
     # a search with no earlier pick (a third one) searches too
     assert search().best.config is SPACE[3] and b.searched["_matmul_kernel#2"] == "no earlier pick"
     assert b.report()["pinned"] == ["_matmul_kernel#0"]
+    assert b.report()["searched_again"] == {"_matmul_kernel#1": "its search space changed",
+                                            "_matmul_kernel#2": "no earlier pick"}
+    assert a.report()["searched_again"] == {}
 
 
 def test_installing_twice_wraps_cuTile_s_search_once(timings):

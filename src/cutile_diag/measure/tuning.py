@@ -4,7 +4,7 @@ A kernel that autotunes with ``cuda.tile.tune.exhaustive_search`` picks its conf
 process (TileGym's matmul does, and ignores ``TILEGYM_DISABLE_AUTOTUNE``).  Two workers of the *same*
 version then often run different configurations: on an H100, TileGym's matmul 8192³ bf16 measured
 against an identical copy came out 3.3 % faster in 12 of 12 A/A decisions of one sitting, 1.8 % in
-another, 0.4 % slower in a third — each worker's search, not the code, decided.
+another, 0.1 % slower in a third — each worker's search, not the code, decided.
 
 ``TuningPins`` replaces ``exhaustive_search`` in a worker before the workload imports the kernel's module
 (TileGym binds it at import: ``from cuda.tile.tune import exhaustive_search``).  Every search is named by
@@ -21,6 +21,9 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+
+FIRST = "the first worker searches"     # a search with nothing to hold: not a "searched again"
 
 
 def _kernel_name(kernel: Any) -> str:
@@ -69,13 +72,14 @@ class TuningPins:
     def search(self, search_space, stream, grid_fn, kernel, args_fn, hints_fn=None, **kwargs):
         """``exhaustive_search`` over ``search_space``, or over the one pick ``given`` holds for this search when
         its space is the one that pick came from."""
-        name = f"{_kernel_name(kernel)}#{self._count[_kernel_name(kernel)]}"
-        self._count[_kernel_name(kernel)] += 1
+        kname = _kernel_name(kernel)
+        name = f"{kname}#{self._count[kname]}"
+        self._count[kname] += 1
         space = list(search_space)
         digest = space_digest(space)
         held = self.given.get(name)
         if held is None:
-            self.searched[name] = "no earlier pick" if self.given else "the first worker searches"
+            self.searched[name] = "no earlier pick" if self.given else FIRST
         elif held.get("space") != digest:
             self.searched[name] = "its search space changed"
         else:
@@ -93,4 +97,6 @@ class TuningPins:
 
     def report(self) -> dict:
         """The JSON a worker's load reply carries."""
-        return {"made": dict(self.made), "pinned": list(self.pinned), "searched": dict(self.searched)}
+        again = {k: why for k, why in self.searched.items() if why != FIRST}
+        return {"made": dict(self.made), "pinned": list(self.pinned), "searched": dict(self.searched),
+                "searched_again": again}

@@ -161,9 +161,8 @@ class _Worker:
 def _tuning_note(tuning: Mapping | None) -> str:
     """What a worker's autotune searches did, for the check's summary (empty when it held nothing or ran none)."""
     t = tuning or {}
-    again = {k: why for k, why in (t.get("searched") or {}).items() if why != "the first worker searches"}
     parts = ([f"autotune held at the first worker's pick ({', '.join(t['pinned'])})"] if t.get("pinned") else []) + \
-        [f"autotune searched {k} again ({why})" for k, why in again.items()]
+        [f"autotune searched {k} again ({why})" for k, why in (t.get("searched_again") or {}).items()]
     return "; " + "; ".join(parts) if parts else ""
 
 
@@ -201,7 +200,7 @@ class WorkloadBackend(Backend):
         for w in self.workers.values():
             t = (w.loaded or {}).get("tuning") or {}
             held.update(t.get("pinned") or [])
-            again.update({k: why for k, why in (t.get("searched") or {}).items() if why != "the first worker searches"})
+            again.update(t.get("searched_again") or {})
         return {"picks": dict(self.tuning), "held": sorted(held), "searched_again": again} if self.tuning else {}
 
     def describe(self) -> dict:
