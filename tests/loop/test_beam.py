@@ -57,6 +57,9 @@ def test_the_beam_escapes_the_first_gain(row_norm_repo):
     assert all(p["frontier"] and p["move"]["kind"] in ("add", "drop", "setting", "again") for p in parents)
     assert [p["step"] for p in parents] == [x["iteration"] for x in r.led.iterations if x["iteration"] > 0]
     assert r.led.of_type("parent")[-1].get("final")
+    # the speedup is the paired comparisons' along the final set's line (its parents, not the last keeps)
+    assert res.paired_ratio == pytest.approx(res.final_ms / res.baseline_ms, rel=0.02)
+    assert res.to_json()["speedup"] is None and res.to_json()["simulated_speedup"] == pytest.approx(1 / res.paired_ratio)
 
 
 def test_the_greedy_walk_locks_in(row_norm_repo):
@@ -110,3 +113,25 @@ def test_members_are_diagnosed_and_stopped_on_their_own_measurements(row_norm_re
     assert best is not keeps[-1] or best["latency_ms"] == min(k["latency_ms"] for k in keeps)
     # the members' points differ (their latencies do), and the diagnoses saw more than one of them
     assert len({str(p) for p in seen if p}) >= 2
+
+
+def _it(i, digest, base, ms, ratio=None, status="keep"):
+    return {"type": "iteration", "iteration": i, "digest": digest, "base_digest": base, "latency_ms": ms,
+            "status": status, "comparison": {"ratio": ratio} if ratio else None}
+
+
+def test_the_paired_ratio_follows_the_kept_line_and_ignores_the_sittings_drift(tmp_path):
+    """Each kept step's ratio was measured interleaved with its parent; the product along the line is the
+    speedup, whatever the baseline's own sitting read (here 10 % slow)."""
+    import json
+    from cutile_diag.ledger import Ledger
+    recs = [{"type": "setup", "kernel": "k"}, _it(0, "o", "o", 1.10), _it(1, "a", "o", 0.98, 0.98), _it(2, "x", "a", 0.90, 1.02, "revert"),
+            _it(3, "b", "o", 0.95, 0.95), _it(4, "ab", "b", 0.92, 0.97),
+            {"type": "parent", "digest": "ab", "final": True}]
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    led = Ledger.load(tmp_path)
+    assert led.paired_ratio() == pytest.approx(0.95 * 0.97)          # o -> b -> ab, not through a
+    # a manual step on the line (no paired ratio) leaves only the sittings' figure
+    recs[5]["comparison"] = None
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert Ledger.load(tmp_path).paired_ratio() is None
