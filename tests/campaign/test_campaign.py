@@ -138,6 +138,7 @@ def test_simulated_campaign_killed_then_resumed_runs_all_three_loops(simulated):
     first = out / "loops" / "vector_add" / "ledger.jsonl"
     assert code == 143, err[-2000:]
     assert state["kernels"]["vector_add"]["status"] == "running"            # cut short, resumable
+    assert state["options"]["until_roof"] == 0.9                             # a campaign goes on towards the roof
     assert "survey: complete from an earlier run" in err                     # the --plan survey was reused
     rows = {r["kernel"]: r for r in d["report"]["kernels"]}
     assert rc == 0 and sorted(rows) == ["row_norm", "softmax", "vector_add"]
@@ -184,7 +185,8 @@ def test_report_shows_percent_of_attainable_beside_the_ceiling(simulated):
 def test_report_page_in_headless_chromium(simulated, browser):  # noqa: F811  (the imported fixture)
     """The page is self-contained: its chart is an inline image that renders, and each kernel's
     row links to files that exist next to it."""
-    _repo, _before, out, _killed, _rc, _d = simulated
+    _repo, _before, out, _killed, _rc, d = simulated
+    kept = sum(1 for r in d["report"]["kernels"] if r["kept_steps"])     # a kernel with a kept step has a diff
     page = browser.new_page()
     try:
         page.goto((out / "campaign.html").as_uri())
@@ -194,7 +196,7 @@ def test_report_page_in_headless_chromium(simulated, browser):  # noqa: F811  (t
         assert rows.count() == 3
         assert sorted(rows.nth(i).get_attribute("data-kernel") for i in range(3)) == ["row_norm", "softmax", "vector_add"]
         hrefs = page.evaluate("[...document.querySelectorAll('#kernels a')].map(a => a.getAttribute('href'))")
-        assert len(hrefs) == 6 and all((out / h).is_file() for h in hrefs)
+        assert kept >= 1 and len(hrefs) == 3 + kept and all((out / h).is_file() for h in hrefs)
         assert "perf_results.md" in page.inner_text("#kernels")
     finally:
         page.close()
