@@ -152,10 +152,10 @@ case "${1:-}" in
         b=${S13A_BUDGET:-330}; run frontier_suite $((b + 30)) --budget-s "$b" --only calibrate ;;
   # session 13, call 4: #30's A/A calibrate again and the matmul loop against torch.matmul
   s13b) b=${S13B_BUDGET:-330}; run frontier_suite $((b + 30)) --budget-s "$b" --only calibrate,matmul ;;
-  # session 15, call 1: every GPU-marked test, then #30's A/A calibrate on matmul with the searching worker replaced
-  # and its control (the searching worker timed) in the same sitting
+  # session 15, call 1: every GPU-marked test, then #30's A/A calibrate on matmul (the session's run also timed a
+  # control, calibrate_control of ccdf9c1: the worker that ran the searches replaced or not made no difference)
   s15a) bash bench/gpu/gpu_tests.sh "${S15A_CAP_S:-250}"
-        b=${S15A_BUDGET:-270}; run frontier_suite $((b + 30)) --budget-s "$b" --only calibrate,calibrate_control ;;
+        b=${S15A_BUDGET:-270}; run frontier_suite $((b + 30)) --budget-s "$b" --only calibrate ;;
   # session 15, call 3: #30's loops (layer_norm_legacy against the known versions, matmul against torch)
   s15c) b=${S15C_BUDGET:-540}; run frontier_suite $((b + 30)) --budget-s "$b" --only "${S15C_ONLY:-layer_norm,matmul}" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;

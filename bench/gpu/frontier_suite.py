@@ -24,9 +24,6 @@ calibrate   ``cutile-diag calibrate tilegym:matmul --configs 8192-bf16``: the sa
             itself, interleaved, >= 10 decisions, each sampled as the loop samples (to a CI of
             +-1 % or the cap): the CI half-width, false keeps, inconclusive decisions, rounds per
             decision; every round and decision in calibration.json.gz.
-calibrate_control  the same with the worker that ran matmul's autotune searches timed as A (as before
-            session 15: ``WorkloadBackend.replace_searcher = False``), so the copy's offset with and
-            without the replacement is measured in one sitting (calibration_control.json.gz).
 matmul      ``optimize src/tilegym/ops/cutile/matmul.py::_matmul_kernel --workload tilegym:matmul
             --configs 8192-bf16 --until-roof 0.9`` under a short ``--time-limit`` (past small steps
             until the time is up); then the original, the loop's final
@@ -78,11 +75,11 @@ from cutile_diag.loop.stats import RunStat, compare_config  # noqa: E402
 from cutile_diag.transforms import TRANSFORMS  # noqa: E402
 
 SNAPSHOT = Path("/work/.mirror/NVIDIA+TileGym/repo")   # --dry-run without --tilegym
-ORDER = ("layer_norm", "calibrate", "calibrate_control", "matmul")
+ORDER = ("layer_norm", "calibrate", "matmul")
 # a part's weight in the share of what is left, its minimum (below it: not run) and, for a loop
 # part, the side-by-side's share of it (compiles, checks, TileGym's matmul autotune, the rounds)
-WEIGHT = {"layer_norm": 300.0, "calibrate": 90.0, "calibrate_control": 90.0, "matmul": 140.0}
-MIN_S = {"layer_norm": 100.0, "calibrate": 45.0, "calibrate_control": 45.0, "matmul": 75.0}
+WEIGHT = {"layer_norm": 300.0, "calibrate": 90.0, "matmul": 140.0}
+MIN_S = {"layer_norm": 100.0, "calibrate": 45.0, "matmul": 75.0}
 SIDE_S = {"layer_norm": 45.0, "matmul": 50.0}
 GRACE_S = 20.0              # a loop is killed this long after its --time-limit (the ledger keeps what finished)
 LOOP_OPTS = ["--rep-ms", "30", "--warmup-ms", "20"]
@@ -367,14 +364,8 @@ def verdict(part: str, t: dict, versions: list[dict], sbs: dict) -> dict:
                    f"rounds){'; within the noise' if tie else ''}"}
 
 
-# the control: the CLI with the searching worker timed (no product option: the bench sets the class attribute)
-CONTROL = ("import sys; from cutile_diag.loop.backends.workload import WorkloadBackend as W; W.replace_searcher = False; "
-           "from cutile_diag.cli import main; sys.exit(main(sys.argv[1:]))")
-
-
-def calibrate_part(share: float, args, env: dict, out: Path, work: Path, control: bool = False) -> dict:
-    head = [sys.executable, "-c", CONTROL] if control else [sys.executable, "-m", "cutile_diag"]
-    argv = [*head, "calibrate", "-n", str(args.decisions), "--no-save", "--json",
+def calibrate_part(share: float, args, env: dict, out: Path, work: Path) -> dict:
+    argv = [sys.executable, "-m", "cutile_diag", "calibrate", "-n", str(args.decisions), "--no-save", "--json",
             "--budget-s", f"{max(30.0, share - 15):.0f}"]
     if args.dry_run:
         argv += ["--simulate", str(_sim_file(work, "calibrate"))]
@@ -387,15 +378,13 @@ def calibrate_part(share: float, args, env: dict, out: Path, work: Path, control
     except json.JSONDecodeError:
         doc = {"error": (stderr.strip().splitlines() or ["no output"])[-1][:400]}
     if "decisions" in doc:          # every round and decision, for the record (clocks, basis, sampling)
-        with gzip.open(out / f"calibration{'_control' if control else ''}.json.gz", "wt") as f:
+        with gzip.open(out / "calibration.json.gz", "wt") as f:
             json.dump(doc, f, default=str)
     decided = [d for d in doc.get("decisions") or [] if d.get("status") != "inconclusive"]
     halves = sorted(d["half_width_pct"] for d in decided)
     ratios = [d["ratio"] for d in doc.get("decisions") or [] if d.get("ratio")]
-    part = {"part": "calibrate_control" if control else "calibrate",
-            "kernel": "simulated 8192-bf16" if args.dry_run else "tilegym:matmul 8192-bf16",
-            "rc": rc_, "wall_s": round(wall, 1), "command": "cutile-diag " + " ".join(argv[3:]) +
-            (" (the searching worker timed: replace_searcher = False)" if control else ""),
+    part = {"part": "calibrate", "kernel": "simulated 8192-bf16" if args.dry_run else "tilegym:matmul 8192-bf16",
+            "rc": rc_, "wall_s": round(wall, 1), "command": "cutile-diag " + " ".join(argv[3:]),
             **{k: doc.get(k) for k in ("n", "rounds", "half_width_pct", "false_keeps", "false_reverts", "inconclusive",
                                        "rounds_sampled", "noise_floor", "noise_floor_used", "error") if k in doc},
             "basis": sorted({d.get("basis") for d in doc.get("decisions") or []}),
@@ -434,10 +423,8 @@ def markdown(res: dict) -> str:
         p = res["parts"].get(part)
         if not p:
             continue
-        if part in ("calibrate", "calibrate_control"):
-            what = ("A/A on TileGym matmul 8192³ bf16" if part == "calibrate" else
-                    "the control, in the same sitting: the worker that ran the autotune searches timed as A")
-            lines += [f"## {part}: {what}", "", f"`{p.get('command')}`", "",
+        if part == "calibrate":
+            lines += ["## calibrate: A/A on TileGym matmul 8192³ bf16", "", f"`{p.get('command')}`", "",
                       "Each decision samples as the loop does: 3 rounds, then more until the 95 % CI is within ±1 % "
                       "or the cap (inconclusive at the cap).", "",
                       "| kernel | decisions | median 95 % CI half-width | false keeps | false reverts | inconclusive | "
@@ -534,8 +521,8 @@ def main() -> int:
                                       f"share {share:.0f} s < {MIN_S[part]:.0f} s)")
                 continue
             try:
-                if part in ("calibrate", "calibrate_control"):
-                    res["parts"][part] = calibrate_part(share, args, env, out, work, part == "calibrate_control")
+                if part == "calibrate":
+                    res["parts"][part] = calibrate_part(share, args, env, out, work)
                 else:
                     if tg_repo is None:
                         tg_repo = base.tilegym_repo(work, tilegym_source(args, work))
@@ -544,7 +531,7 @@ def main() -> int:
             except Exception as e:          # one part's failure is a fact of the report, not the end of it
                 res["parts"][part] = {"part": part, "error": f"{type(e).__name__}: {e}"}
                 res["not_run"].append(f"{part}: failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
-            sbs = (res["parts"][part].get("side_by_side") or {}).get("error") if part in ("layer_norm", "matmul") else None
+            sbs = (res["parts"][part].get("side_by_side") or {}).get("error") if part != "calibrate" else None
             if sbs and sbs.startswith("not run"):
                 res["not_run"].append(f"{part} side by side: {sbs}")
             log(f"{part}: done")

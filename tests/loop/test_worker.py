@@ -162,8 +162,7 @@ class W(Workload):
 
 @pytest.mark.gpu
 def test_a_later_worker_holds_the_first_worker_s_autotune_pick_on_the_gpu(tmp_path):
-    """measure.tuning in real workers: the baseline's first worker searches and is replaced by one that holds the
-    pick, as the copy's worker does."""
+    """measure.tuning in real workers: the baseline's worker searches, the copy's worker runs its pick only."""
     pytest.importorskip("torch")
     f = tmp_path / "wl.py"
     f.write_text(TUNED_WORKLOAD)
@@ -173,8 +172,7 @@ def test_a_later_worker_holds_the_first_worker_s_autotune_pick_on_the_gpu(tmp_pa
     copy = Version("copy", {"wl.py": TUNED_WORKLOAD + "\n# the same kernel\n"})
     try:
         first = b.verify(a, ws, Deadline(300))
-        assert first.passed and "autotune held at the first worker's pick (add_kernel#0)" in first.summary, \
-            first.summary
+        assert first.passed and "autotune" not in first.summary, first.summary
         assert list(b.tuning) == ["add_kernel#0"]
         second = b.verify(copy, ws, Deadline(300))
         runs = b.measure([a, copy], ws, Deadline(300), 2)
@@ -216,42 +214,3 @@ def test_the_first_worker_s_autotune_picks_are_handed_to_every_later_one(tmp_pat
     assert _tuning_note({"pinned": ["_matmul_kernel#0"], "searched_again": {"_matmul_kernel#1": "its search space changed"}}) \
         == ("; autotune held at the first worker's pick (_matmul_kernel#0); autotune searched _matmul_kernel#1 again "
             "(its search space changed)")
-
-
-def test_the_worker_that_ran_the_autotune_searches_is_replaced_before_anything_is_timed(tmp_path, monkeypatch):
-    """The baseline's first worker searches; it is closed and a second one, loaded with the picks, is the one
-    verified and timed, as every candidate's is.  A kernel that does not autotune loads once."""
-    import cutile_diag.loop.backends.workload as wl
-    started: list = []
-
-    class Fake:
-        def __init__(self, v, ws, log, device, spare=None):
-            self.version, self.loaded, self.checked, self.closed = v, None, False, False
-            started.append(self)
-
-        def request(self, req, timeout, what):
-            self.req = req
-            made = {"k#0": {"pick": "T=64", "space": "s"}} if tunes else {}
-            held = ["k#0"] if req.get("tuning") else []
-            return {"ok": True, "passed": True, "configs": ["c"], "checks": {"c": {"passed": True}},
-                    "tuning": {"made": made, "pinned": held, "searched": {} if held else {"k#0": "first"}}}
-
-        def alive(self):
-            return not self.closed
-
-        def close(self):
-            self.closed = True
-
-        kill = close
-
-    monkeypatch.setattr(wl, "_Worker", Fake)
-    for tunes in (True, False):
-        started.clear()
-        b, ws, v = backend_for(tmp_path, "")
-        ver = b.verify(v, ws, Deadline(60))
-        if tunes:
-            assert [w.closed for w in started] == [True, False] and "tuning" not in started[0].req
-            assert started[1].req["tuning"] == {"k#0": {"pick": "T=64", "space": "s"}}
-            assert b.workers[v.digest] is started[1] and "held at the first worker's pick (k#0)" in ver.summary
-        else:
-            assert len(started) == 1 and b.workers[v.digest] is started[0] and not b.tuning

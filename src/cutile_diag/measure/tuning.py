@@ -12,8 +12,7 @@ its kernel and its ordinal (``_matmul_kernel#0``: the n-th search of that kernel
 recorded with its pick and a digest of its search space.  A worker handed the picks of an earlier one (the
 loop's baseline) narrows each search whose space is unchanged to that pick, so a comparison measures the
 code and not two searches; a search whose space changed (a transform widened or re-tiled it) searches as
-before, and says so.  The worker that searched is not timed (``WorkloadBackend`` loads the baseline again,
-holding its own picks), so every timed process runs the pick the same way.
+before, and says so.
 """
 from __future__ import annotations
 

@@ -172,8 +172,6 @@ class WorkloadBackend(Backend):
     name = "workload"
     prepares = True         # a sweep's workers load at once (prepare)
     alternates = False          # A B B A within every round (see measure)
-    replace_searcher = True     # False: the worker that ran the autotune searches is timed (the A/A control of
-                                # bench/gpu/frontier_suite.py)
 
     def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
                  configs: Sequence[str] | None = None, bench_options: Mapping[str, Any] | None = None,
@@ -286,19 +284,6 @@ class WorkloadBackend(Backend):
         if w is not None:
             w.kill()
         check_deadline(deadline, f"loading {v.label}")
-        searcher = not self.tuning
-        w = self._fresh(v, ws, deadline)
-        if self.replace_searcher and searcher and self.tuning and (w.loaded or {}).get("ok"):
-            # the worker that ran the autotune searches is not the one timed: every timed worker holds the picks the
-            # same way (on an H100 the searching worker of TileGym's matmul read 0.9 % slower than a holding copy of
-            # the same version in 12 of 12 A/A decisions); costs one more load, only for a kernel that autotunes
-            self.workers.pop(v.digest, None)
-            w.close()
-            w = self._fresh(v, ws, deadline)
-        return w
-
-    def _fresh(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> _Worker:
-        """A new loaded worker for ``v``: a spare given its files, else one started in the materialised worktree."""
         if self._spares is not None:
             w = self._load_spare(v, ws, deadline)
             if w is not None:
