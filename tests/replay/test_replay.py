@@ -242,3 +242,49 @@ def test_the_campaign_plan_lists_a_replay_folder_per_configuration(tmp_path, mon
                 assert (tuple(value.shape), str(value.dtype).split(".")[1]) == \
                     (tuple(s.shape), {"f16": "float16", "f32": "float32"}[spec[:3]]), (name, spec)
         assert r.wrapper[0].__name__ == "launch" and r.manifest["test"] in c["tests"]
+
+
+HINTED = textwrap.dedent('''
+    import cuda.tile as ct
+
+
+    @ct.kernel(occupancy=2)
+    def rows(x, y, TILE: ct.Constant[int]):
+        bid = ct.bid(0)
+        ct.store(y, index=(bid,), tile=ct.load(x, index=(bid,), shape=(TILE,)))
+
+
+    def run(x, y, launch):
+        # the TileGym pattern: the config's hints replaced on the module's kernel at the launch
+        launch(None, (x.shape[0] // 256,), rows.replace_hints(num_worker_warps=8, num_ctas=1), (x, y, 256))
+        launch(None, (x.shape[0] // 512,), rows, (x, y, 512))
+''')
+
+
+def test_the_hints_a_wrapper_replaced_at_the_launch_are_replaced_again_in_the_replay(tmp_path, monkeypatch):
+    """A kernel launched as ``kernel.replace_hints(...)`` replays with those hints over its module's decorator (the
+    candidate's: its own decorator hints stay where the launch did not replace them); the module's own kernel
+    object records none."""
+    from cutile_diag.capture.launches import describe_launch
+    from cutile_diag.replay.record import LaunchRecorder
+    (tmp_path / "hinted_ops.py").write_text(HINTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("hinted_ops", None)
+    import hinted_ops
+    rec = LaunchRecorder(tmp_path / "rec", 1 << 20)
+    pends = []
+
+    def launch(stream, grid, kernel, args):
+        pends.append(rec.before(kernel, grid, args, describe_launch(kernel, grid, args)))
+        rec.after(pends[-1], executed=False)
+    hinted_ops.run(torch.zeros(1024), torch.zeros(1024), launch)
+    hinted, plain = (replay.load(p.folder, device="cpu") for p in pends)
+    assert hinted.manifest["kernel"]["hints"] == {"num_ctas": 1, "num_worker_warps": 8}
+    opts = hinted.kernel._compiler_options
+    assert (opts.num_worker_warps, opts.num_ctas, opts.occupancy) == (8, 1, 2)
+    assert "hints" not in plain.manifest["kernel"] and plain.kernel is hinted_ops.rows
+    # a candidate whose decorator changed: the launch's hints still win where the wrapper set them
+    (tmp_path / "cand.py").write_text(HINTED.replace("@ct.kernel(occupancy=2)", "@ct.kernel(occupancy=4, num_ctas=2)"))
+    cand = replay.load(pends[0].folder, device="cpu", any_version=True, file=str(tmp_path / "cand.py"))
+    opts = cand.kernel._compiler_options
+    assert (opts.num_worker_warps, opts.num_ctas, opts.occupancy) == (8, 1, 4)

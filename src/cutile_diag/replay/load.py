@@ -3,7 +3,8 @@
     r = cutile_diag.replay.load("campaign-out/replay/rms_norm_kernel-1a2b3c4d5e")
     r.args        # the launch's arguments (tensors rebuilt with their shapes, strides, offsets, sharing)
     r.grid        # the recorded grid
-    r.kernel      # the kernel object, imported from its module (the code on the path now)
+    r.kernel      # the kernel object, imported from its module (the code on the path now), with the hints the
+                  # launch replaced (``replace_hints`` in the wrapper) replaced again
     r.wrapper     # (function, args, kwargs) of the wrapper call that made the launch, or None
     r.outputs     # {parameter: tensor} the kernel's written arguments after the recorded launch
     r.launch()    # the bare launch: ct.launch(stream, r.grid, r.kernel, r.args)
@@ -214,6 +215,11 @@ def load(folder: str | Path, *, device: str | None = None, any_version: bool = F
     r.kernel = getattr(r.module, k.get("attr") or k["name"], None)
     if r.kernel is None:
         raise ReplayError(f"{path} has no kernel {k.get('attr') or k['name']} any more")
+    if k.get("hints"):              # the hints the wrapper replaced at the launch (record.launch_hints)
+        try:
+            r.kernel = r.kernel.replace_hints(**k["hints"])
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ReplayError(f"{k['name']} cannot take the recorded launch's hints {k['hints']}: {e}") from None
     w = man.get("wrapper")
     if w:
         fn = getattr(r.module, w["name"], None)

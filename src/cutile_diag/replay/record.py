@@ -9,6 +9,11 @@ storages the kernel wrote (bytes before != after), keeps their after-bytes (the 
 answer) and writes the folder (``store``'s format) under a temporary name, then renames it, so
 a process killed mid-write leaves no half recording.
 
+A kernel object launched with hints its module's kernel lacks (``kernel.replace_hints(num_worker_warps=8)`` in the
+wrapper, TileGym's ``cached_replace_hints``) is recorded with those hints (``kernel.hints``), and a replay of the
+module's kernel replaces them again: without them an H100 replay of TileGym's persistent layer norm ran the
+decorator's defaults, 30 % slower than the suite's own launch.
+
 A written storage whose bytes before the launch were all one value (a fresh ``torch.empty`` /
 ``zeros``) is a *pure output*: replays poison it; any other written storage is restored from its
 recorded bytes before each replay (an in-place kernel).  Recording never breaks the user's
@@ -16,6 +21,7 @@ program: any failure is written as the folder's ``error`` and the launch goes on
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import os
@@ -205,6 +211,25 @@ def _kernel_attr(kernel) -> str | None:
     return getattr(pyfunc, "__name__", None)
 
 
+def launch_hints(kernel) -> tuple[dict, str | None]:
+    """The compiler hints of the launched kernel object that differ from those of its module's kernel of the same
+    name (the one a replay imports): what the wrapper replaced at the launch; with why they cannot be recorded."""
+    pyfunc = getattr(kernel, "_pyfunc", None)
+    mod = sys.modules.get(getattr(pyfunc, "__module__", None) or "")
+    base = getattr(mod, _kernel_attr(kernel) or "", None) if mod is not None else None
+    opts, base_opts = getattr(kernel, "_compiler_options", None), getattr(base, "_compiler_options", None)
+    if base is kernel or opts is None or base_opts is None or not dataclasses.is_dataclass(opts):
+        return {}, None
+    out = {}
+    for f in dataclasses.fields(opts):
+        v = getattr(opts, f.name)
+        if v != getattr(base_opts, f.name, v):
+            if v is not None and not isinstance(v, int):
+                return {}, f"its {f.name} hint is a {type(v).__name__}, which a recording cannot hold"
+            out[f.name] = v
+    return out, None
+
+
 @dataclass
 class Pending:
     """A launch being recorded: what ``before`` copied, handed to ``after`` to write (``error``: why it cannot be
@@ -255,6 +280,11 @@ class LaunchRecorder:
             enc = pend.enc = _Encoder()
             names = [a.name for a in rec.args] or [f"arg{i}" for i in range(len(args))]
             man["args"] = [{"name": n, "value": enc.value(v)} for n, v in zip(names, args)]
+            hints, no_hints = launch_hints(kernel)
+            if hints:
+                man["kernel"]["hints"] = hints
+            if no_hints:
+                man["kernel"]["hints_missing"] = no_hints
             wf, why = find_wrapper(kernel, frame or sys._getframe(1))
             if wf is not None and pyfunc is not None:
                 man["wrapper"], why = wrapper_call(wf, enc)
