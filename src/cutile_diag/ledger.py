@@ -347,19 +347,19 @@ class Ledger:
                 return next((k for k in reversed(kept) if k.get("digest") == r["digest"]), kept[-1] if kept else None)
         return kept[-1] if kept else None
 
-    def paired_ratio(self) -> float | None:
+    def paired_ratio(self, config: str | None = None) -> float | None:
         """The kept version's latency over the baseline's as the product of the paired ratios along its line (each
         kept step was timed interleaved with its parent, in one process), or None where a step on that line has none
-        (a manual record).  Unlike final over baseline latency, measured in different sittings, it holds no drift
-        between them: on an H100 a dropout kernel's baseline sitting read 6.5 % slower than its parent did in the
-        kept step's own comparison."""
+        (a manual record); ``config``: that configuration's.  Unlike final over baseline latency, measured in
+        different sittings, it holds no drift between them: on an H100 a dropout kernel's baseline sitting read 6.5 %
+        slower than its parent did in the kept step's own comparison."""
         first: dict[str, dict] = {}
         for r in self.iterations:
             if r["status"] == "keep" and r.get("digest"):
                 first.setdefault(r["digest"], r)
         ratio, seen, r = 1.0, set(), self.last_kept()
         while r is not None and r["iteration"] != 0:
-            c = (r.get("comparison") or {}).get("ratio")
+            c = ((r.get("configs") or {}).get(config) or {} if config else r.get("comparison") or {}).get("ratio")
             if not c or r["digest"] in seen:
                 return None
             seen.add(r["digest"])

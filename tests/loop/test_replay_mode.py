@@ -109,3 +109,25 @@ def test_without_a_recording_it_is_command_mode(lse_cmd):  # noqa: F811
     assert runs(count) == ["check observed", "bench", "bench"] and rb.costly_runs and not rb.replaying
     assert "recorded no executed launch of row_lse" in r.led.iterations[0]["verification"]["observed"]["replay"]
     assert not r.led.of_type("suite")
+
+
+def test_a_disagreement_with_the_suite_is_placed_per_configuration(tmp_path):
+    """Each recording names the test it came from, and the suite's bench reports per test: the replays' paired ratio
+    per recording beside the suite's own (an H100 layer norm: 1.48x and 1.077x at n=256, 1.026x and 0.973x at 1024)."""
+    import json
+    from types import SimpleNamespace
+    from cutile_diag.ledger import Ledger
+    from cutile_diag.loop.runner import Runner
+
+    def it(i, d, base, ratios):
+        return {"type": "iteration", "iteration": i, "digest": d, "base_digest": base, "status": "keep",
+                "comparison": {"ratio": 1.0}, "configs": {c: {"ratio": x} for c, x in ratios.items()}}
+    recs = [{"type": "setup"}, it(0, "o", "o", {}), it(1, "a", "o", {"r256": 0.71, "r1024": 0.975}),
+            it(2, "b", "a", {"r256": 0.95, "r1024": 1.0})]
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    me = SimpleNamespace(led=Ledger.load(tmp_path),
+                         backend=SimpleNamespace(suite_configs=lambda: {"r256": "t[n=256]", "r1024": "t[n=1024]",
+                                                                        "r9": "t[gone]"}))
+    rows = Runner._suite_by_config(me, {"t[n=256]": 0.0152, "t[n=1024]": 0.0455}, {"t[n=256]": 0.0141, "t[n=1024]": 0.0468})
+    assert [(x["test"], round(x["replayed"], 4), round(x["suite"], 4)) for x in rows] == \
+        [("t[n=256]", 0.6745, 0.9276), ("t[n=1024]", 0.975, 1.0286)]

@@ -653,11 +653,25 @@ class Runner(Evaluation, Steps):
                 suite = rec["median_ms"] / start["median_ms"]
                 rec["replay_ratio"], rec["suite_ratio"] = replayed, suite
                 if abs(math.log(suite / replayed)) > max(0.05, 3 * self.opt.noise_floor):
+                    rec["by_config"] = self._suite_by_config(start["configs"], ms)
+                    worst = max(rec["by_config"], key=lambda x: abs(math.log(x["suite"] / x["replayed"])), default=None)
                     rec["disagrees"] = (f"from start to final the replays measured a {1 / replayed:.3f}x speedup "
-                                        f"and the suite's bench command {1 / suite:.3f}x")
+                                        f"and the suite's bench command {1 / suite:.3f}x" +
+                                        (f" (most at {worst['test'].rsplit('::', 1)[-1]}: {1 / worst['replayed']:.3f}x and "
+                                         f"{1 / worst['suite']:.3f}x)" if worst else ""))
                     self.echo(f"  warning: {rec['disagrees']}")
         self.led.append(rec)
         self.echo(f"  the bench command ({when}): {rec['median_ms']:.6f} ms over {len(ms)} configuration(s)")
+
+    def _suite_by_config(self, start: Mapping[str, float], end: Mapping[str, float]) -> list[dict]:
+        """Per recording whose test the suite's bench also timed: the replays' paired ratio and the suite's, final over
+        start (where the two disagree, which configuration does)."""
+        out = []
+        for cfg, test in self.backend.suite_configs().items():
+            replayed = self.led.paired_ratio(cfg)
+            if replayed and start.get(test) and end.get(test):
+                out.append({"config": cfg, "test": test, "replayed": replayed, "suite": end[test] / start[test]})
+        return out
 
     def _classification(self, points: Mapping[str, dict]) -> dict:
         out: dict[str, Any] = {}

@@ -200,6 +200,10 @@ class Backend(abc.ABC):
         """Where ``suite``: the user's bench command once, {configuration: median ms}; None: no numbers."""
         return None
 
+    def suite_configs(self) -> dict[str, str]:
+        """Where ``suite``: {configuration this backend times: the bench command's configuration it stands for}."""
+        return {}
+
     def ceiling(self, measure: bool = False) -> dict | str | None:
         """Where ``own_ceiling``: the device's ceilings JSON, None when none is cached (``measure``
         then measures it), or why there is none."""

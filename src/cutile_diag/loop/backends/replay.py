@@ -223,6 +223,16 @@ class ReplayBackend(Backend):
         runs = self.cmd.measure([v], ws, deadline, 1)[v.label]
         return {c: rs[0].median for c, rs in runs.items()}
 
+    def suite_configs(self) -> dict[str, str]:
+        """{recording: the test it was recorded from}: the suite's bench reports per test (node id)."""
+        from ...replay.store import read_manifest
+        out = {}
+        for f in self._recordings():
+            test = read_manifest(f).get("test")
+            if test:
+                out[f.name] = test
+        return out
+
     def tuning_report(self) -> dict:
         """The recordings' workers' autotune picks (none when the commands measure)."""
         return self.inner.tuning_report() if self.inner is not None else {}
