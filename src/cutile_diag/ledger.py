@@ -359,7 +359,8 @@ class Ledger:
                 first.setdefault(r["digest"], r)
         ratio, seen, r = 1.0, set(), self.last_kept()
         while r is not None and r["iteration"] != 0:
-            c = ((r.get("configs") or {}).get(config) or {} if config else r.get("comparison") or {}).get("ratio")
+            measured = (r.get("configs") or {}).get(config) if config else r.get("comparison")
+            c = (measured or {}).get("ratio")
             if not c or r["digest"] in seen:
                 return None
             seen.add(r["digest"])

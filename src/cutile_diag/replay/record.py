@@ -211,12 +211,12 @@ def _kernel_attr(kernel) -> str | None:
     return getattr(pyfunc, "__name__", None)
 
 
-def launch_hints(kernel) -> tuple[dict, str | None]:
-    """The compiler hints of the launched kernel object that differ from those of its module's kernel of the same
-    name (the one a replay imports): what the wrapper replaced at the launch; with why they cannot be recorded."""
-    pyfunc = getattr(kernel, "_pyfunc", None)
-    mod = sys.modules.get(getattr(pyfunc, "__module__", None) or "")
-    base = getattr(mod, _kernel_attr(kernel) or "", None) if mod is not None else None
+def launch_hints(kernel, attr: str | None) -> tuple[dict, str | None]:
+    """The compiler hints of the launched kernel object that differ from those of its module's kernel ``attr`` (the
+    one a replay imports, ``_kernel_attr``): what the wrapper replaced at the launch; with why they cannot be
+    recorded."""
+    mod = sys.modules.get(getattr(getattr(kernel, "_pyfunc", None), "__module__", None) or "")
+    base = getattr(mod, attr or "", None) if mod is not None else None
     opts, base_opts = getattr(kernel, "_compiler_options", None), getattr(base, "_compiler_options", None)
     if base is kernel or opts is None or base_opts is None or not dataclasses.is_dataclass(opts):
         return {}, None
@@ -271,7 +271,8 @@ class LaunchRecorder:
             return None
         self.seen.add(name)
         pyfunc = getattr(kernel, "_pyfunc", None)
-        man: dict = {"kernel": {"name": rec.kernel, "attr": _kernel_attr(kernel), "module": rec.module,
+        attr = _kernel_attr(kernel)
+        man: dict = {"kernel": {"name": rec.kernel, "attr": attr, "module": rec.module,
                                 "file": rec.file, "source_sha256": source_sha256(rec.file)},
                      "grid": list(rec.grid), "signature": signature(rec), "cap_bytes": self.cap,
                      "test": rec.extra.get("test"), "args": [], "storages": [], "wrapper": None}
@@ -280,7 +281,7 @@ class LaunchRecorder:
             enc = pend.enc = _Encoder()
             names = [a.name for a in rec.args] or [f"arg{i}" for i in range(len(args))]
             man["args"] = [{"name": n, "value": enc.value(v)} for n, v in zip(names, args)]
-            hints, no_hints = launch_hints(kernel)
+            hints, no_hints = launch_hints(kernel, attr)
             if hints:
                 man["kernel"]["hints"] = hints
             if no_hints:

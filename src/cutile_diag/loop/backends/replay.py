@@ -99,7 +99,8 @@ class ReplayBackend(Backend):
         return CommandBackend.launch_block(ver, function)
 
     # -- the recordings ----------------------------------------------------------------------
-    def _recordings(self) -> list[Path]:
+    def _recordings(self) -> list[tuple[Path, dict]]:
+        """(folder, manifest) of each executed recording of this kernel."""
         from ...replay.store import read_manifest, replay_folders
         out = []
         for f in replay_folders(self.replay_dir):
@@ -108,7 +109,7 @@ class ReplayBackend(Backend):
             except Exception:
                 continue
             if (self.kernel is None or m["kernel"]["name"] == self.kernel) and not m.get("error") and m.get("executed"):
-                out.append(f)
+                out.append((f, m))
         return out
 
     def _start(self, ws: Workspace) -> None:
@@ -225,13 +226,7 @@ class ReplayBackend(Backend):
 
     def suite_configs(self) -> dict[str, str]:
         """{recording: the test it was recorded from}: the suite's bench reports per test (node id)."""
-        from ...replay.store import read_manifest
-        out = {}
-        for f in self._recordings():
-            test = read_manifest(f).get("test")
-            if test:
-                out[f.name] = test
-        return out
+        return {f.name: m["test"] for f, m in self._recordings() if m.get("test")}
 
     def tuning_report(self) -> dict:
         """The recordings' workers' autotune picks (none when the commands measure)."""
