@@ -57,6 +57,18 @@ def test_rule_keep_but_stop():
     assert (d.status, d.rule, d.improved, d.stop) == ("keep", "keep-stop", False, True)
 
 
+def test_going_on_a_small_gain_is_kept_only_when_its_whole_interval_clears_half_a_percent():
+    # significant (the CI excludes 1) but the CI reaches down to a 0.2 % gain: an A/A offset of a GEMM looks like this
+    loose = cmp_of({"a": ([1.0] * 4, [0.978, 0.99, 0.985, 0.997])})
+    assert loose.significantly_faster and 0.995 < loose.hi < 1.0
+    d = decide(loose, keep_going=True)
+    assert (d.status, d.rule) == ("revert", "insignificant") and "below 0.5%" in d.reason
+    assert decide(loose).rule == "keep-stop"               # a stopping loop keeps it, as the recipe says
+    tight = cmp_of({"a": ([1.0] * 4, [0.983, 0.985, 0.984, 0.986])})
+    assert tight.hi <= 0.995
+    assert decide(tight, keep_going=True).rule == "keep-stop"
+
+
 def test_big_but_noisy_gain_is_not_trusted():
     d = decide(cmp_of({"a": ([1.0, 1.0, 1.0], [0.7, 1.1, 0.95])}))
     assert d.rule == "keep-stop" and not d.improved
