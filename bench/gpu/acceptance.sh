@@ -158,5 +158,12 @@ case "${1:-}" in
         b=${S15A_BUDGET:-270}; run frontier_suite $((b + 30)) --budget-s "$b" --only calibrate ;;
   # session 15, call 3: #30's loops (layer_norm_legacy against the known versions, matmul against torch)
   s15c) b=${S15C_BUDGET:-540}; run frontier_suite $((b + 30)) --budget-s "$b" --only "${S15C_ONLY:-layer_norm,matmul}" ;;
+  # session 16 (#29): the campaign with the replayed hints (82394aa) and the stricter small-keep rule, over four ops of
+  # three files: both of layer_norm_legacy.py's kernels (the persistent one, which TileGym launches with
+  # replace_hints, and the three-pass gather norm of Test_LayerNorm at 4096 x {2048, 8192} f16), geglu, dropout
+  s16c) b=${S16C_BUDGET:-540}
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
+          --ops "${S16C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
+          --state-in .gpu/campaign_state_s16.tgz --state-out "$OUT/campaign_state_s16.tgz" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
