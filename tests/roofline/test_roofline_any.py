@@ -320,6 +320,42 @@ def test_measured_launches_become_points(tmp_path):
     assert plot_roofline([p], dev, recorded_ceilings(dev), tmp_path / "roof.svg").stat().st_size > 0
 
 
+def test_launches_whose_enqueue_outlasted_the_spin_do_not_time_the_host():
+    """A wrapper that spends 23 ms inside ct.launch on every call (TileGym's replace_hints kernels on an H100): the
+    events hold the idle GPU waiting for the host. Clean launches are used where there are any; where every launch
+    has the gap, each time less its host time past the spin."""
+    import torch
+    from dataclasses import replace
+    from cutile_diag.capture.launches import cpu_cuda, intercept_launches
+    from cutile_diag.examples import softmax
+    from cutile_diag.roofline.device import preset
+    from cutile_diag.roofline.observed import roofline_launches
+    from cutile_diag.roofline.peaks import recorded_ceilings
+    x = torch.zeros(4096, 1024, dtype=torch.float16)
+    with cpu_cuda(), intercept_launches() as recs:
+        for _ in range(4):
+            softmax.launch(x, x)
+    dev = preset("h200")
+
+    def timed(rows):   # (device_ms, host_us, gap) per launch after the first, which compiles
+        out = [replace(recs[0], device_ms=900.0, extra={"first": True, "host_us": 9e5, "padded_us": 50.0})]
+        for r, (ms, host_us, gap) in zip(recs[1:], rows):
+            out.append(replace(r, device_ms=ms, extra={"host_us": host_us, "padded_us": 50.0,
+                                                       **({"enqueue_gap": True} if gap else {})}))
+        (res,) = roofline_launches(out, device=dev, ceilings=recorded_ceilings(dev))
+        return res
+    every = timed([(23.03, 23_050.0, True), (23.21, 23_230.0, True), (22.99, 23_000.0, True)])
+    assert every.point.latency_ms == pytest.approx(0.03, abs=1e-6)
+    assert every.to_json()["total_ms"] == pytest.approx(900.0 + 0.03 + 0.03 + 0.04)
+    assert any("less its host time" in n for n in every.point.notes)
+    some = timed([(0.0105, 20.0, False), (23.21, 23_230.0, True), (0.0101, 20.0, False)])
+    assert some.point.latency_ms == pytest.approx((0.0105 + 0.0101) / 2)
+    assert any("left out of the median" in n for n in some.point.notes)
+    # the host worked on after the enqueue: nothing is left of the time, and the reason says why
+    gone = timed([(0.5, 23_000.0, True)] * 3)
+    assert gone.status == "no_time" and "host enqueue" in gone.error
+
+
 def test_bare_kernel_rebuilds_in_the_measuring_subprocess_and_makes_fresh_inputs(kfile):
     """What the worker does on a GPU: load_workload(ref, **ref_kwargs), then make_inputs from the specs."""
     import torch

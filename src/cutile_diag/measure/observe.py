@@ -24,7 +24,9 @@ that gap.  On an idle stream the recorder therefore queues a short GPU spin
 start event: the kernel is queued while the GPU spins, and the events bracket the kernel
 alone.  The program pays for it: that launch starts up to 50 µs later, and a profiler that
 sums *all* kernels (TileGym's CUPTI timer) counts the spin too.  A launch whose enqueue took
-longer than the spin is marked ``extra["enqueue_gap"]``.  Launches inside CUDA-graph capture
+longer than the spin is marked ``extra["enqueue_gap"]`` (its events hold the idle GPU waiting for
+the host: ``roofline.observed`` leaves it out of the median, or takes the host time past the spin
+off where every launch has a gap).  Launches inside CUDA-graph capture
 are recorded without times (``extra["graph_capture"]``; replays do not pass through
 ``ct.launch``).  The first launch of a kernel at a new signature contains the JIT compile
 (the start event fires before it); it is marked ``extra["first"]`` and ``roofline.observed``
