@@ -392,6 +392,8 @@ def calibrate_part(share: float, args, env: dict, out: Path, work: Path) -> dict
             # a bias between the two processes shows as A/A ratios on one side of 1
             "ratios_below_1": sum(r < 1 for r in ratios), "mean_ratio": sum(ratios) / len(ratios) if ratios else None,
             "offset_pct": doc.get("offset_pct"), "offset_ci_pct": doc.get("offset_ci_pct"),
+            # the order's share of it: rounds alternate A B B A / B A A B
+            "offset_by_first": doc.get("offset_by_first"),
             # TileGym's matmul autotunes in every process: held at the first worker's pick (measure.tuning)
             "tuning": doc.get("tuning")}
     # the line: 0 false keeps in >= 10 decisions with a CI <= 1 %
@@ -443,6 +445,9 @@ def markdown(res: dict) -> str:
                 lines += [f"The copy's offset across decisions: {fmt(p.get('offset_pct'), '+.2f')} % (95 % CI "
                           f"{lo:+.2f} to {hi:+.2f} %). Autotune held: {held}; searched again: "
                           f"{tune.get('searched_again') or 'nothing'}.", ""]
+                if p.get("offset_by_first"):
+                    lines += ["By which version started the round: " + ", ".join(
+                        f"{f} first {v:+.2f} %" for f, v in p["offset_by_first"].items()) + ".", ""]
             if p.get("error"):
                 lines += [f"error: {p['error']}", ""]
             continue

@@ -121,8 +121,12 @@ def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):
     out = be.measure([a, b], ws, proc.Deadline(None), 2)
     warm = [("A", "c1"), ("A", "c2")] * (WARM_MAX_RUNS // 2)     # the idle GPU warms on the baseline first
     abba = lambda c: [("A", c), ("B", c), ("B", c), ("A", c)]
-    assert log == warm + abba("c1") + abba("c2") + abba("c1") + abba("c2")
+    baab = lambda c: [("B", c), ("A", c), ("A", c), ("B", c)]
+    # every other round starts with the other version, also across calls
+    assert log == warm + abba("c1") + abba("c2") + baab("c1") + baab("c2")
     assert [len(out[v][c]) for v in "AB" for c in ("c1", "c2")] == [2, 2, 2, 2]
+    assert [r.record["went_first"] for r in out["A"]["c1"]] == [True, False]
+    assert [r.record["went_first"] for r in out["B"]["c1"]] == [False, True]
     # a round's two runs of a version pool into one (the warm-up is not recorded)
     w = len(warm)
     assert out["A"]["c1"][0].median == pytest.approx(1.0 + 0.01 * (w + 2.5))
@@ -161,3 +165,19 @@ def test_the_cli_says_when_the_copy_measures_off_across_decisions(tmp_path, caps
     spec.write_text(json.dumps(SPEC))
     assert main(["calibrate", "--simulate", str(spec), "-n", "10", "--no-save"]) == 0
     assert "offset between" not in capsys.readouterr().out
+
+
+def test_the_copys_offset_is_split_by_which_version_started_the_round():
+    """An offset that follows the round order is the order's; one that stays whoever starts is the processes'.
+    The backend records who started each round (workload: A B B A, then B A A B)."""
+    from cutile_diag.loop.calibrate import summarize
+    from cutile_diag.loop.stats import RunStat
+    a, b = [], []
+    for k in range(12):
+        a_first = k % 2 == 0
+        a.append(RunStat(1.0, 0.5, 50, record={"went_first": a_first}))
+        b.append(RunStat(1.0 if a_first else 0.98, 0.5, 50, record={"went_first": not a_first}))
+    cal = summarize({"c": a}, {"c": b}, n=4, rounds=3, machine=None, what="w", backend="workload")
+    assert [r["first"] for r in cal.rounds_detail["c"][:3]] == ["A", "B", "A"]
+    assert cal.offset_by_first["A"] == pytest.approx(0.0, abs=1e-3)
+    assert cal.offset_by_first["B"] == pytest.approx(-2.0, abs=1e-3)

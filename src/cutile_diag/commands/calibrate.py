@@ -128,6 +128,9 @@ def _show(cal, args) -> None:
         console.print(f"[yellow]the copy measures {cal.offset_pct:+.2f} % (95 % CI {lo:+.2f} to {hi:+.2f} %) across the "
                       "decisions: an offset between the two measurement processes that more rounds do not remove; "
                       f"a gain under {max(abs(lo), abs(hi)):.1f} % is not proven on this machine[/]")
+    if cal.offset_by_first:
+        console.print("the copy's offset by which version started the round: " + ", ".join(
+            f"{f} first {v:+.2f} %" for f, v in cal.offset_by_first.items()))
     if cal.spread_pct > 1.5 * cal.half_width_pct and cal.n >= 10:
         console.print("[yellow]the A/A ratios spread wider than the CI says: the measurement drifts between "
                       "decisions (clocks, other processes); more --rounds help[/]")

@@ -78,6 +78,9 @@ class Calibration:
     # worker processes, which more rounds per decision never remove, shows as an interval that excludes 0
     offset_pct: float | None = None
     offset_ci_pct: list[float] | None = None
+    # the rounds' mean offset (%) by which version started the round ({"A": .., "B": ..}, where the backend alternated):
+    # an offset that follows the order is the order's, one that stays is the processes'
+    offset_by_first: dict[str, float] = field(default_factory=dict)
     tuning: dict = field(default_factory=dict)   # autotune held equal between A and its copy (measure.tuning)
     decisions: list[dict] = field(default_factory=list)
     rounds_detail: dict[str, list[dict]] = field(default_factory=dict)   # per config: every round, in order
@@ -208,8 +211,8 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
         floors.append(sd / math.sqrt(2.0))
         # every round as measured (who went first: round_order, restarting per decision)
         detail[c] = [{"a_ms": x.median, "b_ms": y.median, "a_mhz": x.clock_mhz, "b_mhz": y.clock_mhz,
-                      "first": "A" if not alternates or k % 2 == 0 else "B",
-                      "log_ratio": round(lr, 6)} for k, x, y, lr in zip(firsts, a_runs[c], b_runs[c], logs)]
+                      "first": _first(x, k, alternates), "log_ratio": round(lr, 6)}
+                     for k, x, y, lr in zip(firsts, a_runs[c], b_runs[c], logs)]
         per_config[c] = {"round_sd_pct": 100 * sd, "median_ms": statistics.median(x.median for x in a_runs[c]),
                          "rel_std_pct": statistics.median(x.rel_std for x in a_runs[c] if x.rel_std is not None)
                          if any(x.rel_std is not None for x in a_runs[c]) else None}
@@ -232,6 +235,12 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
                           "inconclusive": sum(d["status"] == "inconclusive" for d in got),
                           "half_width_pct": statistics.median(d["half_width_pct"] for d in got),
                           "basis": sorted({d["basis"] for d in got})}
+    by_first: dict[str, list[float]] = {}
+    for rows in detail.values():
+        for row in rows:
+            by_first.setdefault(row["first"], []).append(row["log_ratio"])
+    offset_by_first = {f: 100 * math.expm1(statistics.fmean(v)) for f, v in sorted(by_first.items())} \
+        if len(by_first) == 2 else {}
     spread = 1.96 * statistics.stdev(math.log(r) for r in ratios) * 100 if len(ratios) > 1 else 0.0
     offset = offset_ci = None
     if len(ratios) >= 3:
@@ -244,8 +253,17 @@ def summarize(a_runs: Mapping[str, list[stats.RunStat]], b_runs: Mapping[str, li
                        false_reverts=sum(d["rule"] in ("regression", "cumulative-regression") for d in decisions),
                        inconclusive=sum(d["status"] == "inconclusive" for d in decisions),
                        rounds_sampled=[hi - lo for lo, hi, _ in spans], noise_floor_used=use,
-                       offset_pct=offset, offset_ci_pct=offset_ci, decisions=decisions,
+                       offset_pct=offset, offset_ci_pct=offset_ci, offset_by_first=offset_by_first, decisions=decisions,
                        rounds_detail=detail, gpu_s=gpu_s, per_config=per_config, per_class=per_class)
+
+
+def _first(run: stats.RunStat, k: int, alternates: bool) -> str:
+    """Which version started round ``k`` of its decision: as the backend recorded it (``went_first``), else by
+    the backend's round order (A B / B A where it alternates)."""
+    went = (run.record or {}).get("went_first")
+    if went is not None:
+        return "A" if went else "B"
+    return "A" if not alternates or k % 2 == 0 else "B"
 
 
 def _classes(configs: list[str], info: Mapping[str, Mapping]) -> dict[str, list[str]]:

@@ -171,7 +171,7 @@ class WorkloadBackend(Backend):
     compile and inputs are paid once."""
     name = "workload"
     prepares = True         # a sweep's workers load at once (prepare)
-    alternates = False          # A B B A within every round (see measure)
+    alternates = False          # A B B A, then B A A B, within the rounds (see measure)
 
     def __init__(self, workload: str, *, kwargs: Mapping[str, Any] | None = None,
                  configs: Sequence[str] | None = None, bench_options: Mapping[str, Any] | None = None,
@@ -192,6 +192,7 @@ class WorkloadBackend(Backend):
         self.device_info: dict = {}
         self.imports: dict = {}          # where the last loaded worker imported the kernel file from
         self._busy = float("-inf")       # when the last measurement ended (the warm-up's idle test)
+        self._rounds = 0                 # rounds measured so far: odd ones start with the other version
         self.tuning: dict[str, dict] = {}     # the first loaded worker's autotune picks, held by the later ones
 
     def tuning_report(self) -> dict:
@@ -383,11 +384,15 @@ class WorkloadBackend(Backend):
             while n < WARM_MAX_RUNS and time.monotonic() - t0 < WARM_S:
                 one(versions[0], self._configs[n % len(self._configs)])
                 n += 1
-        # A B B A every round: a linear drift (the clock settling under a power cap) cancels, and each
-        # version has one measurement right after the other worker and one after itself (on the H200 the
-        # measurement that follows the other process is 0.7-0.8 % slower, 20 ms of warm-up notwithstanding)
-        order = [*versions, *reversed(versions)]       # alone: A A, so that a round costs what it costs in pairs
+        # A B B A in a round: a linear drift (the clock settling under a power cap) cancels, and each version
+        # has one measurement right after the other worker and one after itself (on the H200 the measurement
+        # that follows the other process is 0.7-0.8 % slower, 20 ms of warm-up notwithstanding); every other
+        # round B A A B, so that neither version is always the one that starts a round (A/A on an H100 GEMM:
+        # the copy, always second, read 0.4-0.9 % faster in four sittings). Alone: A A, the cost of a pair.
         for r in range(rounds):
+            first = list(versions) if self._rounds % 2 == 0 else list(reversed(versions))
+            order = [*first, *reversed(first)]
+            self._rounds += 1
             for cfg in self._configs or []:
                 got: dict[str, list[RunStat]] = {}
                 for v in order:
@@ -398,7 +403,9 @@ class WorkloadBackend(Backend):
                                                  f"{post.get('summary')}")
                     got.setdefault(v.label, []).append(_run_stat(rep))
                 for label, rs in got.items():
-                    out[label].setdefault(cfg, []).append(_merged(rs))
+                    m = _merged(rs)
+                    m.record = {**(m.record or {}), "went_first": order[0].label == label}
+                    out[label].setdefault(cfg, []).append(m)
         self._busy = time.monotonic()
         return out
 
