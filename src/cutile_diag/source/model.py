@@ -228,9 +228,17 @@ class _Collect(cst.CSTVisitor):
 
 def find_all(root: cst.CSTNode, pred: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
     """Every node under ``root`` (itself included) matching ``pred``, in source order."""
-    v = _Collect(pred)
+    return [n for n in _nodes(root) if pred(n)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _nodes(root: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """Every node under ``root``, itself included, in source order; memoised by node identity (libcst trees are
+    immutable).  A libcst walk rebuilds every node it passes, and the transforms' and analyses' questions walked
+    the same kernel thousands of times a step: a beam step's diagnosis of a row norm took 3-17 s."""
+    v = _Collect(lambda n: True)
     root.visit(v)
-    return v.found
+    return tuple(v.found)
 
 
 @dataclass

@@ -10,6 +10,7 @@ kernel file (``load``, ``Kernel``, the helpers) in ``source.model``.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -61,6 +62,11 @@ class Plan:
     module: cst.Module | None = None
     hints: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+
+
+# Transform._run's plans, least recently used first (a plan's module is an immutable libcst tree: shared safely)
+_PLANS: OrderedDict = OrderedDict()
+_PLANS_MAX = 2048
 
 
 @dataclass(frozen=True)
@@ -151,8 +157,23 @@ class Transform:
     # -- plumbing
     def _run(self, source: str, kernel_name: str, params: dict[str, Any]) -> Plan:
         params = self._check_params(dict(params))
-        k = load(source, kernel_name)
-        return self._plan(k, params)
+        # a beam step asks every frontier member whether every transform applies, and the next step asks again of
+        # the same sources: a plan (or why there is none) is kept per transform, source and parameters
+        key = (type(self), repr(self), kernel_name, repr(sorted(params.items())), source)
+        got = _PLANS.get(key)
+        if got is None:
+            try:
+                got = self._plan(load(source, kernel_name), params)
+            except TransformNotApplicable as e:
+                got = e
+            _PLANS[key] = got
+            if len(_PLANS) > _PLANS_MAX:
+                _PLANS.pop(next(iter(_PLANS)))
+        else:
+            _PLANS.move_to_end(key)
+        if isinstance(got, TransformNotApplicable):
+            raise TransformNotApplicable(got.reason, transform=got.transform)
+        return got
 
     def _result(self, source: str, plan: Plan):
         assert plan.module is not None
