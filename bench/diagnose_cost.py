@@ -66,6 +66,12 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=240.0)
     ap.add_argument("--pairs", type=int, default=1)
     args = ap.parse_args()
+    if args.pairs < 1 or args.time_limit <= 0:
+        ap.error("--pairs must be at least 1 and --time-limit positive")
+    if subprocess.run(["git", "rev-parse", "--verify", "-q", f"{args.old}^{{commit}}"], cwd=ROOT,
+                      capture_output=True).returncode != 0:
+        print(f"diagnose_cost: --old {args.old} is not a commit of {ROOT}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict]] = {"old": [], "new": []}

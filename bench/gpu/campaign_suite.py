@@ -409,7 +409,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall budget of this call")
     ap.add_argument("--grace-s", type=float, default=30.0, help="kept back for the report and the tarball")
     ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--per-file", type=int, default=1,
+    ap.add_argument("--per-file", type=int, choices=range(1, 9), metavar="1..8", default=1,
                     help="kernels per kernel source file (2: both of layer_norm_legacy.py's, each with its tests)")
     ap.add_argument("--state-in", help="a tarball of an earlier call's state: continue it")
     ap.add_argument("--state-out", help="write this call's state here (for the next call)")

@@ -83,10 +83,20 @@ class LaunchGroup:
         GPU waiting for the host) when others exist.  Where every launch has such a gap, each time less the host
         time past the spin: on an H100 TileGym's persistent layer norm (a ``replace_hints`` kernel) spent ~23 ms
         in ``ct.launch`` on every call, and its 0.027 ms kernel read 23 ms, ranking it first in a campaign."""
+        warm = self._warm()
+        if not self.gaps_corrected:
+            return [r.device_ms for r in warm if not r.extra.get("enqueue_gap")]
+        return [t for t in map(_less_gap, warm) if t is not None]
+
+    def _warm(self) -> list[LaunchRecord]:
         timed = [r for r in self.launches if r.device_ms is not None]
-        warm = [r for r in timed if not r.extra.get("first")] or timed
-        clean = [r.device_ms for r in warm if not r.extra.get("enqueue_gap")]
-        return clean or [t for t in map(_less_gap, warm) if t is not None]
+        return [r for r in timed if not r.extra.get("first")] or timed
+
+    @property
+    def gaps_corrected(self) -> bool:
+        """Every timed launch (past the first) has an enqueue gap: ``times_ms`` takes the host time off each."""
+        warm = self._warm()
+        return bool(warm) and all(r.extra.get("enqueue_gap") for r in warm)
 
     def to_json(self) -> dict:
         """The group as JSON: kernel, grid, specs, scalars, calls and their timing summary."""
@@ -249,9 +259,8 @@ def roofline_launches(records: Sequence[LaunchRecord], *, device: DeviceModel | 
             p.notes.append("a single launch: its time may include the JIT compile")
         gaps = sum(1 for r in g.launches if r.extra.get("enqueue_gap"))
         if gaps:
-            how = ("left out of the median" if gaps < len(g.launches) and any(
-                not r.extra.get("enqueue_gap") and not r.extra.get("first") and r.device_ms is not None
-                for r in g.launches) else "each less its host time past the spin (an estimate)")
+            how = "each less its host time past the spin (an estimate)" if g.gaps_corrected else \
+                "left out of the median"
             p.notes.append(f"{gaps} launch(es) took longer to enqueue than the GPU spin ahead of them (their events "
                            f"hold host time): {how}; raise CUTILE_DIAG_LAUNCH_PAD_US to time them cleanly")
         res.point = p
