@@ -288,3 +288,30 @@ def test_the_hints_a_wrapper_replaced_at_the_launch_are_replaced_again_in_the_re
     cand = replay.load(pends[0].folder, device="cpu", any_version=True, file=str(tmp_path / "cand.py"))
     opts = cand.kernel._compiler_options
     assert (opts.num_worker_warps, opts.num_ctas, opts.occupancy) == (8, 1, 4)
+
+
+def test_the_replayed_byte_count_moves_a_write_only_output_once_and_skips_unused_arrays(tmp_path, monkeypatch):
+    """A torch.empty output holds leftover bytes, so the recording cannot call it a pure output; the kernel's source
+    says it is only stored to (TileGym's geglu backward read 3.69 TB/s on an H100 with its output counted twice)."""
+    from cutile_diag.workloads import load_workload
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "kops.py").write_text(KERNELS)
+    out = tmp_path / "replay"
+    try:
+        _record_executed(root, out, monkeypatch)
+        wl = load_workload(f"replay:{out}")
+        by = {c.name.split("-")[0]: c for c in wl.configs}
+        # gather_rows: x read (16 KiB) + y written once (16 KiB); idx (int64) is never used by the body
+        assert wl.bytes(by["gather_rows"]) == 2 * 4096 * 4
+        # scale_: the in-place slice x[1024:2048] is read and written
+        assert wl.bytes(by["scale_"]) == 2 * 1024 * 4
+        # without the kernel's source: every storage, written ones twice (the recording's facts alone)
+        (root / "kops.py").write_text("not python (")
+        gone = load_workload(f"replay:{out}")
+        ms = gone.manifests[by["gather_rows"].name][1]["storages"]
+        assert gone.bytes(by["gather_rows"]) == sum(s["size"] * (2 if s["written"] and not s["pure_output"] else 1)
+                                                     for s in ms)
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("kops", None)

@@ -188,13 +188,41 @@ class ReplayWorkload(Workload):
         return float((self.counts.get(cfg.name) or {}).get("flops") or 0.0)
 
     def bytes(self, cfg: WorkloadConfig) -> float:
-        """The recorded arguments' footprint, written storages twice (read + write)."""
+        """The memory the launch's arrays span, each storage once, written storages twice (read + write) unless the
+        kernel only stores to them (``source.analysis.param_access``; a ``torch.empty`` output's bytes are not one
+        value, so the recording cannot tell it is a pure output); arrays the kernel never uses, and the wrapper's
+        other tensors, not at all.  Without the kernel's source: every storage, written ones twice."""
         given = (self.counts.get(cfg.name) or {}).get("bytes")
         if given:
             return float(given)
         _f, m = self.manifests[cfg.name]
-        return float(sum(s.get("size", s["nbytes"]) * (2 if s.get("written") and not s.get("pure_output") else 1)
-                         for s in m["storages"]))
+        access = self._access(m)
+        viewers: dict[int, list[str]] = {}
+        for a in m["args"]:
+            t = a["value"].get("tensor") if isinstance(a["value"], dict) else None
+            if t is not None:
+                viewers.setdefault(t["storage"], []).append(a["name"])
+        total = 0
+        for s in m["storages"]:
+            names = viewers.get(s["id"], [])
+            if access is not None and not any(n in access for n in names):
+                continue
+            twice = s.get("written") and not s.get("pure_output") and not (
+                access is not None and all(access.get(n, "write") == "write" for n in names))
+            total += s.get("size", s["nbytes"]) * (2 if twice else 1)
+        return float(total)
+
+    def _access(self, m: dict) -> dict[str, str] | None:
+        """The kernel's parameters by how its body moves them, or None when its source cannot be read."""
+        import libcst
+        from ..errors import CutileDiagError
+        from ..source.analysis import param_access
+        from ..source.model import load as load_kernel
+        try:
+            text = Path(self._file(m) or "").read_text()
+            return param_access(load_kernel(text, m["kernel"].get("attr") or m["kernel"]["name"]))
+        except (OSError, UnicodeDecodeError, libcst.ParserSyntaxError, CutileDiagError):
+            return None            # no file, not Python, no such kernel: the footprint rule alone
 
     def compute_unit(self, cfg: WorkloadConfig) -> tuple[str, str]:
         """The (dtype, unit) given in ``counts``, else f32 on CUDA cores."""

@@ -10,6 +10,8 @@
   expressions resolved through one local assignment (the sites of ``model.launch_calls``, the
   one launch finder, as ``model.LaunchSite``, the one launch model).
 * ``capture_spec_entries`` — the ``CAPTURE_SPECS = {"kernel": {...}}`` dicts.
+* ``param_access`` — which parameters the body only loads, only stores, or both (a write-only
+  output moves its bytes once: the replayed roofline's byte count).
 """
 from __future__ import annotations
 
@@ -1158,3 +1160,36 @@ def same_shape_args(k: Kernel, site: LaunchSite, arr: cst.BaseExpression) -> set
                 out |= {a, b}
                 grew = True
     return out
+
+
+_READS = {"load", "gather"}
+_WRITES = {"store", "scatter"}
+_SHAPE_ONLY = {"num_tiles"}          # an array passed for its shape: no memory moved
+
+
+def param_access(k: Kernel) -> dict[str, str]:
+    """How the body uses each parameter it names: "read" (only as the array of ``ct.load`` / ``ct.gather``),
+    "write" (only as the array of ``ct.store`` / ``ct.scatter``), or "readwrite" (both, an atomic, a rebinding, or
+    any use this scan cannot follow: passed to a helper, arithmetic on a scalar).  ``A.shape`` and ``ct.num_tiles(A,
+    ...)`` move no memory and are not uses; a parameter the body never uses is absent."""
+    params = set(k.param_names)
+    rebound = params & set(assignments(k.func.body))
+    uses: dict[str, set[str]] = {}
+    for name in find_all(k.func.body, lambda n: isinstance(n, cst.Name) and n.value in params):
+        parent = k.parent(name)
+        if isinstance(parent, cst.Attribute) and parent.value is name:
+            continue
+        use = "readwrite"
+        call = k.parent(parent) if isinstance(parent, cst.Arg) else None
+        if isinstance(call, cst.Call) and name.value not in rebound:
+            member = k.ct.member(call.func)
+            first = positional(call)[:1]
+            as_array = (first and first[0] is parent) or (parent.keyword is not None and parent.keyword.value == "array")
+            if member in _SHAPE_ONLY:
+                continue
+            if as_array and member in _READS:
+                use = "read"
+            elif as_array and member in _WRITES:
+                use = "write"
+        uses.setdefault(name.value, set()).add(use)
+    return {n: u.pop() if len(u) == 1 else "readwrite" for n, u in uses.items()}
