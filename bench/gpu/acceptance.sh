@@ -165,5 +165,12 @@ case "${1:-}" in
         run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
           --ops "${S16C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
           --state-in .gpu/campaign_state_s16.tgz --state-out "$OUT/campaign_state_s16.tgz" ;;
+  # session 17, call 1: on an H200 the size curve first (#31); every GPU-marked test (the tree since 94492e7 had not
+  # run them); #30's A/A calibrate on matmul with rounds alternating A B B A / B A A B (e1e9482), in what is left
+  s17a) t0=$SECONDS
+        if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then run roof_curve 150; fi
+        bash bench/gpu/gpu_tests.sh "${S17A_CAP_S:-240}"
+        b=$(( ${S17A_END_S:-565} - (SECONDS - t0) - 30 )); [ "$b" -ge 120 ] || b=120
+        run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
