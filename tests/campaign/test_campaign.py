@@ -383,6 +383,40 @@ def test_a_step_share_holds_one_step_of_the_best_kernel_first(tmp_path):
     assert c.step_cost("a") == pytest.approx(step)
     assert c.time_share("a", now) == pytest.approx(step, abs=0.1)        # 50 s would not hold one step
     c.data["spent_s"] = 95.0
+    now = _time.monotonic()                   # the clock runs until the call: 5 s left from here
     assert c.time_share("b", now) == pytest.approx(2.5, abs=0.1)         # 5 s left: no step fits, its share
     c.data["time_limit_s"] = 1.0
     assert c.time_share("a", now, baseline_only=True) == 0.0             # no time left: not started
+
+
+def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say_it_can_give_back(tmp_path):
+    """The survey's launch times carry the observer's and the host's overhead; once a loop has measured a version,
+    its roofline (latency against the attainable time, per configuration of the plan) ranks it instead."""
+    import time as _time
+
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.run import Campaign
+    from cutile_diag.ledger import Ledger
+
+    def cfg(name, calls):
+        return {"label": name, "calls": calls, "replay": f"/r/out/survey/replay/{name}", "tests": [f"t.py::{name}"]}
+    ks = [KernelPlan("a", "/r/a.py::a", "a.py", configs=[cfg("a-1", 10), cfg("a-2", 10)], expected_gain=0.6),
+          KernelPlan("b", "/r/b.py::b", "b.py", configs=[cfg("b-1", 20)], expected_gain=0.2)]
+    plan = CampaignPlan(["pytest"], "/r", True, ks, "test", suite_gpu_ms=10.0)
+    c = Campaign.create(tmp_path, plan, ks, time_limit=100.0, simulate=None, options={"rounds": 2},
+                        executor={"executor": "local"}, baselines_first=True)
+    now = _time.monotonic()
+    assert c.gain("a") == 0.6 and c.time_share("a", now) == pytest.approx(75.0, abs=0.1)    # the plan's, unmeasured
+
+    def point(lat, att):
+        return {"latency_ms": lat, "attainable_ms": att}
+    Ledger(c.ledger_dir("a")).adopt([{"type": "setup"}, {"type": "iteration", "iteration": 0, "status": "keep",
+                                     "roofline": {"a-1": point(0.0155, 0.0134), "a-2": point(0.053, 0.0466)}}])
+    Ledger(c.ledger_dir("b")).adopt([
+        {"type": "setup"},
+        {"type": "iteration", "iteration": 0, "status": "keep", "roofline": {"t.py::b-1": point(0.10, 0.05)}},
+        {"type": "iteration", "iteration": 1, "status": "revert", "roofline": {"t.py::b-1": point(0.09, 0.05)}},
+        {"type": "iteration", "iteration": 2, "status": "keep", "roofline": {"t.py::b-1": point(0.08, 0.05)}}])
+    assert c.gain("a") == pytest.approx((10 * 0.0021 + 10 * 0.0064) / 10.0)
+    assert c.gain("b") == pytest.approx(20 * 0.03 / 10.0)              # the latest kept version's, matched by test id
+    assert c.time_share("b", now) > c.time_share("a", now)

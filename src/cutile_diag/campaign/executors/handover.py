@@ -349,7 +349,7 @@ class Driver:
         now = time.monotonic()
         held = sum(max(0.0, min(left, jr.share - (now - jr.started))) for jr in running.values() if jr.share)
         busy = {jr.name for jr in running.values()}
-        gains = {n: max(c.kernel(n).expected_gain, 1e-6) for n in c.todo() if n not in busy}
+        gains = {n: max(c.gain(n), 1e-6) for n in c.todo() if n not in busy}
         free = len(self.workers) * left - held
         return min(left, max(share, free * gains[name] / sum(gains.values())))
 
