@@ -19,7 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import libcst
+
 from ..capture.launches import describe_launch
+from ..errors import CutileDiagError
+from ..source.analysis import param_access
+from ..source.model import load as load_kernel
 from ..workload import Workload, WorkloadConfig, WorkloadError
 from .load import Replay, load, regen_tag
 from .store import ReplayError, read_manifest, replay_folders, source_sha256
@@ -214,10 +219,6 @@ class ReplayWorkload(Workload):
 
     def _access(self, m: dict) -> dict[str, str] | None:
         """The kernel's parameters by how its body moves them, or None when its source cannot be read."""
-        import libcst
-        from ..errors import CutileDiagError
-        from ..source.analysis import param_access
-        from ..source.model import load as load_kernel
         try:
             text = Path(self._file(m) or "").read_text()
             return param_access(load_kernel(text, m["kernel"].get("attr") or m["kernel"]["name"]))
