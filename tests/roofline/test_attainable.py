@@ -124,7 +124,8 @@ def test_measured_curve_has_regimes_and_a_floor():
     c = measure_curve(dev, sizes=(1 << 20, 64 << 20, 1 << 30))
     assert sorted(c.series) == ["copy:flushed", "copy:warm", "read:flushed", "read:warm", "write:flushed", "write:warm"]
     assert all(len(v) == 3 and all(x and x > 0 for x in v) for v in c.series.values())
-    assert 0.3e-3 < c.floor_ms < 10e-3 and c.floor_eager_ms >= 0.5 * c.floor_ms
+    # a graph-replayed empty kernel: 1.08 us on an H200, 0.29 us on an H100 (session 17)
+    assert 0.1e-3 < c.floor_ms < 10e-3 and c.floor_eager_ms >= 0.5 * c.floor_ms
     th = dev.theoretical_dram_bw().value
     for k, v in c.series.items():
         assert v[-1] > 0.5 * th, k                      # 1 GiB streams at a good share of the DRAM peak
