@@ -399,7 +399,7 @@ def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say
     from cutile_diag.ledger import Ledger
 
     def cfg(name, calls):
-        return {"label": name, "calls": calls, "replay": f"/r/out/survey/replay/{name}", "tests": [f"t.py::{name}"]}
+        return {"label": name, "calls": calls, "replay": f"/r/out/survey/replay/{name}", "tests": [f"tests/t.py::{name}"]}
     ks = [KernelPlan("a", "/r/a.py::a", "a.py", configs=[cfg("a-1", 10), cfg("a-2", 10)], expected_gain=0.6),
           KernelPlan("b", "/r/b.py::b", "b.py", configs=[cfg("b-1", 20)], expected_gain=0.2)]
     plan = CampaignPlan(["pytest"], "/r", True, ks, "test", suite_gpu_ms=10.0)
@@ -414,9 +414,9 @@ def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say
                                      "roofline": {"a-1": point(0.0155, 0.0134), "a-2": point(0.053, 0.0466)}}])
     Ledger(c.ledger_dir("b")).adopt([
         {"type": "setup"},
-        {"type": "iteration", "iteration": 0, "status": "keep", "roofline": {"t.py::b-1": point(0.10, 0.05)}},
-        {"type": "iteration", "iteration": 1, "status": "revert", "roofline": {"t.py::b-1": point(0.09, 0.05)}},
-        {"type": "iteration", "iteration": 2, "status": "keep", "roofline": {"t.py::b-1": point(0.08, 0.05)}}])
+        {"type": "iteration", "iteration": 0, "status": "keep", "roofline": {"tests/t.py::b-1": point(0.10, 0.05)}},
+        {"type": "iteration", "iteration": 1, "status": "revert", "roofline": {"tests/t.py::b-1": point(0.09, 0.05)}},
+        {"type": "iteration", "iteration": 2, "status": "keep", "roofline": {"tests/t.py::b-1": point(0.08, 0.05)}}])
     assert c.gain("a") == pytest.approx((10 * 0.0021 + 10 * 0.0064) / 10.0)
     assert c.gain("b") == pytest.approx(20 * 0.03 / 10.0)              # the latest kept version's, matched by test id
     assert c.time_share("b", now) > c.time_share("a", now)

@@ -315,8 +315,8 @@ def measured_saving(k: KernelPlan, led: Ledger | None) -> float | None:
     points = kept[-1]["roofline"]
     saved, matched = 0.0, False
     for c in k.configs:
-        names = [Path(c["replay"]).name] if c.get("replay") else []
-        names += [t.split("/")[-1] for t in c.get("tests") or []]
+        # a replayed configuration is its recording's folder; the bench command's, the test id the plugin printed
+        names = ([Path(c["replay"]).name] if c.get("replay") else []) + list(c.get("tests") or [])
         p = next((points[n] for n in names if isinstance(points.get(n), dict)), None)
         if p is None or p.get("latency_ms") is None or p.get("attainable_ms") is None:
             continue
