@@ -76,6 +76,7 @@ class ReplayWorkload(Workload):
         self._loaded: dict[str, Replay] = {}
         self._hook: dict | None = None
         self.notes: dict[str, str] = {}
+        self._accesses: dict[str, dict[str, str] | None] = {}
 
     def _file(self, m: dict) -> str | None:
         return self.file or m["kernel"].get("file")
@@ -201,7 +202,7 @@ class ReplayWorkload(Workload):
         if given:
             return float(given)
         _f, m = self.manifests[cfg.name]
-        access = self._access(m)
+        access = self._access(cfg.name, m)
         viewers: dict[int, list[str]] = {}
         for a in m["args"]:
             t = a["value"].get("tensor") if isinstance(a["value"], dict) else None
@@ -209,21 +210,25 @@ class ReplayWorkload(Workload):
                 viewers.setdefault(t["storage"], []).append(a["name"])
         total = 0
         for s in m["storages"]:
-            names = viewers.get(s["id"], [])
-            if access is not None and not any(n in access for n in names):
-                continue
-            twice = s.get("written") and not s.get("pure_output") and not (
-                access is not None and all(access.get(n, "write") == "write" for n in names))
+            twice = bool(s.get("written")) and not s.get("pure_output")
+            if access is not None:
+                used = [access[n] for n in viewers.get(s["id"], []) if n in access]
+                if not used:
+                    continue
+                twice = twice and any(u != "write" for u in used)
             total += s.get("size", s["nbytes"]) * (2 if twice else 1)
         return float(total)
 
-    def _access(self, m: dict) -> dict[str, str] | None:
-        """The kernel's parameters by how its body moves them, or None when its source cannot be read."""
-        try:
-            text = Path(self._file(m) or "").read_text()
-            return param_access(load_kernel(text, m["kernel"].get("attr") or m["kernel"]["name"]))
-        except (OSError, UnicodeDecodeError, libcst.ParserSyntaxError, CutileDiagError):
-            return None            # no file, not Python, no such kernel: the footprint rule alone
+    def _access(self, name: str, m: dict) -> dict[str, str] | None:
+        """The kernel's parameters by how its body moves them (read once per recording), or None when its source
+        cannot be read."""
+        if name not in self._accesses:
+            try:
+                text = Path(self._file(m) or "").read_text()
+                self._accesses[name] = param_access(load_kernel(text, m["kernel"].get("attr") or m["kernel"]["name"]))
+            except (OSError, UnicodeDecodeError, libcst.ParserSyntaxError, CutileDiagError):
+                self._accesses[name] = None      # no file, not Python, no such kernel: the footprint rule alone
+        return self._accesses[name]
 
     def compute_unit(self, cfg: WorkloadConfig) -> tuple[str, str]:
         """The (dtype, unit) given in ``counts``, else f32 on CUDA cores."""
