@@ -172,5 +172,12 @@ case "${1:-}" in
         bash bench/gpu/gpu_tests.sh "${S17A_CAP_S:-240}"
         b=$(( ${S17A_END_S:-565} - (SECONDS - t0) - 30 )); [ "$b" -ge 120 ] || b=120
         run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
+  # session 18, call 2: every GPU-marked test (the shared sampling plan, harness.timing.Plan, is new); what separates
+  # an A/A pair in one process (plan_effect: the spin, the allocation, nothing); #30's A/A calibrate in what is left
+  s18a) t0=$SECONDS
+        bash bench/gpu/gpu_tests.sh "${S18A_CAP_S:-200}"
+        run plan_effect 120 --rounds 8
+        b=$(( ${S18A_END_S:-565} - (SECONDS - t0) - 30 )); [ "$b" -ge 120 ] || b=120
+        run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac

@@ -214,3 +214,35 @@ def test_the_first_worker_s_autotune_picks_are_handed_to_every_later_one(tmp_pat
     assert _tuning_note({"pinned": ["_matmul_kernel#0"], "searched_again": {"_matmul_kernel#1": "its search space changed"}}) \
         == ("; autotune held at the first worker's pick (_matmul_kernel#0); autotune searched _matmul_kernel#1 again "
             "(its search space changed)")
+
+
+def test_every_version_of_a_comparison_samples_by_the_first_measurement_s_plan(tmp_path):
+    """harness.timing.Plan: an A/A GEMM read one worker ~1 % apart from its copy for a whole sitting, each having sized
+    its own samples and spin; the backend hands every request its configuration's first plan, the spin raised to
+    the longest any version needed."""
+    b, ws, _ = backend_for(tmp_path, "")
+    b._configs = ["c"]
+
+    class FakeWorker:
+        def __init__(self, sleep_ms):
+            self.sleep_ms, self.asked = sleep_ms, []
+            self.loaded, self.checked = {"ok": True, "passed": True}, True
+
+        def alive(self):
+            return True
+
+        def request(self, obj, timeout, what):
+            self.asked.append(obj.get("plan"))
+            plan = dict(obj["plan"] or {"n_warmup": 60, "n_rep": 61, "batch": 1})
+            plan["sleep_ms"] = max(plan.get("sleep_ms", 0.0), self.sleep_ms)
+            return {"ok": True, "stats": {"median": 1.0}, "samples_ms": [1.0], "plan": plan}
+
+    a, copy = Version("A", {}, None, ()), Version("A'", {"k.py": "x = 1\n"}, None, ())
+    wa, wb = FakeWorker(0.1), FakeWorker(0.4)
+    b.workers = {a.digest: wa, copy.digest: wb}
+    b._busy = float("inf")                    # no warm-up requests: the order below is the rounds'
+    b.measure([a, copy], ws, Deadline(60), 2)
+    assert wa.asked[0] is None                # the very first request makes the plan ...
+    assert all(p["n_rep"] == 61 and p["n_warmup"] == 60 for p in wa.asked[1:] + wb.asked)   # ... everyone samples by
+    assert wb.asked[0]["sleep_ms"] == 0.1 and wa.asked[-1]["sleep_ms"] == 0.4    # the longer spin, once needed
+    assert b.plans == {"c": {"n_warmup": 60, "n_rep": 61, "batch": 1, "sleep_ms": 0.4}}

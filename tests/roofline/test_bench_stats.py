@@ -101,7 +101,8 @@ def test_measure_follows_the_budget_and_summarises():
     assert m.stats.nrep == 20 and m.n_warmup == 5 and m.estimate_ms == 2.0
     assert m.stats.median == pytest.approx(2.0) and m.stats.peak_mem_mb == 42
     # a 2 ms kernel is not batched; the timer says so
-    assert m.observed == {"sm_clock_mhz": {"median": 1980}, "timer": {"batch": 1}}
+    assert m.observed == {"sm_clock_mhz": {"median": 1980}, "timer": {"batch": 1},
+                          "plan": {"n_warmup": 5, "n_rep": 20, "batch": 1, "sleep_ms": 0.05}}
     assert order == ["poison", "obs-start", "obs-stop"]
     assert ran == [1]                      # setup's single priming call
     assert m.to_json()["stats"] == m.stats.record()
@@ -207,3 +208,31 @@ def test_a_kept_set_up_is_reused_by_later_calls_and_freed_when_the_options_chang
     with pytest.raises(RuntimeError):
         measure(lambda: None, opts, backend=boom, keep=keep)
     assert boom.calls[-1] == "teardown" and keep.backend is None
+
+
+def test_a_given_plan_is_sampled_as_given_and_a_kept_set_up_follows_it():
+    """A comparison hands every version the baseline's plan: the same warm-up, samples and batch, and the
+    longer spin of the two, whatever each process's own estimate would have bought."""
+    from cutile_diag.harness.timing import Kept, Plan
+
+    class Spinning(FakeBackend):
+        def set_sleep(self, ms):
+            self.calls.append(("sleep", ms))
+
+    opts = BenchOptions(warmup_ms=10, rep_ms=40, min_rep=3, max_rep=100)
+    base = measure(lambda: None, opts, backend=Spinning(est_ms=2.0, samples=[2.0]))
+    made = Plan.from_json(base.observed["plan"])
+    assert made == Plan(5, 20, 1, 0.05) and Plan.from_json({"n_rep": 3}) is None and Plan.from_json(None) is None
+    # a copy whose estimate read 10 % slower and whose host enqueue is slower: the baseline's counts, its own spin
+    be = Spinning(est_ms=2.2, samples=[2.2])
+    be.estimate = lambda n: (2.2, 0.2)
+    keep = Kept()
+    m = measure(lambda: None, opts, backend=be, keep=keep, plan=made)
+    assert ("run", 5) in be.calls and ("time", 20) in be.calls and ("sleep", 0.4) in be.calls
+    assert m.observed["plan"] == {"n_warmup": 5, "n_rep": 20, "batch": 1, "sleep_ms": 0.4}
+    be.calls.clear()
+    m = measure(lambda: None, opts, keep=keep, plan=Plan(5, 20, 1, 1.5))      # a longer spin: no new set-up
+    assert "setup" not in be.calls and ("sleep", 1.5) in be.calls and m.observed["plan"]["sleep_ms"] == 1.5
+    other = Spinning(est_ms=2.2, samples=[2.2])
+    measure(lambda: None, opts, backend=other, keep=keep, plan=Plan(7, 30, 1, 0.05))   # other counts: set up anew
+    assert be.calls[-1] == "teardown" and "setup" in other.calls and ("time", 30) in other.calls

@@ -135,6 +135,42 @@ class Measurement:
                 "observed": self.observed}
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a measurement samples: warm-up launches, timed samples, launches per sample and the GPU spin
+    before each sample (ms).  ``measure`` makes one from its first calls' estimate; a comparison hands
+    the baseline's to every version (``measure(plan=...)``), so that both run the same duty cycle: under
+    a power cap the idle share between launches moves the SM clock, and a spin sized from each
+    process's own noisy host-enqueue estimate gave each worker its own (A/A on an H100 GEMM: one
+    version about 1 % apart from its copy for a whole sitting, the sign changing between sittings)."""
+    n_warmup: int
+    n_rep: int
+    batch: int = 1
+    sleep_ms: float = 0.0
+
+    def to_json(self) -> dict:
+        """The plan as a dict."""
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Plan | None":
+        """The plan of a dict (None for None, or for a dict that is not one)."""
+        try:
+            return cls(int(d["n_warmup"]), int(d["n_rep"]), int(d.get("batch", 1)), float(d.get("sleep_ms", 0.0)))
+        except (TypeError, KeyError, ValueError):
+            return None
+
+    def samples_like(self, other: "Plan") -> bool:
+        """The same warm-up, samples and batch (the spin may differ: ``measure`` takes the longer)."""
+        return (self.n_warmup, self.n_rep, self.batch) == (other.n_warmup, other.n_rep, other.batch)
+
+
+def sleep_ms_for(host_ms: float, opts: BenchOptions) -> float:
+    """The GPU spin before a timed launch: twice the host's enqueue time (50 µs to 5 ms), so the start
+    event is not followed by an idle gap while Python launches the kernel; 0 when ``opts.sleep`` is off."""
+    return min(5.0, max(0.05, 2.0 * host_ms)) if opts.sleep else 0.0
+
+
 @dataclass
 class Kept:
     """``measure``'s set-up for one ``fn`` on fixed inputs, kept between calls (a loop worker
@@ -145,13 +181,14 @@ class Kept:
     opts: BenchOptions | None = None
     estimate_ms: float = 0.0
     host_ms: float = 0.0
-    n_warmup: int = 0
-    n_rep: int = 0
+    plan: Plan | None = None            # the plan it samples by
+    asked: Plan | None = None           # the plan it was set up for (a batch that fell back differs from it)
     timer: dict = field(default_factory=dict)
 
-    def holds(self, opts: BenchOptions) -> bool:
-        """Whether a set-up is kept and was made with these options."""
-        return self.backend is not None and self.opts == opts
+    def holds(self, opts: BenchOptions, plan: Plan | None = None) -> bool:
+        """Whether a set-up is kept, made with these options and (when one is given) sampling as ``plan``."""
+        return self.backend is not None and self.opts == opts and \
+            (plan is None or any(p is not None and p.samples_like(plan) for p in (self.plan, self.asked)))
 
     def close(self) -> None:
         """Tear the kept backend down (frees the flush buffer and graphs)."""
@@ -162,19 +199,21 @@ class Kept:
 
 def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend: TimerBackend | None = None,
             observers: Sequence[Any] = (), before_timed: Callable[[], Any] | None = None,
-            keep: Kept | None = None) -> Measurement:
+            keep: Kept | None = None, plan: Plan | None = None) -> Measurement:
     """Time ``fn`` (which launches GPU work asynchronously) under ``opts``.
 
     ``before_timed`` runs after the warm-up, just before the timed repetitions (the harness
     poisons the outputs there, so the outputs checked afterwards come from timed runs).
     ``keep``: reuse (and fill on the first call) the set-up of earlier calls on the same ``fn``
-    and inputs (``Kept``); ``first_call_s`` is then 0.
+    and inputs (``Kept``); ``first_call_s`` is then 0.  ``plan``: sample as it says instead of as
+    this call's estimate would (``Plan``; the spin is the longer of the plan's and what this ``fn``'s
+    enqueue needs); the plan used is in ``observed["plan"]``.
     """
     opts = opts or BenchOptions()
-    reuse = keep is not None and keep.holds(opts)
+    reuse = keep is not None and keep.holds(opts, plan)
     if reuse:
         backend, first_call_s = keep.backend, 0.0
-        est, host, n_warmup, n_rep = keep.estimate_ms, keep.host_ms, keep.n_warmup, keep.n_rep
+        est, host, used = keep.estimate_ms, keep.host_ms, keep.plan
         timer: dict[str, Any] = dict(keep.timer)
     else:
         if keep is not None:
@@ -189,42 +228,34 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
     try:
         if not reuse:
             est, host = backend.estimate(max(1, opts.initial_rep))
-            n_warmup, n_rep = plan_reps(est, opts)
-            timer = {"batch": 1}
-            k = plan_batch(est, opts)
-            if k > 1 and hasattr(backend, "batch"):
-                why_not = backend.batch(k)
-                if why_not:
-                    timer["batch_fallback"] = why_not       # not graph-capturable: eager launches, said so
-                else:
-                    timer["batch"] = k
-                    # the same budgets, now spent k launches per sample: rep_ms of kernel time, at most
-                    # max_rep launches (each launch also costs a flush, twice: in the batch and alone)
-                    n_rep = max(opts.min_rep, min(int(math.ceil(opts.max_rep / k)),
-                                                  int(math.ceil(opts.rep_ms / (k * max(est, 1e-6))))))
-            if hasattr(backend, "timer_overhead_ms"):
-                timer["overhead_ms"] = backend.timer_overhead_ms()
+            used, timer = _set_up(backend, est, host, opts, plan)
             if keep is not None:
                 keep.backend, keep.opts, keep.estimate_ms, keep.host_ms = backend, opts, est, host
-                keep.n_warmup, keep.n_rep, keep.timer = n_warmup, n_rep, dict(timer)
-        if n_warmup:
-            getattr(backend, "warm", backend.run)(n_warmup)
+                keep.plan, keep.asked, keep.timer = used, plan, dict(timer)
+        # the spin: the longer of the plan's and this fn's own need (a comparison's may rise with a later version's)
+        sleep_ms = max(plan.sleep_ms if plan else 0.0, sleep_ms_for(host, opts))
+        if hasattr(backend, "set_sleep"):
+            backend.set_sleep(sleep_ms)
+        used = Plan(used.n_warmup, used.n_rep, used.batch, round(sleep_ms, 4))
+        if used.n_warmup:
+            getattr(backend, "warm", backend.run)(used.n_warmup)
         if before_timed is not None:
             before_timed()
         backend.reset_peak_memory()
         for o in observers:
             o.start()
         try:
-            samples = backend.time_reps(n_rep)
+            samples = backend.time_reps(used.n_rep)
         finally:
             observed: dict[str, Any] = {}
             for o in observers:
                 observed.update(o.stop())
         timer.update(getattr(backend, "timer_info", lambda: {})())
         observed["timer"] = timer
+        observed["plan"] = used.to_json()
         stats = summarize(samples, backend.peak_memory_mb())
         done = True
-        return Measurement(stats=stats, samples_ms=list(samples), n_warmup=n_warmup, estimate_ms=est,
+        return Measurement(stats=stats, samples_ms=list(samples), n_warmup=used.n_warmup, estimate_ms=est,
                            host_enqueue_ms=host, first_call_s=first_call_s, backend=backend.name,
                            flush_bytes=getattr(backend, "flush_bytes", 0), options=opts, observed=observed)
     finally:
@@ -232,6 +263,29 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
             backend.teardown()
         elif not done:           # a failed call leaves nothing half set up for the next
             keep.close()
+
+
+def _set_up(backend: Any, est: float, host: float, opts: BenchOptions, plan: Plan | None) -> tuple[Plan, dict]:
+    """The plan a measurement samples by (``plan``, else the one the estimate buys) and the timer's record; captures
+    the batch graphs when the plan batches."""
+    n_warmup, n_rep = plan_reps(est, opts)
+    timer: dict[str, Any] = {"batch": 1}
+    k = plan.batch if plan else plan_batch(est, opts)
+    if k > 1 and hasattr(backend, "batch"):
+        why_not = backend.batch(k)
+        if why_not:
+            timer["batch_fallback"] = why_not       # not graph-capturable: eager launches, said so
+        else:
+            timer["batch"] = k
+            # the same budgets, now spent k launches per sample: rep_ms of kernel time, at most
+            # max_rep launches (each launch also costs a flush, twice: in the batch and alone)
+            n_rep = max(opts.min_rep, min(int(math.ceil(opts.max_rep / k)),
+                                          int(math.ceil(opts.rep_ms / (k * max(est, 1e-6))))))
+    if hasattr(backend, "timer_overhead_ms"):
+        timer["overhead_ms"] = backend.timer_overhead_ms()
+    if plan is not None:
+        n_warmup, n_rep = plan.n_warmup, plan.n_rep
+    return Plan(n_warmup, n_rep, timer["batch"], sleep_ms_for(host, opts)), timer
 
 
 # ---------------------------------------------------------------------------------------
@@ -296,8 +350,8 @@ class CudaEventBackend:
         torch.cuda.synchronize(self.device)
 
     def estimate(self, n):
-        """(device ms, host enqueue ms) per call over ``n`` back-to-back calls; sizes the GPU spin
-        that keeps the host's enqueue out of each timed rep."""
+        """(device ms, host enqueue ms) per call over ``n`` back-to-back calls (the host's sizes the spin,
+        ``set_sleep``)."""
         import torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize(self.device)
@@ -309,11 +363,13 @@ class CudaEventBackend:
         end.record()
         torch.cuda.synchronize(self.device)
         dev_ms = start.elapsed_time(end) / n
-        # the GPU spin before each timed rep must outlast the host's enqueue of fn
-        if self.opts.sleep and hasattr(torch.cuda, "_sleep"):
-            sleep_ms = min(5.0, max(0.05, 2.0 * host_ms))
-            self.sleep_cycles = int(sleep_ms * 1e-3 * self._clock_mhz * 1e6)
         return dev_ms, host_ms
+
+    def set_sleep(self, ms: float) -> None:
+        """The GPU spin before each timed launch (``measure`` sizes it to outlast the host's enqueue of fn)."""
+        import torch
+        ok = ms > 0 and hasattr(torch.cuda, "_sleep")
+        self.sleep_cycles = int(ms * 1e-3 * self._clock_mhz * 1e6) if ok else 0
 
     def timer_overhead_ms(self, n: int = 50) -> float:
         """Median elapsed time of an event pair around nothing: what the timer itself adds to a sample."""

@@ -29,7 +29,7 @@ from ..harness.correctness import (
 )
 from ..harness.observers import ClockObserver
 from ..harness.stats import TimingStats
-from ..harness.timing import BenchOptions, Kept, Measurement, measure
+from ..harness.timing import BenchOptions, Kept, Measurement, Plan, measure
 from ..errors import CutileDiagError
 from ..workload import Workload, WorkloadConfig, WorkloadError
 
@@ -144,16 +144,17 @@ def prepare(wl: Workload, cfg: WorkloadConfig, *, seed: int = 0, device: str = "
 
 
 def time_prepared(p: Prepared, options: BenchOptions | None = None, *, post_check: bool = True,
-                  observers: Sequence[Any] = (), backend: Any = None) -> Timed:
+                  observers: Sequence[Any] = (), backend: Any = None, plan: Plan | None = None) -> Timed:
     """Steps (3) and (4): warm-up, outputs poisoned, the timed repetitions (``harness.timing.measure``
-    under ``options``, with ``observers`` and, for tests, a fake timer ``backend``), then the
+    under ``options`` and, in a comparison, the baseline's ``plan``, with ``observers`` and, for tests, a fake timer
+    ``backend``), then the
     outputs the timed runs left verified (``post_check`` and ``p.verify``).  Raises what the
     run raises; the caller turns that into its own error."""
     import torch
     checked = post_check and p.verify is not None
     with torch.no_grad():
         m = measure(p.run, options or BenchOptions(), backend=backend, observers=observers,
-                    before_timed=p.poison if checked else None, keep=p.keep)
+                    before_timed=p.poison if checked else None, keep=p.keep, plan=plan)
         return Timed(m, p.verify(p.last) if checked else None)
 
 

@@ -19,7 +19,8 @@ corrupt the channel).  Requests::
      "check_seed": null, "device": null,          # check_seed null: fresh inputs per check (seed recorded)
      "tuning": {NAME: {"pick", "space"}},         # optional: an earlier worker's autotune picks, held here
      "overrides": {PATH: TEXT}}                   # optional: the version's files, read instead of the disk
-    {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true}
+    {"op": "measure", "config": NAME, "options": {BenchOptions}, "post_check": true,
+     "plan": {Plan} | null}                       # the comparison's sampling plan (harness.timing.Plan)
     {"op": "roofline", "latencies": {NAME: ms}}
     {"op": "quit"}
 
@@ -100,7 +101,7 @@ def _load(req: dict, st: _State) -> dict:
 
 def _measure(req: dict, st: _State) -> dict:
     from ...harness.observers import ClockObserver
-    from ...harness.timing import BenchOptions
+    from ...harness.timing import BenchOptions, Plan
     from ...measure.version import time_prepared
     name = req["config"]
     if name not in st.prepared:
@@ -109,9 +110,11 @@ def _measure(req: dict, st: _State) -> dict:
     # the SM clock and the clock-event reasons over the timed phase: the comparison drops runs under a
     # thermal slowdown and compares in cycles when a power cap moved the clock (loop.stats)
     observers = [ClockObserver(st.device)] if opts.sample_clocks else []
-    t = time_prepared(st.prepared[name], opts, post_check=req.get("post_check", True), observers=observers)
+    t = time_prepared(st.prepared[name], opts, post_check=req.get("post_check", True), observers=observers,
+                      plan=Plan.from_json(req.get("plan")))
     m = t.measurement
     return {"ok": True, "config": name, "stats": m.stats.record(), "samples_ms": m.samples_ms,
+            "plan": m.observed.get("plan"),
             "first_call_s": m.first_call_s, "observed": m.observed,
             "post_check": t.post_check.to_json() if t.post_check else None}
 

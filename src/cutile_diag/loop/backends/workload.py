@@ -194,6 +194,9 @@ class WorkloadBackend(Backend):
         self._busy = float("-inf")       # when the last measurement ended (the warm-up's idle test)
         self._rounds = 0                 # rounds measured so far: odd ones start with the other version
         self.tuning: dict[str, dict] = {}     # the first loaded worker's autotune picks, held by the later ones
+        # per configuration, the sampling plan of its first measurement (the baseline's), which every version
+        # then samples by: the same warm-up, samples and batch, and the longest spin any version's enqueue needed
+        self.plans: dict[str, dict] = {}
 
     def tuning_report(self) -> dict:
         """The autotune picks the first worker made and what the later workers held or searched again."""
@@ -369,11 +372,12 @@ class WorkloadBackend(Backend):
         def one(v: Version, cfg: str) -> dict:
             check_deadline(deadline, f"measuring {v.label} on {cfg}")
             t0 = time.monotonic()
-            rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options},
-                                           deadline.timeout(), f"measuring {cfg}")
+            rep = workers[v.label].request({"op": "measure", "config": cfg, "options": self.bench_options,
+                                            "plan": dict(self.plans.get(cfg) or {}) or None}, deadline.timeout(), f"measuring {cfg}")
             self.requests.append((time.monotonic() - t0, float(rep.get("op_s") or 0.0)))
             if not rep.get("ok"):
                 raise CandidateCrash(f"{v.label} on {cfg}: {rep.get('error')}")
+            self._plan_from(cfg, rep.get("plan"))
             return rep
 
         # a GPU that idled (compiles, checks) runs at its boost clock and drops within a second under a
@@ -408,6 +412,16 @@ class WorkloadBackend(Backend):
                     out[label].setdefault(cfg, []).append(m)
         self._busy = time.monotonic()
         return out
+
+    def _plan_from(self, cfg: str, plan: dict | None) -> None:
+        """The configuration's plan: the first reply's, its spin raised to any later reply's longer one."""
+        if not isinstance(plan, dict):
+            return
+        held = self.plans.get(cfg)
+        if held is None:
+            self.plans[cfg] = dict(plan)
+        elif float(plan.get("sleep_ms") or 0.0) > float(held.get("sleep_ms") or 0.0):
+            held["sleep_ms"] = float(plan["sleep_ms"])
 
     def roofline(self, v: Version, latencies: Mapping[str, float]) -> dict[str, dict] | str:
         """The version's worker places its points (measuring the ceilings when asked), or why it could not."""
