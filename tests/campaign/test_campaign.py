@@ -420,3 +420,14 @@ def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say
     assert c.gain("a") == pytest.approx((10 * 0.0021 + 10 * 0.0064) / 10.0)
     assert c.gain("b") == pytest.approx(20 * 0.03 / 10.0)              # the latest kept version's, matched by test id
     assert c.time_share("b", now) > c.time_share("a", now)
+    # a share asks every kernel's ledger: read once, and again only once its file changed
+    reads = []
+    real = Ledger.load
+    import unittest.mock as _mock
+    with _mock.patch.object(Ledger, "load", classmethod(lambda cls, d, **kw: reads.append(d) or real(d, **kw))):
+        c.time_share("a", now)
+        c.time_share("b", now)
+        assert reads == []
+        Ledger(c.ledger_dir("a")).adopt([{"type": "setup"}, {"type": "iteration", "iteration": 0, "status": "keep",
+                                         "roofline": {"a-1": point(0.0134, 0.0134), "a-2": point(0.0466, 0.0466)}}])
+        assert c.gain("a") == 0.0 and reads == [c.ledger_dir("a")]

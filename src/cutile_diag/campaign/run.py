@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..output import prog
 from ..errors import CutileDiagError, UsageError
-from ..ledger import Ledger, LedgerError
+from ..ledger import LEDGER_FILE, Ledger, LedgerError
 from ..loop import api
 from ..loop import budget as budget_mod
 from ..loop.git import Git, slug
@@ -134,6 +134,7 @@ class Campaign:
         self.out, self.data = out, data
         self._started: float | None = None      # this run's clock (start_clock): saves count its time
         self._base = self._saved = 0.0
+        self._ledgers: dict[Path, tuple[tuple, Ledger]] = {}     # read ledgers, by their file's size and mtime
 
     @property
     def path(self) -> Path:
@@ -206,11 +207,24 @@ class Campaign:
             self.out / "loops" / slug(self.kernel(name).ref.rsplit("::", 1)[1])
 
     def ledger(self, name: str) -> Ledger | None:
-        """The driver's copy of the kernel's loop ledger; None when it has none (yet)."""
+        """The driver's copy of the kernel's loop ledger; None when it has none (yet).  Read again only when its
+        file changed: every time share asks for every kernel's (its gain and step cost)."""
+        d = self.ledger_dir(name)
         try:
-            return Ledger.load(self.ledger_dir(name))
+            st = (d / LEDGER_FILE).stat()
+            key = (st.st_size, st.st_mtime_ns, st.st_ino)
+        except OSError:
+            key = None
+        hit = self._ledgers.get(d)
+        if key is not None and hit is not None and hit[0] == key:
+            return hit[1]
+        try:
+            led = Ledger.load(d)
         except LedgerError:
             return None
+        if key is not None:
+            self._ledgers[d] = (key, led)
+        return led
 
     def step_cost(self, name: str) -> float | None:
         """Seconds one step of this kernel's loop needs to start (one check and one comparison, at
