@@ -179,5 +179,10 @@ case "${1:-}" in
         run plan_effect 120 --rounds 8
         b=$(( ${S18A_END_S:-565} - (SECONDS - t0) - 30 )); [ "$b" -ge 120 ] || b=120
         run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
+  # shorter still: plan_effect first, then the GPU-marked tests of the files that time through workers and the harness
+  s18c) run plan_effect "${S18C_PE_S:-80}" --rounds "${S18C_ROUNDS:-6}"
+        timeout -k 5 "${S18C_CAP_S:-120}" python -m pytest -m gpu -q -p no:cacheprovider -rfE tests/loop/test_worker.py \
+          tests/loop/test_step_costs.py tests/roofline/test_gpu_harness.py tests/measure/test_capture.py >"$OUT/gpu_tests.txt" 2>&1
+        echo "== targeted gpu tests rc=$?"; tail -n 6 "$OUT/gpu_tests.txt" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
