@@ -381,12 +381,58 @@ def test_a_step_share_holds_one_step_of_the_best_kernel_first(tmp_path):
     assert c.todo(baseline_only=True) == []                              # both measured
     step = (14.0 + 2 * 2 * 10.0) / 0.85                                   # one check, one comparison of 2 rounds
     assert c.step_cost("a") == pytest.approx(step)
-    assert c.time_share("a", now) == pytest.approx(step, abs=0.1)        # 50 s would not hold one step
+    least = 1.2 * step + 5.0                                             # with slack, and the paused loop's start
+    assert c.min_share("a") == pytest.approx(least)
+    assert c.time_share("a", now) == pytest.approx(least, abs=0.1)       # 50 s would not hold one step
     c.data["spent_s"] = 95.0
     now = _time.monotonic()                   # the clock runs until the call: 5 s left from here
-    assert c.time_share("b", now) == pytest.approx(2.5, abs=0.1)         # 5 s left: no step fits, its share
+    assert c.time_share("b", now) == 0.0                                 # 5 s left: no step fits, not started
     c.data["time_limit_s"] = 1.0
     assert c.time_share("a", now, baseline_only=True) == 0.0             # no time left: not started
+
+
+def test_time_a_loop_leaves_goes_to_more_passes_while_they_measure_something(tmp_path):
+    """A loop that stops before its share ends (its next step would not fit, nothing left to try) leaves the time to
+    further passes over the paused loops: an H100 campaign ended with 60 of 397 s unused and four of five kernels
+    paused without a step.  Passes end when one measures nothing, or when no paused loop's step fits."""
+    import time as _time
+
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.run import Campaign
+    from cutile_diag.ledger import Ledger
+    ks = [KernelPlan("a", "/r/a.py::a", "a.py", expected_gain=0.5), KernelPlan("b", "/r/b.py::b", "b.py", expected_gain=0.5)]
+    c = Campaign.create(tmp_path, CampaignPlan(["pytest"], "/r", True, ks, "test"), ks, time_limit=300.0,
+                        simulate=None, options={"rounds": 2}, executor={"executor": "local"}, baselines_first=True)
+    led = {k.name: Ledger(c.ledger_dir(k.name)) for k in ks}
+    base = {"type": "iteration", "iteration": 0, "status": "keep", "costs": {"verify_s": 4.0, "run_s": 1.0}}
+    passes, lines = [], []
+    now = _time.monotonic()
+    for baseline_only in c.passes(now, lines.append):
+        passes.append(baseline_only)
+        if baseline_only:
+            for k in ks:
+                led[k.name].adopt([{"type": "setup"}, base])
+            c.data["spent_s"] = 100.0
+        elif len(passes) <= 4:              # the steps: a measures one iteration a pass, b stops at once
+            n = len(led["a"].iterations)
+            led["a"].adopt([{"type": "setup"}, *led["a"].iterations, {**base, "iteration": n, "status": "revert"}])
+            c.data["spent_s"] += 40.0
+            for k in ks:
+                c.mark(k.name, status="paused")
+        assert len(passes) < 10
+    # baselines, steps, two more passes that measured something, one that measured nothing
+    assert passes == [True, False, False, False, False], passes
+    assert len(lines) == 3 and all("another pass over 2 paused loop(s)" in ln for ln in lines), lines
+    # no paused loop's step fits in what is left: no pass, and a kernel is not started
+    (tmp_path / "c2").mkdir()
+    c2 = Campaign.create(tmp_path / "c2", CampaignPlan(["pytest"], "/r", True, ks, "test"), ks, time_limit=20.0,
+                         simulate=None, options={"rounds": 2}, executor={"executor": "local"})
+    step = [{"type": "setup"}, {**base, "costs": {"verify_s": 40.0, "run_s": 10.0}}]
+    Ledger(c2.ledger_dir("a")).adopt(step)
+    it = c2.passes(_time.monotonic())
+    assert next(it) is False
+    Ledger(c2.ledger_dir("a")).adopt([*step, {**step[1], "iteration": 1}])     # the pass measured something
+    assert list(it) == [] and c2.time_share("a", _time.monotonic()) == 0.0
 
 
 def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say_it_can_give_back(tmp_path):

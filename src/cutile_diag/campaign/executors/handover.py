@@ -40,7 +40,7 @@ from ...ledger import LEDGER_FILE, TABLE_FILE, Ledger, watched
 from ...loop import worktree as worktree_mod
 from ...nvml import sample_sm_clock
 from ...output import write_atomic
-from ..run import Campaign, Echo, Job, job_text, outcome_text, record_outcome, run_job
+from ..run import Campaign, Echo, Job, job_text, outcome_text, record_outcome, run_job, short_of
 
 ACK_WAIT_S = 120.0         # a loop waits at most this long for the driver to take a record, then goes on
 SAMPLE_S = 1.0             # the SM clock of a worker's GPU is sampled this often while a loop runs
@@ -306,7 +306,7 @@ class Driver:
             for name, info in self.pool.start(str(c.out), say, simulated=simulated).items():
                 self._add(name, info)
             self._save(c)
-            for baseline_only in c.phases():
+            for baseline_only in c.passes(started, say):
                 self._phase(c, started, baseline_only, say)
         finally:
             self.pool.close()
@@ -365,7 +365,7 @@ class Driver:
                 share = self._share(c, name, started, baseline_only, running)
                 if share is not None and share < 1.0:
                     self.idle.append(worker)
-                    say(f"{name}: no time left of --time-limit; `{c.resume_command()}` runs it")
+                    say(f"{name}: {short_of(baseline_only)}; `{c.resume_command()}` runs it")
                     continue
                 job = c.job(name, share, baseline_only=baseline_only)
                 c.mark(name, status="running", attempts=c.state(name)["attempts"] + 1, time_share_s=share,

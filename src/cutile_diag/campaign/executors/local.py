@@ -23,7 +23,7 @@ from pathlib import Path
 from ...errors import UsageError
 from ...nvml import nvml_available
 from ...procs import die_with_parent, kill_group
-from ..run import Campaign, Echo, job_text, outcome_text, record_outcome, run_job
+from ..run import Campaign, Echo, job_text, outcome_text, record_outcome, run_job, short_of
 from .handover import Driver, Event, Running
 
 START_S = 120.0            # a worker process says who it is within this long (imports torch, NVML)
@@ -75,12 +75,12 @@ def resolve_gpus(spec: str | int | None, *, simulated: bool) -> list[str]:
 
 def _sequential(c: Campaign, started: float, say) -> None:
     """One GPU, kernels one after another, in this process."""
-    for baseline_only in c.phases():
+    for baseline_only in c.passes(started, say):
         todo = c.todo(baseline_only=baseline_only)
         for i, name in enumerate(todo, 1):
             share = c.time_share(name, started, baseline_only=baseline_only)
             if share is not None and share < 1.0:
-                say(f"[{i}/{len(todo)}] {name}: no time left of --time-limit; `{c.resume_command()}` runs it")
+                say(f"[{i}/{len(todo)}] {name}: {short_of(baseline_only)}; `{c.resume_command()}` runs it")
                 continue
             job = c.job(name, share, baseline_only=baseline_only)
             st = c.state(name)
