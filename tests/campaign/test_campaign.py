@@ -413,7 +413,12 @@ def test_time_a_loop_leaves_goes_to_more_passes_while_they_measure_something(tmp
             for k in ks:
                 led[k.name].adopt([{"type": "setup"}, base])
             c.data["spent_s"] = 100.0
-        elif len(passes) <= 4:              # the steps: a measures one iteration a pass, b stops at once
+            continue
+        if len(passes) == 2:                # a pass gives a loop at most 4 steps (its half of 200 s would be 100)
+            step = (4.0 + 2 * 2 * 1.0) / 0.85
+            assert c.max_share("a") == pytest.approx(4 * 1.2 * step + 5.0)
+            assert c.time_share("a", _time.monotonic()) == pytest.approx(c.max_share("a"), abs=0.1)
+        if len(passes) <= 4:                # the steps: a measures one iteration a pass, b stops at once
             n = len(led["a"].iterations)
             led["a"].adopt([{"type": "setup"}, *led["a"].iterations, {**base, "iteration": n, "status": "revert"}])
             c.data["spent_s"] += 40.0

@@ -13,7 +13,8 @@ gain over the expected gains of the kernels not yet run (``time_share``), and at
 step of its loop costs (its baseline measured that) while that much is left: the best expected
 gain first.  ``--baselines-first``: every kernel's baseline (iteration 0) is measured before any
 loop takes a step, so each has its starting point even when the time runs out; then the steps.
-Time a loop leaves unused goes to further passes over the paused loops (``passes``).
+A pass gives a loop at most a few steps (``max_share``); time left goes to further passes over the
+paused loops (``passes``), ranked again by what their loops measured.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from ..loop.session import owned_folder
 from .plan import CampaignPlan, KernelPlan
 
 STATE_FILE = "campaign.json"
-MAX_PASSES = 20            # passes of steps after the first (each must measure something)
+MAX_PASSES = 100           # passes of steps after the first (each must measure something): a guard
+PASS_STEPS = 4             # at most this many steps of a loop a pass: between passes the kernels are ranked again
 RESUME_S = 5.0             # a paused loop's start before its first step (worktree, its kept version's workers)
 STEP_SLACK = 1.2           # the loop's estimate of its next step may exceed the ledger's average
 Echo = Callable[[str], None] | None
@@ -242,6 +244,13 @@ class Campaign:
         step = self.step_cost(name)
         return None if step is None else STEP_SLACK * step + RESUME_S
 
+    def max_share(self, name: str) -> float | None:
+        """The most time one pass gives the kernel's loop: ``PASS_STEPS`` steps, so that the next pass ranks the
+        kernels by what their loops measured (an H100 campaign gave a flat loop 105 s of six no-change steps while
+        four kernels got no step); None before its baseline."""
+        step = self.step_cost(name)
+        return None if step is None else PASS_STEPS * STEP_SLACK * step + RESUME_S
+
     def ledger_dir(self, name: str) -> Path:
         """Where the campaign keeps this kernel's loop state (the driver's copy under ``<out>/loops``)."""
         st = self.state(name)
@@ -317,9 +326,10 @@ class Campaign:
         return limit - self.data["spent_s"] - (time.monotonic() - started)
 
     def time_share(self, name: str, started: float, *, baseline_only: bool = False) -> float | None:
-        """The time left times this kernel's share of the expected gain of the kernels still to run,
-        and at least one step of its loop (``min_share``) while that much is left (the best expected
-        gain gets its step first); 0 (not started) when its measured step cannot fit.  A baseline is
+        """The time left times this kernel's share of the expected gain of the kernels still to run, at
+        most ``max_share`` a pass, and at least one step of its loop (``min_share``) while that much is
+        left (the best expected gain gets its step first); 0 (not started) when its measured step
+        cannot fit.  A baseline is
         measured whole (None) while any time is left."""
         left = self.time_left(started)
         if left is None:
@@ -328,6 +338,9 @@ class Campaign:
             return None if left >= 1.0 else 0.0
         gains = {n: max(self.gain(n), 1e-6) for n in self.todo()}
         share = left * gains[name] / sum(gains.values())
+        most = self.max_share(name)
+        if most is not None:
+            share = min(share, most)
         least = self.min_share(name)
         if least is not None and share < least:
             # a loop started with less stops before its first step: its start would be time lost
