@@ -184,5 +184,8 @@ case "${1:-}" in
         timeout -k 5 "${S18C_CAP_S:-120}" python -m pytest -m gpu -q -p no:cacheprovider -rfE tests/loop/test_worker.py \
           tests/loop/test_step_costs.py tests/roofline/test_gpu_harness.py tests/measure/test_capture.py >"$OUT/gpu_tests.txt" 2>&1
         echo "== targeted gpu tests rc=$?"; tail -n 6 "$OUT/gpu_tests.txt" ;;
+  # session 19, a short last call: a second A/A sitting under the shared sampling plan (#30)
+  s19c) b=${S19C_BUDGET:-180}
+        run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
