@@ -46,6 +46,7 @@ def _refused(capsys, repo, argv, *words):
     ({"colour": "red"}, ("vector_add", "unknown key", "colour")),
     ({"configs": {}}, ("vector_add", "configs")),
     ({"configs": {"1M": -1, "4M": 0.06}}, ("vector_add", "1M", "-1")),
+    ({"configs": {"1M": 0.01}, "run_s": -1}, ("vector_add", "run_s", "-1")),
 ])
 def test_a_bad_simulation_spec_is_refused_before_the_survey(capsys, repo, tmp_path, bad, words):
     _refused(capsys, repo, ["campaign", "--simulate", _spec(tmp_path, vector_add=bad), "--", *PYTEST], *words)

@@ -61,6 +61,10 @@ class SimSpec:
     # preset's size curve: % of attainable)}; None: it has none, and "% of roof" is of the datasheet
     # roof (the loop says so)
     ceiling: dict | None = None
+    # wall seconds a check and one version's run take (slept): a time limit, the loop's step planning and a
+    # campaign's time shares then act as on a GPU, where a step costs 15-20 s
+    verify_s: float = 0.0
+    run_s: float = 0.0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SimSpec":
@@ -88,7 +92,7 @@ class SimSpec:
                 raise BackendError("simulation spec: an interactions key names two or more keys joined by '+' "
                                    "(persistent_grid+kernel_hints)")
         for key in ("clock_drift", "clock_noise", "clock_read_noise", "placement_noise", "throttle",
-                    "throttle_slowdown"):
+                    "throttle_slowdown", "verify_s", "run_s"):
             v = known.get(key, 0.0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < (1 if key == "throttle" else 10):
                 raise BackendError(f"simulation spec: {key} must be a number >= 0{' and < 1' * (key == 'throttle')}, "
@@ -180,10 +184,17 @@ class SimulatedBackend(Backend):
             raise MeasurementTimeout(f"{v.label}: {what} hung and was killed at the time budget", label=v.label)
         raise CandidateCrash(f"{v.label}: the simulated hang ended by itself")  # pragma: no cover
 
+    @staticmethod
+    def _spend(seconds: float, deadline: proc.Deadline) -> None:
+        """The spec's wall time of a check or a run, cut at the deadline (which the caller then meets)."""
+        if seconds > 0:
+            time.sleep(min(seconds, max(0.0, deadline.timeout(seconds))))
+
     def verify(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> Verification:
         """PASS (simulated, so "not checked"), or the planted failure or hang."""
         self.calls.append(("verify", v.label))
         check_deadline(deadline, "verification")
+        self._spend(self.spec.verify_s, deadline)
         if self.spec.hang_in == "verify" and self._planted("hang", v):
             self._hang(v, deadline, "the correctness check")
         bad = self._planted("incorrect", v)
@@ -211,6 +222,7 @@ class SimulatedBackend(Backend):
         for r in range(rounds):
             for i, v in enumerate(round_order(versions, r)):
                 check_deadline(deadline, f"measuring {v.label}")
+                self._spend(sp.run_s, deadline)
                 for c in sp.configs:
                     t = self.latency(v, c)
                     tag = f"{sp.seed}|{v.digest}|{c}|{r}" + (f"|{sitting}" if sitting else "")
