@@ -302,9 +302,10 @@ def suite_numbers(ledger: Path) -> dict:
         return {}
     recs = [json.loads(ln) for ln in ledger.read_text().splitlines() if ln.strip()]
     suite = {r["when"]: r for r in recs if r.get("type") == "suite" and r.get("median_ms")}
-    kept = [r for r in recs if r.get("type") == "iteration" and r.get("iteration", 0) > 0 and r.get("status") == "keep"]
+    steps = [r for r in recs if r.get("type") == "iteration" and r.get("iteration", 0) > 0]
+    kept = [r for r in steps if r.get("status") == "keep"]
     start, end = suite.get("start"), suite.get("end")
-    return {"suite_start_ms": start and start["median_ms"], "suite_final_ms": end and end["median_ms"],
+    return {"steps": len(steps), "suite_start_ms": start and start["median_ms"], "suite_final_ms": end and end["median_ms"],
             "suite_speedup": start["median_ms"] / end["median_ms"] if start and end else None,
             "suite_disagrees": end and end.get("disagrees"),
             "kept_tested": all((r.get("test_cmd") or {}).get("passed") for r in kept) if kept else None}
@@ -380,8 +381,15 @@ def report(out: Path, calls: list[dict], gpu: str, command: list[str]) -> None:
     summary = {"gpu": gpu, "command": command, "calls": calls, "kernels": rows}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     f = lambda v, s: "-" if v is None else format(v, s)   # noqa: E731
-    md = [f"# campaign_suite ({gpu})", "", f"survey command: `{' '.join(command)}`", "",
-          "| kernel | status | configs | start ms | final ms | start % | final % | of | speedup | kept | suite start -> "
+    md = [f"# campaign_suite ({gpu})", "", f"survey command: `{' '.join(command)}`", ""]
+    state = out / "campaign" / "campaign.json"
+    if state.is_file():        # the time the loops spent against the limit (a campaign that stops early leaves some)
+        d = json.loads(state.read_text())
+        if d.get("time_limit_s"):
+            md += [f"campaign time: {d['spent_s']:.0f} s spent of --time-limit {d['time_limit_s']:.0f} s "
+                   "(the state's, over every call)", ""]
+    md += [
+          "| kernel | status | configs | start ms | final ms | start % | final % | of | speedup | kept / steps | suite start -> "
           "final ms (speedup; kept steps tested) | stopped |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -389,7 +397,7 @@ def report(out: Path, calls: list[dict], gpu: str, command: list[str]) -> None:
                                                           if r["simulated_speedup"] else "-")
         md.append(f"| `{r['ref']}` | {r['status']} | {r['configs']} | {f(r['start_ms'], '.6f')} "
                   f"| {f(r['final_ms'], '.6f')} | {f(r['start_pct'], '.1f')} | {f(r['final_pct'], '.1f')} "
-                  f"| {r['pct_of'] or '-'} | {sp} | {f(r['kept_steps'], 'd')} | {_suite_cell(r)} "
+                  f"| {r['pct_of'] or '-'} | {sp} | {f(r['kept_steps'], 'd')} / {f(r.get('steps'), 'd')} | {_suite_cell(r)} "
                   f"| {(r['stopped'] or '-')[:90]} |")
     md += ["", "| call | step | rc | started s | s |", "|---|---|---|---|---|"]
     for c in calls:
