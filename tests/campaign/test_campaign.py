@@ -171,6 +171,7 @@ def test_a_time_limited_campaign_gives_every_kernel_steps_in_passes(planned, tmp
     kernel gets steps, in passes of a few steps each, and the time is spent, not left over.  On an H100 the
     campaign gave four of five kernels a share that held no step and ended with 60 of 397 s unused."""
     repo = planned[0]
+    before = checkout_state(repo)
     spec = {k: {**v, "verify_s": 0.2, "run_s": 0.08} for k, v in SPECS.items()}
     (tmp_path / "specs.json").write_text(json.dumps(spec))
     out = tmp_path / "c"
@@ -187,6 +188,7 @@ def test_a_time_limited_campaign_gives_every_kernel_steps_in_passes(planned, tmp
         assert res.stderr.count(f"{name}: resuming its loop") >= 2, name        # steps in two passes or more
         led = [json.loads(x) for x in (out / "loops" / name / "ledger.jsonl").read_text().splitlines()]
         assert sum(1 for r in led if r.get("type") == "iteration") >= 3, name   # its baseline and steps
+    assert checkout_state(repo) == before
 
 
 def test_report_shows_percent_of_attainable_beside_the_ceiling(simulated):
