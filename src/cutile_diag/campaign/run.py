@@ -217,7 +217,7 @@ class Campaign:
         measured something.  A loop that stops before its share ends (its next step would not fit, or nothing is
         left to try) leaves the rest to the others: on an H100 a campaign ended with 60 of its 397 s unused and four
         of five kernels paused without a step."""
-        seen = 0
+        seen = 0                       # iterations measured before the last pass
         for baseline_only in self.phases():
             seen = self.progress()
             yield baseline_only
@@ -329,8 +329,7 @@ class Campaign:
         """The time left times this kernel's share of the expected gain of the kernels still to run, at
         most ``max_share`` a pass, and at least one step of its loop (``min_share``) while that much is
         left (the best expected gain gets its step first); 0 (not started) when its measured step
-        cannot fit.  A baseline is
-        measured whole (None) while any time is left."""
+        cannot fit.  A baseline is measured whole (None) while any time is left."""
         left = self.time_left(started)
         if left is None:
             return None
