@@ -407,7 +407,7 @@ def test_a_step_share_holds_one_step_of_the_best_kernel_first(tmp_path):
     step = (14.0 + 2 * 2 * 10.0) / 0.85                                   # one check, one comparison of 2 rounds
     assert c.step_cost("a") == pytest.approx(step)
     least = 1.2 * step + 5.0                                             # with slack, and the paused loop's start
-    assert c.min_share("a") == pytest.approx(least)
+    assert c.share_bounds("a")[0] == pytest.approx(least)
     assert c.time_share("a", now) == pytest.approx(least, abs=0.1)       # 50 s would not hold one step
     c.data["spent_s"] = 95.0
     now = _time.monotonic()                   # the clock runs until the call: 5 s left from here
@@ -441,8 +441,8 @@ def test_time_a_loop_leaves_goes_to_more_passes_while_they_measure_something(tmp
             continue
         if len(passes) == 2:                # a pass gives a loop at most 4 steps (its half of 200 s would be 100)
             step = (4.0 + 2 * 2 * 1.0) / 0.85
-            assert c.max_share("a") == pytest.approx(4 * 1.2 * step + 5.0)
-            assert c.time_share("a", _time.monotonic()) == pytest.approx(c.max_share("a"), abs=0.1)
+            assert c.share_bounds("a")[1] == pytest.approx(4 * 1.2 * step + 5.0)
+            assert c.time_share("a", _time.monotonic()) == pytest.approx(c.share_bounds("a")[1], abs=0.1)
         if len(passes) <= 4:                # the steps: a measures one iteration a pass, b stops at once
             n = len(led["a"].iterations)
             led["a"].adopt([{"type": "setup"}, *led["a"].iterations, {**base, "iteration": n, "status": "revert"}])

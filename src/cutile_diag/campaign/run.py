@@ -13,7 +13,7 @@ gain over the expected gains of the kernels not yet run (``time_share``), and at
 step of its loop costs (its baseline measured that) while that much is left: the best expected
 gain first.  ``--baselines-first``: every kernel's baseline (iteration 0) is measured before any
 loop takes a step, so each has its starting point even when the time runs out; then the steps.
-A pass gives a loop at most a few steps (``max_share``); time left goes to further passes over the
+A pass gives a loop at most a few steps (``share_bounds``); time left goes to further passes over the
 paused loops (``passes``), ranked again by what their loops measured.
 """
 from __future__ import annotations
@@ -222,34 +222,31 @@ class Campaign:
             seen = self.progress()
             yield baseline_only
         for _ in range(MAX_PASSES):
-            left = self.time_left(started)
-            if left is None or self.progress() == seen:
+            left, measured = self.time_left(started), self.progress()
+            if left is None or measured == seen:
                 return
-            fits = [n for n in self.todo() if (m := self.min_share(n)) is not None and m <= left]
+            fits = [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
             if not fits:
                 return
             if echo:
                 echo(f"campaign: {left:.0f} s left of --time-limit: another pass over {len(fits)} paused loop(s)")
-            seen = self.progress()
+            seen = measured
             yield False
 
     def progress(self) -> int:
         """Iterations measured over every selected kernel's loop (a pass that adds none ends the passes)."""
         return sum(len(led.iterations) for n in self.data["selected"] if (led := self.ledger(n)) is not None)
 
-    def min_share(self, name: str) -> float | None:
-        """The least time worth giving the kernel's loop: one step at the costs its ledger measured, with slack for
-        a step dearer than the average (a sweep, more rounds) and the paused loop's start; None before its
-        baseline."""
+    def share_bounds(self, name: str) -> tuple[float, float] | None:
+        """(least, most) time one pass gives the kernel's loop, from one step at the costs its ledger measured (with
+        slack for a step dearer than the average, and the paused loop's start): at least one step, else it would
+        stop before its first; at most ``PASS_STEPS``, so that the next pass ranks the kernels by what their loops
+        measured (an H100 campaign gave a flat loop 105 s of six no-change steps while four kernels got no step).
+        None before its baseline."""
         step = self.step_cost(name)
-        return None if step is None else STEP_SLACK * step + RESUME_S
-
-    def max_share(self, name: str) -> float | None:
-        """The most time one pass gives the kernel's loop: ``PASS_STEPS`` steps, so that the next pass ranks the
-        kernels by what their loops measured (an H100 campaign gave a flat loop 105 s of six no-change steps while
-        four kernels got no step); None before its baseline."""
-        step = self.step_cost(name)
-        return None if step is None else PASS_STEPS * STEP_SLACK * step + RESUME_S
+        if step is None:
+            return None
+        return STEP_SLACK * step + RESUME_S, PASS_STEPS * STEP_SLACK * step + RESUME_S
 
     def ledger_dir(self, name: str) -> Path:
         """Where the campaign keeps this kernel's loop state (the driver's copy under ``<out>/loops``)."""
@@ -326,8 +323,8 @@ class Campaign:
         return limit - self.data["spent_s"] - (time.monotonic() - started)
 
     def time_share(self, name: str, started: float, *, baseline_only: bool = False) -> float | None:
-        """The time left times this kernel's share of the expected gain of the kernels still to run, at
-        most ``max_share`` a pass, and at least one step of its loop (``min_share``) while that much is
+        """The time left times this kernel's share of the expected gain of the kernels still to run, within
+        its ``share_bounds`` (at most a few steps a pass, at least one step) while that much is
         left (the best expected gain gets its step first); 0 (not started) when its measured step
         cannot fit.  A baseline is measured whole (None) while any time is left."""
         left = self.time_left(started)
@@ -337,13 +334,13 @@ class Campaign:
             return None if left >= 1.0 else 0.0
         gains = {n: max(self.gain(n), 1e-6) for n in self.todo()}
         share = left * gains[name] / sum(gains.values())
-        most = self.max_share(name)
-        if most is not None:
+        bounds = self.share_bounds(name)
+        if bounds is not None:
+            least, most = bounds
             share = min(share, most)
-        least = self.min_share(name)
-        if least is not None and share < least:
-            # a loop started with less stops before its first step: its start would be time lost
-            share = least if least <= left else 0.0
+            if share < least:
+                # a loop started with less stops before its first step: its start would be time lost
+                share = least if least <= left else 0.0
         return max(0.0, min(share, left))
 
     def gain(self, name: str) -> float:

@@ -351,8 +351,8 @@ class Driver:
         busy = {jr.name for jr in running.values()}
         gains = {n: max(c.gain(n), 1e-6) for n in c.todo() if n not in busy}
         free = len(self.workers) * left - held
-        most = c.max_share(name)
-        return min(left, most if most is not None else left, max(share, free * gains[name] / sum(gains.values())))
+        bounds = c.share_bounds(name)
+        return min(left, bounds[1] if bounds else left, max(share, free * gains[name] / sum(gains.values())))
 
     def _phase(self, c: Campaign, started: float, baseline_only: bool, say) -> None:
         queue = deque(c.todo(baseline_only=baseline_only))
