@@ -59,6 +59,39 @@ def test_tilegym_style_file(tmp_path):
     assert not loc.capture_specs
 
 
+AUTOGRAD_STYLE = '''
+import cuda.tile as ct
+import torch
+
+
+@ct.kernel
+def fwd(x, y, T: ct.Constant[int]):
+    ct.store(y, index=(ct.bid(0),), tile=ct.load(x, index=(ct.bid(0),), shape=(T,)))
+
+
+class _Op(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.empty_like(x)
+        T = 256
+        ct.launch(torch.cuda.current_stream(), (x.numel() // T,), fwd, (x, y, T))
+        return y
+
+
+def op(x):
+    return _Op.apply(x)
+'''
+
+
+def test_a_launch_in_an_autograd_functions_method_is_the_kernels_wrapper(tmp_path):
+    """The library style: the launch in ``torch.autograd.Function.forward``, called through ``apply``."""
+    f = tmp_path / "op.py"
+    f.write_text(AUTOGRAD_STYLE)
+    loc = locate(f, "fwd")
+    assert [(s.kind, s.function) for s in loc.launches] == [("ct.launch", "_Op.forward")]
+    assert loc.wrappers == ["_Op.forward"] and not loc.notes and not loc.autotuned
+
+
 def test_examples_and_aliases():
     loc = locate(EXAMPLES_DIR / "matmul.py", "matmul_f32")
     assert loc.function == "matmul" and loc.capture_specs

@@ -131,3 +131,29 @@ def test_a_disagreement_with_the_suite_is_placed_per_configuration(tmp_path):
     rows = Runner._suite_by_config(me, {"t[n=256]": 0.0152, "t[n=1024]": 0.0455}, {"t[n=256]": 0.0141, "t[n=1024]": 0.0468})
     assert [(x["test"], round(x["replayed"], 4), round(x["suite"], 4)) for x in rows] == \
         [("t[n=256]", 0.6745, 0.9276), ("t[n=1024]", 0.975, 1.0286)]
+
+
+def test_a_bare_replay_skips_a_wrapper_change_it_would_not_time(lse_cmd, monkeypatch):  # noqa: F811
+    """Recordings without a wrapper call replay the recorded launch: a change to the wrapper (its tile size) would
+    time the kept version again, so it is skipped, saying why; a change inside the kernel is still measured."""
+    from test_command_mode import _Edit
+    repo, count = lse_cmd
+    ts = {"wrap": _Edit("wrap", "A", "tile_n = 1 << (n - 1)", "tile_n = 2 << (n - 1)"),
+          "fast": _Edit("fast", "B", "ct.exp(x - m.reshape((1, 1)))",
+                        "ct.exp2((x - m.reshape((1, 1))) * 1.4426950408889634)")}
+    r, rb = make(repo, ts, [rec("A", "wrap"), rec("B", "fast")], SPEC, max_iterations=2, rounds=2, capture=False)
+    # the fixture's bench records nothing (no GPU): the recordings as a launch made in a method leaves them
+    bare = {"kernel": {"name": "row_lse"}, "executed": True, "wrapper": None,
+            "wrapper_missing": "the launch is made by _Op.forward"}
+    monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", bare)])
+    r.start()
+    its = r.led.iterations[1:]
+    assert [i["optimization"].rsplit(": ", 1)[1] for i in its] == ["fast"]
+    a = r.led.iterations[0]
+    why = r.untimed({"row_lse.py": (repo / "row_lse.py").read_text()},
+                    {"row_lse.py": (repo / "row_lse.py").read_text().replace("1 << (n - 1)", "2 << (n - 1)")})
+    assert why and "bare launch" in why and "_Op.forward" in why and a["iteration"] == 0
+    # with the wrapper recorded, the same change is timed
+    monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", {**bare, "wrapper": {"name": "f"}})])
+    rb._bare = None
+    assert r.untimed({"row_lse.py": "x = 1"}, {"row_lse.py": "x = 2"}) is None

@@ -315,3 +315,72 @@ def test_the_replayed_byte_count_moves_a_write_only_output_once_and_skips_unused
     finally:
         sys.path.remove(str(root))
         sys.modules.pop("kops", None)
+
+
+AUTOGRAD = textwrap.dedent('''
+    import cuda.tile as ct
+    import torch
+
+
+    @ct.kernel
+    def double_(x, y, TILE: ct.Constant[int]):
+        bid = ct.bid(0)
+        ct.store(y, index=(bid,), tile=ct.load(x, index=(bid,), shape=(TILE,)) * 2)
+
+
+    class _Double(torch.autograd.Function):
+        # the library style: the launch in the Function's forward, the op a module-level function calling apply
+        @staticmethod
+        def forward(ctx, x):
+            TILE = 256
+            y = torch.empty_like(x)
+            ct.launch(None, (ct.cdiv(x.shape[0], TILE),), double_, (x, y, TILE))
+            return y
+
+
+    def double(x):
+        return _Double.apply(x)
+''')
+
+
+def test_a_launch_in_an_autograd_functions_method_replays_through_the_module_function_that_calls_it(
+        tmp_path, monkeypatch):
+    """The op function above the Function's ``forward`` is the recorded wrapper, so a candidate that changes the
+    tile size inside ``forward`` launches its own grid in the replay; a method with no module-level function above it
+    (``apply`` called from elsewhere, as the autograd engine calls ``backward``) is replayed bare and says why."""
+    from cutile_diag.capture.launches import describe_launch
+    from cutile_diag.replay.record import LaunchRecorder
+    from cutile_diag.workloads import load_workload
+    import cuda.tile as ct
+    (tmp_path / "aops.py").write_text(AUTOGRAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("aops", None)
+    import aops
+    rec = LaunchRecorder(tmp_path / "rec", 1 << 20)
+    pends = []
+
+    def recording(stream, grid, kernel, args, /, **kw):
+        pends.append(rec.before(kernel, grid, args, describe_launch(kernel, grid, args)))
+        args[1].copy_(args[0] * 2)
+        rec.after(pends[-1], executed=True)
+    monkeypatch.setattr(ct, "launch", recording)
+    y = aops.double(torch.randn(4096))
+    aops._Double.apply(torch.randn(2048))
+    via_op, bare = (replay.load(p.folder, device="cpu") for p in pends)
+    assert via_op.wrapper[0] is aops.double and via_op.wrapper[1][0].shape == (4096,)
+    assert bare.wrapper is None and "_Double.forward" in bare.manifest["wrapper_missing"]
+    assert via_op.written == ["y"] and torch.equal(via_op.outputs["y"], y)
+
+    # a candidate with a larger tile in forward: the replay through its `double` launches the candidate's grid
+    launched = []
+
+    def emulated(stream, grid, kernel, args, /, **kw):
+        launched.append((tuple(grid), args[2]))
+        args[1].copy_(args[0] * 2)
+    monkeypatch.setattr(ct, "launch", emulated)
+    (tmp_path / "cand.py").write_text(AUTOGRAD.replace("TILE = 256", "TILE = 1024"))
+    wl = load_workload(f"replay:{pends[0].folder}", file=str(tmp_path / "cand.py"))
+    cfg = wl.configs[0]
+    inputs = wl.make_inputs(cfg, 0, "cpu")
+    got = wl.run(inputs)
+    assert launched[-1] == ((4,), 1024) and torch.equal(got["y"], via_op.outputs["y"])

@@ -173,7 +173,8 @@ class Beam:
         for _ in range(8):               # each pass marks memoised candidates tried and asks again
             ch, _manual, _skipped = choose(diag, a, kernel_file=self.r.s.kernel_file, kernel=self.r.s.kernel,
                                            transforms=self.r.transforms, attempted=seen, only=self.r.opt.only,
-                                           skip=self.r.opt.skip, max_sweep=self.r.max_sweep())
+                                           skip=self.r.opt.skip, max_sweep=self.r.max_sweep(),
+                                           untimed=self.r.untimed)
             if ch is None:
                 return out
             fresh = [self._canonical(c, original) for c in ch.candidates]

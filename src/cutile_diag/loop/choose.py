@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .backends import Version
 from .candidate import Candidate, transform_key
@@ -26,10 +26,13 @@ class Choice:
 
 
 def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, transforms: Mapping[str, Any],
-           attempted: set, only: Sequence[str] = (), skip: Sequence[str] = (), max_sweep: int = 4
+           attempted: set, only: Sequence[str] = (), skip: Sequence[str] = (), max_sweep: int = 4,
+           untimed: Callable[[Mapping[str, str], Mapping[str, str]], str | None] | None = None
            ) -> tuple[Choice | None, list[dict], list[str]]:
     """The next automatic step, the manual entries ranked above it, and why entries were skipped.
-    ``attempted``: (base digest, transform, params json) already tried (``Ledger.attempted``)."""
+    ``attempted``: (base digest, transform, params json) already tried (``Ledger.attempted``).
+    ``untimed(kept files, candidate files)``: why the backend would not time the candidate's change (a bare
+    replay and a changed wrapper), or None; such candidates are skipped with that reason."""
     source = a.files[kernel_file]
     facts = {e.get("key"): e.get("value") for e in diag.evidence if isinstance(e, dict)}
     manual: list[dict] = []
@@ -80,11 +83,25 @@ def choose(diag: LoopDiagnosis, a: Version, *, kernel_file: str, kernel: str, tr
                                                and not (only and r.id.upper() not in only) and r.id.upper() not in skip],
                                    limit=room, kernel_file=kernel_file, kernel=kernel, transforms=transforms,
                                    facts=facts, attempted=attempted, skipped=skipped)
+            if untimed is not None:
+                cands, comps = (_timed(cs, a, untimed, f"{rec.id}/{tname}", skipped) for cs in (cands, comps))
             if cands or comps:
                 return Choice(rec, t, cands[:max_sweep - len(comps)] + comps), manual, skipped
             if params_list:
                 skipped.append(f"{rec.id}/{tname}: no untried parameters apply")
     return None, manual, skipped
+
+
+def _timed(cands: list[Candidate], a: Version, untimed: Callable, label: str, skipped: list[str]) -> list[Candidate]:
+    """The candidates whose change the backend times; the others are skipped, saying why."""
+    out = []
+    for c in cands:
+        why = untimed(a.files, c.version.files)
+        if why:
+            skipped.append(f"{label}{c.params or ''}: not timed: {why}")
+        else:
+            out.append(c)
+    return out
 
 
 def row_label(entry: str, planned: str, ran: str, cands: Sequence[Candidate]) -> str:

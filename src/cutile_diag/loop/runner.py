@@ -509,7 +509,15 @@ class Runner(Evaluation, Steps):
         """The next automatic step (``loop.choose``), against the ledger's tried candidates."""
         return choose(diag, a, kernel_file=self.s.kernel_file, kernel=self.s.kernel, transforms=self.transforms,
                       attempted=self.led.attempted(), only=self.opt.only, skip=self.opt.skip,
-                      max_sweep=self.max_sweep())
+                      max_sweep=self.max_sweep(), untimed=self.untimed)
+
+    def untimed(self, a_files: Mapping[str, str], b_files: Mapping[str, str]) -> str | None:
+        """Why the backend would not time the change from ``a_files`` to ``b_files``: a change outside the kernel
+        where the backend replays bare launches (``Backend.host_untimed``); None when it would."""
+        why = self.backend.host_untimed()
+        if why and changed_outside_kernel(a_files, b_files, self.s.kernel_file, self.s.function):
+            return why
+        return None
 
     # ----------------------------------------------------------------------------------
     # the loop

@@ -2,8 +2,8 @@
 
 The first launch of each signature (kernel + grid + argument specs) is recorded; later ones of
 the same signature are not (a suite launches a kernel thousands of times at a few shapes).
-``before`` runs just ahead of the launch: it finds the wrapper (the first frame up the stack in
-the kernel's own module that is not the kernel) and copies every storage the launch's and the
+``before`` runs just ahead of the launch: it finds the wrapper (the first frame up the stack that
+runs a module-level function of the kernel's own module) and copies every storage the launch's and the
 wrapper's tensors view; ``after`` runs once the launch returned: it synchronises, marks the
 storages the kernel wrote (bytes before != after), keeps their after-bytes (the baseline's
 answer) and writes the folder (``store``'s format) under a temporary name, then renames it, so
@@ -143,18 +143,31 @@ def _capturing() -> bool:
         return False
 
 
+def _module_function(frame) -> bool:
+    """The frame runs a function bound at its module's top level (what a replay can call again)."""
+    fn = frame.f_globals.get(frame.f_code.co_name)
+    return inspect.isfunction(fn) and fn.__code__ is frame.f_code
+
+
 def find_wrapper(kernel, frame) -> tuple[Any, str | None]:
-    """(the wrapper's frame, None) or (None, why not): the first frame up from ``frame`` whose code lives
-    in the kernel's file and is not the kernel."""
+    """(the wrapper's frame, None) or (None, why not): the first frame up from ``frame`` that runs a module-level
+    function of the kernel's file.  A launch made in a method (``torch.autograd.Function.forward``, called through
+    ``apply`` by the module's ``geglu()``) or a nested function is replayed through the module-level function above
+    it, so a changed grid or tile size in the method is what gets timed."""
     pyfunc = getattr(kernel, "_pyfunc", None)
     code = getattr(pyfunc, "__code__", None)
     if code is None:
         return None, "the kernel's source file is not known"
-    f = frame
+    f, inner = frame, None
     while f is not None:
         if f.f_code.co_filename == code.co_filename and f.f_code is not code:
-            return f, None
+            if _module_function(f):
+                return f, None
+            inner = inner or f.f_code.co_qualname
         f = f.f_back
+    if inner is not None:
+        return None, (f"the launch is made by {inner}, and no module-level function of the kernel's module is above "
+                      "it on the stack (e.g. a backward pass the autograd engine calls)")
     return None, "no function of the kernel's module is on the stack of the launch (launched from elsewhere)"
 
 
@@ -175,7 +188,7 @@ def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
     out passed; the replay checks that the baseline's wrapper then makes the recorded launch)."""
     name = frame.f_code.co_name
     fn = frame.f_globals.get(name)
-    if not inspect.isfunction(fn) or fn.__code__ is not frame.f_code:
+    if not _module_function(frame):
         return None, f"the launch is made by {name}, which is not a module-level function of the kernel's module"
     loc = frame.f_locals
     moved = rebound(frame.f_code)

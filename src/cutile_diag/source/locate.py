@@ -328,13 +328,18 @@ def locate(path: str | Path, kernel_name: str, *, source: str | None = None) -> 
         last = (dotted(call.func) or "").split(".")[-1]
         return last if last in TUNE_CALLS else None
 
-    for fn in (n for n in f.module.body if isinstance(n, cst.FunctionDef) and n.name.value not in kernel_names):
+    # host functions: the module's, and the methods of its classes (the library style launches in an
+    # autograd.Function's forward/backward, called through apply by the op's module-level function)
+    hosts = [(n, "") for n in f.module.body if isinstance(n, cst.FunctionDef) and n.name.value not in kernel_names]
+    hosts += [(m, c.name.value) for c in f.module.body if isinstance(c, cst.ClassDef)
+              for m in c.body.body if isinstance(m, cst.FunctionDef)]
+    for fn, owner in hosts:
         for site in launch_calls(fn, member, f.line):
             kern = site.kernel_node
             # the kernel may be a hinted copy held in a variable; accept it when the function names the kernel
             if kern is None or not (refers(kern) or mentions_target(fn, kern)):
                 continue
-            site.func = fn
+            site.func, site.owner = fn, owner
             launches.append(site.with_text(f.text))
             space = (launch_arguments(site.call, site.kind) or {}).get("search_space")
             if space is not None:

@@ -176,11 +176,14 @@ class LaunchSite:
     kernel: str = ""                        # the text view: the kernel, grid and arguments as written
     grid_text: str = ""
     args_text: str = ""
+    owner: str = ""                         # the class whose method holds the launch (an autograd.Function)
 
     @property
     def function(self) -> str:
-        """The name of the host function holding the launch ("" at module level)."""
-        return self.func.name.value if self.func is not None else ""
+        """The name of the host function holding the launch, ``Class.method`` for a method ("" at module level)."""
+        if self.func is None:
+            return ""
+        return f"{self.owner}.{self.func.name.value}" if self.owner else self.func.name.value
 
     def with_text(self, text: Callable[[cst.CSTNode], str]) -> LaunchSite:
         """The site with its text view filled in from the nodes as written (``text``: node -> text)."""

@@ -209,6 +209,11 @@ class Backend(abc.ABC):
         then measures it), or why there is none."""
         return "the backend has no ceiling of its own"
 
+    def host_untimed(self) -> str | None:
+        """Why a change outside the kernel (its launch wrapper: grid, tile size passed as an argument) would not be
+        timed, or None: it is (by default every run goes through the user's code)."""
+        return None
+
     def launch_block(self, ver: Verification, function: str) -> tuple[dict | None, str]:
         """Where ``observes``: the launch of ``function`` the observed check ``ver`` recorded, as a
         capture manifest's ``launch`` block, or (None, why not)."""

@@ -55,6 +55,7 @@ class ReplayBackend(Backend):
         self.check_cost_s: float | None = None   # a replayed check (worker start + load), what a candidate's costs
         self._suite_start: tuple[str, dict] | None = None   # (digest, medians) of the recording bench run
         self._resumed = False                   # the baseline's check and recording happened in an earlier run
+        self._bare: str | None = None           # host_untimed's answer, once the recordings measure
 
     @property
     def costly_runs(self) -> bool:
@@ -93,6 +94,18 @@ class ReplayBackend(Backend):
         """The replay workers' timed requests (round-trip and in-worker seconds), where the runner's clock splits the
         timing's cost."""
         return self.inner.requests if self.inner is not None else []
+
+    def host_untimed(self) -> str | None:
+        """Where a recording of the kernel has no wrapper call, its bare launch replays the recorded grid and
+        arguments: a change to the wrapper (a tile size, a grid) would time the same launch as before."""
+        if self.inner is None:
+            return None
+        if self._bare is None:                  # the recordings do not change once the recordings measure
+            bare = [m for _f, m in self._recordings() if not m.get("wrapper")]
+            why = bare[0].get("wrapper_missing") or "no wrapper call was recorded" if bare else ""
+            self._bare = (f"{len(bare)} of the kernel's recordings replay the bare launch ({why}), which would time "
+                          "the recorded launch, not the changed wrapper") if bare else ""
+        return self._bare or None
 
     def launch_block(self, ver: Verification, function: str):
         """The observed check's launch of ``function`` as a capture's launch block, as in command mode."""
