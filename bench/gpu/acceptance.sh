@@ -187,5 +187,11 @@ case "${1:-}" in
   # session 19, a short last call: a second A/A sitting under the shared sampling plan (#30)
   s19c) b=${S19C_BUDGET:-180}
         run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
+  # session 20, call 2: every GPU-marked test (replay's wrapper of a launch in an autograd.Function method is new),
+  # then a second A/A sitting under the shared sampling plan (#30) in what is left
+  s20b) t0=$SECONDS
+        bash bench/gpu/gpu_tests.sh "${S20B_CAP_S:-220}"
+        b=$(( ${S20B_END_S:-565} - (SECONDS - t0) - 30 )); [ "$b" -ge 120 ] || b=120
+        run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
