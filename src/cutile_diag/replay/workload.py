@@ -15,6 +15,7 @@ first time and kept in the folder (``expected-regenerated.pt``); a candidate is 
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ class ReplayWorkload(Workload):
         self.repeatable = not any(s.get("written") and not s.get("pure_output")
                                   for _f, m in self.manifests.values() for s in m["storages"])
         self._loaded: dict[str, Replay] = {}
-        self._hook: dict | None = None
+        self._names = {m["kernel"]["name"] for _f, m in self.manifests.values()}
+        self._launch_mods: list | None = None
         self.notes: dict[str, str] = {}
         self._accesses: dict[str, dict[str, str] | None] = {}
 
@@ -88,26 +90,36 @@ class ReplayWorkload(Workload):
                 return f"{f.name} was recorded without executing: there is no recorded answer to check against"
         return None
 
-    # -- the launch hook: which arguments the wrapper's launch of the kernel passed ----------------
-    def _install_hook(self) -> dict:
-        if self._hook is None:
-            import cuda.tile as ct
-            original = getattr(ct.launch, "__wrapped__", None) or ct.launch
-            seen: dict = {}
-            names = {m["kernel"]["name"] for _f, m in self.manifests.values()}
+    # -- the launch watch: which arguments the wrapper's launch of the kernel passed ----------------
+    @contextlib.contextmanager
+    def _watch(self):
+        """Around one wrapper call: ``ct.launch`` (and the modules that imported it by name) notes the kernel's launch
+        in the dict yielded, then calls whatever launched before.  Scoped, not installed for good: the check's launch
+        interceptor restores its own original on exit, which took a hook installed inside it out of every later call
+        (an H100 campaign: "geglu no longer launches" for every candidate of TileGym's geglu)."""
+        import cuda.tile as ct
+        current = ct.launch
+        if self._launch_mods is None:       # modules that did `from cuda.tile import launch`, found once
+            self._launch_mods = [m for m in list(sys.modules.values())
+                                 if m is not None and m is not ct and getattr(m, "__dict__", {}).get("launch") is current]
+        names = self._names
+        seen: dict = {}
 
-            def launch(stream, grid, kernel, kernel_args, /, **kw):
-                f = getattr(kernel, "_pyfunc", None)
-                if getattr(f, "__name__", None) in names:
-                    seen["grid"], seen["args"], seen["kernel"] = grid, kernel_args, kernel
-                return original(stream, grid, kernel, kernel_args, **kw)
-            current = ct.launch
-            for mod in [m for m in list(sys.modules.values()) if m is not None]:
-                if getattr(mod, "__dict__", {}).get("launch") is current:
-                    mod.launch = launch
-            ct.launch = launch
-            self._hook = seen
-        return self._hook
+        def launch(stream, grid, kernel, kernel_args, /, **kw):
+            f = getattr(kernel, "_pyfunc", None)
+            if getattr(f, "__name__", None) in names:
+                seen["grid"], seen["args"], seen["kernel"] = grid, kernel_args, kernel
+            return current(stream, grid, kernel, kernel_args, **kw)
+        rebound = [m for m in self._launch_mods if m.__dict__.get("launch") is current]
+        ct.launch = launch
+        for m in rebound:
+            m.launch = launch
+        try:
+            yield seen
+        finally:
+            ct.launch = current
+            for m in rebound:
+                m.launch = current
 
     def replay(self, cfg: WorkloadConfig, device: str = "cuda") -> Replay:
         """The configuration's recording, loaded once; its wrapper call is dropped when the wrapper no longer matches
@@ -128,11 +140,10 @@ class ReplayWorkload(Workload):
 
     def _wrapper_matches(self, r: Replay) -> str | None:
         """The recorded version's wrapper, called with the recorded arguments, must make the recorded launch."""
-        hook = self._install_hook()
-        hook.clear()
         r.restore()
         fn, args, kwargs = r.wrapper
-        fn(*args, **kwargs)
+        with self._watch() as hook:
+            fn(*args, **kwargs)
         r.restore()
         if "args" not in hook:
             return f"{fn.__name__} did not launch {r.name}"
@@ -159,10 +170,9 @@ class ReplayWorkload(Workload):
             r.launch()
             args = r.args
         else:
-            hook = self._install_hook()
-            hook.clear()
             fn, a, kw = r.wrapper
-            fn(*a, **kw)
+            with self._watch() as hook:
+                fn(*a, **kw)
             if "args" not in hook:
                 raise WorkloadError(f"{fn.__name__} no longer launches {r.name}")
             args = hook["args"]
