@@ -153,6 +153,11 @@ def test_a_bare_replay_skips_a_wrapper_change_it_would_not_time(lse_cmd, monkeyp
     why = r.untimed({"row_lse.py": (repo / "row_lse.py").read_text()},
                     {"row_lse.py": (repo / "row_lse.py").read_text().replace("1 << (n - 1)", "2 << (n - 1)")})
     assert why and "bare launch" in why and "_Op.forward" in why and a["iteration"] == 0
+    # a resumed loop chooses its first step before its first check starts the workers: the recordings say it
+    from cutile_diag.loop.backends import ReplayBackend
+    fresh = ReplayBackend(rb.cmd, rb.replay_dir, kernel="row_lse")
+    monkeypatch.setattr(fresh, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", bare)])
+    assert fresh.inner is None and "bare launch" in fresh.host_untimed()
     # with the wrapper recorded, the same change is timed
     monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", {**bare, "wrapper": {"name": "f"}})])
     rb._bare = None

@@ -98,10 +98,16 @@ class ReplayBackend(Backend):
     def host_untimed(self) -> str | None:
         """Where a recording of the kernel has no wrapper call, its bare launch replays the recorded grid and
         arguments: a change to the wrapper (a tile size, a grid) would time the same launch as before."""
-        if self.inner is None:
-            return None
-        if self._bare is None:                  # the recordings do not change once the recordings measure
-            bare = [m for _f, m in self._recordings() if not m.get("wrapper")]
+        if self.fallback is not None:
+            return None                         # the user's commands measure: they run the wrapper
+        if self._bare is None:
+            # read from the recordings, not from whether they measure yet: a resumed loop chooses its first step
+            # before its first check starts the workers (a campaign's later passes measured a bare geglu backward's
+            # BLOCK_SIZE that way); once recorded they do not change
+            recs = self._recordings()
+            if not recs:
+                return None                     # not recorded yet (the baseline's bench run records)
+            bare = [m for _f, m in recs if not m.get("wrapper")]
             why = bare[0].get("wrapper_missing") or "no wrapper call was recorded" if bare else ""
             self._bare = (f"{len(bare)} of the kernel's recordings replay the bare launch ({why}), which would time "
                           "the recorded launch, not the changed wrapper") if bare else ""
