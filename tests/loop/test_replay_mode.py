@@ -162,3 +162,31 @@ def test_a_bare_replay_skips_a_wrapper_change_it_would_not_time(lse_cmd, monkeyp
     monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", {**bare, "wrapper": {"name": "f"}})])
     rb._bare = None
     assert r.untimed({"row_lse.py": "x = 1"}, {"row_lse.py": "x = 2"}) is None
+
+
+def test_recorded_by_a_survey_the_suites_start_run_waits_for_a_kept_step(lse_cmd, monkeypatch):  # noqa: F811
+    """Launches recorded before the loop (a campaign's survey): the baseline runs no bench command; the start runs at
+    the end beside the final version when a step was kept, and not at all when none was."""
+    repo, count = lse_cmd
+    recorded = {"kernel": {"name": "row_lse"}, "executed": True, "wrapper": {"name": "launch"}}
+    ts = {"fast": FakeTransform("fast", "A"), "slow": FakeTransform("slow", "B")}
+    r, rb = make(repo, ts, [rec("A", "fast"), rec("B", "slow")], SPEC, max_iterations=2, rounds=2, capture=False)
+    monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", recorded)])
+    r.start()
+    seen = runs(count)
+    assert [i["status"] for i in r.led.iterations[1:]] == ["keep", "revert"]
+    # the baseline's check, the keep's test command, then the start and the final bench runs side by side at the end
+    assert seen == ["check observed", "check", "bench", "bench"]
+    start, end = r.led.of_type("suite")
+    assert start["when"] == "start" and start["deferred"] and start["digest"] == r.led.iterations[0]["digest"]
+    assert end["when"] == "end" and abs(end["suite_ratio"] - 0.8) < 1e-6
+
+
+def test_recorded_by_a_survey_a_loop_that_keeps_nothing_runs_no_bench_command(lse_cmd, monkeypatch):  # noqa: F811
+    repo, count = lse_cmd
+    recorded = {"kernel": {"name": "row_lse"}, "executed": True, "wrapper": {"name": "launch"}}
+    r, rb = make(repo, {"slow": FakeTransform("slow", "B")}, [rec("B", "slow")], SPEC, max_iterations=1, rounds=2,
+                 capture=False)
+    monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", recorded)])
+    r.start()
+    assert runs(count) == ["check observed"] and r.led.of_type("suite") == []

@@ -632,13 +632,24 @@ class Runner(Evaluation, Steps):
         self._suite_bench("start", a)
         return rec
 
-    def _suite_bench(self, when: str, v: Version) -> None:
+    def _suite_bench(self, when: str, v: Version, deferred: bool = False) -> None:
         """Replay backends: the user's bench command once at the start and once at the end, so start and
         final are in the suite's own numbers too (ledger records ``suite``); a replayed gain the suite does
-        not show (beyond the noise) is reported."""
+        not show (beyond the noise) is reported.  A backend that defers the start (``defers_suite_start``)
+        gets it at the end, just before the final run (``deferred``), and only when a step was kept."""
         done = self.led.of_type("suite")
         start = next((r for r in done if r["when"] == "start" and r.get("configs")), None)
-        if not self.backend.suite or (when == "end" and (start is None or start["digest"] == v.digest)):
+        if not self.backend.suite:
+            return
+        if when == "start" and self.backend.defers_suite_start and not deferred:
+            self.echo("  the bench command (start) runs at the end, beside the final version, if a step is kept")
+            return
+        if when == "end" and start is None and self.backend.defers_suite_start:
+            base = self.version_of(next((r for r in self.led.iterations if r["iteration"] == 0), None))
+            if base.digest != v.digest:
+                self._suite_bench("start", base, deferred=True)
+                start = next((r for r in self.led.of_type("suite") if r["when"] == "start" and r.get("configs")), None)
+        if when == "end" and (start is None or start["digest"] == v.digest):
             return                     # nothing kept since the start: its numbers are the final ones
         if any(r["when"] == when and r.get("digest") == v.digest and r.get("configs") for r in done):
             return                     # a resumed loop that kept nothing new: measured already
@@ -652,7 +663,7 @@ class Runner(Evaluation, Steps):
         if not ms:
             return
         rec: dict[str, Any] = {"type": "suite", "when": when, "version": v.label, "digest": v.digest, "configs": ms,
-                               "median_ms": stats.headline_ms(ms.values())}
+                               "median_ms": stats.headline_ms(ms.values()), **({"deferred": True} if deferred else {})}
         if when == "end":
             base = next((r for r in self.led.iterations if r["iteration"] == 0), None)
             kept = self.led.last_kept()

@@ -174,6 +174,7 @@ class Backend(abc.ABC):
     device: int | None = None           # the GPU index it measures on (None: the current one)
     prepares = False        # prepare() loads several versions at once: a sweep's checks overlap
     suite = False           # suite_bench() runs the user's own bench command (replay)
+    defers_suite_start = False   # the suite's start run waits for the end (beside the final version, if one is kept)
     own_ceiling = False     # ceiling() answers for the device; else the loop measures it in a child
 
     def prepare(self, versions: Sequence[Version], ws: Workspace, deadline: proc.Deadline) -> None:
