@@ -110,3 +110,31 @@ def test_options_refuse_more_than_25_iterations():
     from cutile_diag.loop.runner import LoopOptions
     with pytest.raises(LoopError, match="1..25"):
         LoopOptions(max_iterations=26)
+
+
+def test_a_tight_interval_that_would_keep_samples_to_the_keep_minimum_and_a_revert_stops_sooner():
+    """Three rounds whose ratios happen to agree give a narrow interval on two degrees of freedom: a keep is trusted
+    from ``KEEP_MIN_ROUNDS`` rounds on (an H100 A/A sitting kept a GEMM copy at 0.980x after three); a comparison
+    that would revert stops at three."""
+    from cutile_diag.loop import decide, proc
+    from cutile_diag.loop.backends import Version
+    from cutile_diag.loop.sampling import sample_to_ci
+    from cutile_diag.loop.stats import RunStat
+    a, b = Version("A", {"k.py": "a"}, None), Version("B", {"k.py": "b"}, None)
+
+    def sampled(ratio):
+        calls = []
+
+        def measure(order, n):
+            calls.append(n)
+            return {v.label: {"c": [RunStat(1.0 * (ratio if v.label == "B" else 1.0) * (1 + 0.0005 * i))
+                                    for i in range(n)]} for v in order}
+        start = measure([a, b], 3)
+        calls.clear()
+        _runs, done, info = sample_to_ci(measure, a, b, proc.Deadline(None), start, 3, 0.01, alternates=True,
+                                         noise_floor=0.001)
+        return done, info
+    done, info = sampled(0.98)
+    assert done >= decide.KEEP_MIN_ROUNDS and info["stopped"] == "ci"
+    done, info = sampled(1.0)
+    assert done == 3 and info["stopped"] == "ci"

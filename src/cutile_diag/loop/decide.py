@@ -50,6 +50,9 @@ CI_TARGET_PCT = KEEP_DEMOTE_PCT / 2   # sample until the 95 % CI half-width is t
 MAX_ROUNDS = 32                       # ... or this many rounds were measured (a GEMM under a power cap needs ~25) ...
 MAX_SAMPLING_S = 60.0                 # ... or sampling took this long: then a step that is not clear is inconclusive
 NON_IMPROVING_LIMIT = 2
+# a keep is decided on this many rounds at least: three rounds' spread has two degrees of freedom, and a GEMM's A/A
+# sitting on an H100 kept a copy at 0.980x after three rounds whose ratios happened to agree (bench/results s20)
+KEEP_MIN_ROUNDS = 5
 
 
 @dataclass

@@ -47,7 +47,9 @@ def sample_to_ci(measure: Callable[[list[Version], int], Runs], a: Version, b: V
                 "target_pct": decide_mod.CI_TARGET_PCT, "capped": False}
         left = deadline.remaining()
         known = known_df is None or known_df + len(cmp.configs) * (done - 1) >= stats.POOL_MIN_DF
-        if cmp.half_width_pct <= decide_mod.CI_TARGET_PCT and known:
+        # a tight CI that would keep the step is trusted from KEEP_MIN_ROUNDS rounds on (a revert may stop sooner)
+        keeps = cmp.hi < 1.0 - decide_mod.MIN_KEEP_PCT / 100 and done < decide_mod.KEEP_MIN_ROUNDS
+        if cmp.half_width_pct <= decide_mod.CI_TARGET_PCT and known and not keeps:
             return runs, done, {**info, "stopped": "ci"}
         why = "rounds" if done + step > decide_mod.MAX_ROUNDS else \
             "seconds" if time.monotonic() - t0 >= decide_mod.MAX_SAMPLING_S else \
