@@ -182,3 +182,25 @@ def test_the_ir_diff_line_names_a_resident_block_collapse(tmp_path):
     line = diff_line({"equivalent": False, "summary": {"semantic_changes": 3}, "resident_ctas": occ})
     assert f"resident blocks/SM {occ['before']} -> 1" in line
     assert resident_change(caps[0], caps[0]) is None
+
+
+def test_a_bare_replay_times_the_kernel_and_its_constants_not_the_host_code_its_launch_runs():
+    """``changed_launch_host``: what a replay of the recorded launch would not time."""
+    from cutile_diag.loop.evidence import changed_launch_host
+    src = (
+        "import cuda.tile as ct\nimport torch\nTILE = 256\nGELU = 1\n\n"
+        "@ct.kernel\ndef k(x, T: ct.Constant[int]):\n    t = ct.exp(ct.load(x, index=(ct.bid(0),), shape=(T,)))\n\n"
+        "class _Op(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        "        B = TILE\n        ct.launch(None, (x.numel() // B,), k, (x, B))\n\n"
+        "def op(x):\n    return _Op.apply(x)\n")
+
+    def changed(new_src, other=None):
+        b = {"k.py": new_src, **({"w.py": other} if other else {})}
+        return changed_launch_host({"k.py": src}, b, "k.py")
+    assert not changed(src + "\n# a comment\n")
+    # inside the kernel, and a new constant only the kernel reads (exp -> exp2 with LOG2E): timed
+    assert not changed(src.replace("t = ct.exp(", "t = ct.exp2(LOG2E * ").replace("GELU = 1", "GELU = 1\nLOG2E = 1.44"))
+    # the launch's grid or tile in the Function's forward, or a module value forward reads: not timed
+    assert changed(src.replace("B = TILE", "B = 2 * TILE"))
+    assert changed(src.replace("TILE = 256", "TILE = 512"))
+    assert changed(src, other="x = 1\n")

@@ -102,6 +102,56 @@ def changed_outside_kernel(a_files: Mapping[str, str] | None, b_files: Mapping[s
     return False
 
 
+def _launch_host(text: str) -> dict[str, str] | None:
+    """The host code a launch runs, as AST dumps: every function or method that calls ``launch`` (``ct.launch``, a
+    tune call's ``autotune_launch``) or ``exhaustive_search``, and the module-level bindings they read; None when the
+    text does not parse."""
+    import ast
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    defs = [(n.name, n) for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    defs += [(f"{c.name}.{m.name}", m) for c in tree.body if isinstance(c, ast.ClassDef)
+             for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+    def launches(fn) -> bool:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if name in ("launch", "autotune_launch", "exhaustive_search"):
+                    return True
+        return False
+    hosts = {name: fn for name, fn in defs if launches(fn)}
+    out = {f"def {name}": ast.dump(fn) for name, fn in hosts.items()}
+    read = {n.id for fn in hosts.values() for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and n.id in read:
+                    out[f"{n.id} ="] = out.get(f"{n.id} =", "") + ast.dump(node)
+    return out
+
+
+def changed_launch_host(a_files: Mapping[str, str], b_files: Mapping[str, str], kernel_file: str) -> bool:
+    """Did the candidate change host code its launch runs (a launching function or method, or a module-level value one
+    of them reads), or a file other than the kernel's?  A bare replay times none of that; a change inside the kernel,
+    a helper it calls or a constant only the kernel reads (exp2's ``LOG2E``) it does time."""
+    for path in set(a_files) | set(b_files):
+        old, new = a_files.get(path, ""), b_files.get(path, "")
+        if old == new:
+            continue
+        if path != kernel_file:
+            return True
+        a, b = _launch_host(old), _launch_host(new)
+        if a is None or b is None or a != b:
+            return True
+    return False
+
+
 def same_machine_code(ir_diff: Mapping[str, Any] | None) -> bool:
     """Every compared target compiles to the kept version's SASS with its resources (a hint the
     compiler had no use for: ``occupancy=1`` on a 24-register kernel, the H200 measured +0.06 %)."""

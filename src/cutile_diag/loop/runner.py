@@ -52,7 +52,7 @@ from . import compile_pool
 from . import spares as spares_mod
 from .ceiling import ensure_ceiling
 from .costs import StepClock
-from .evidence import capture_sources, changed_outside_kernel
+from .evidence import capture_sources, changed_launch_host, changed_outside_kernel
 from .beam import Beam
 from .frontier import DEFAULT_LOOKAHEAD, lookahead_choice
 from .integrations import CaptureResult, capture_version
@@ -515,7 +515,7 @@ class Runner(Evaluation, Steps):
         """Why the backend would not time the change from ``a_files`` to ``b_files``: a change outside the kernel
         where the backend replays bare launches (``Backend.host_untimed``); None when it would."""
         why = self.backend.host_untimed()
-        if why and changed_outside_kernel(a_files, b_files, self.s.kernel_file, self.s.function):
+        if why and changed_launch_host(a_files, b_files, self.s.kernel_file):
             return why
         return None
 
