@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from looptools import FakeTransform, RankedDiagnoser, checkout_state, rec, untouched
 from test_command_mode import lse_cmd, runs  # noqa: F401  (the counting fixture)
 from cutile_diag.loop.costs import split_line
@@ -175,8 +177,10 @@ def test_recorded_by_a_survey_the_suites_start_run_waits_for_a_kept_step(lse_cmd
     r.start()
     seen = runs(count)
     assert [i["status"] for i in r.led.iterations[1:]] == ["keep", "revert"]
-    # the baseline's check, the keep's test command, then the start and the final bench runs side by side at the end
-    assert seen == ["check observed", "check", "bench", "bench"]
+    # no capture: the baseline is checked on the recordings; the keep's test command, then the start and the final
+    # bench runs side by side at the end
+    assert seen == ["check", "bench", "bench"]
+    assert r.led.iterations[0]["verification"]["observed"]["test_cmd"] == "deferred"
     start, end = r.led.of_type("suite")
     assert start["when"] == "start" and start["deferred"] and start["digest"] == r.led.iterations[0]["digest"]
     assert end["when"] == "end" and abs(end["suite_ratio"] - 0.8) < 1e-6
@@ -189,4 +193,22 @@ def test_recorded_by_a_survey_a_loop_that_keeps_nothing_runs_no_bench_command(ls
                  capture=False)
     monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", recorded)])
     r.start()
-    assert runs(count) == ["check observed"] and r.led.of_type("suite") == []
+    assert runs(count) == [] and r.led.of_type("suite") == []
+
+
+def test_recorded_by_a_survey_tests_failing_on_the_unchanged_kernel_stop_the_loop_at_the_first_keep(
+        lse_cmd, monkeypatch):  # noqa: F811
+    """The deferred baseline test command: a keep's test failure is checked against the unchanged kernel, and one it
+    shares stops the loop in one line instead of reverting every step as incorrect."""
+    from cutile_diag.loop.errors import BackendError
+    from looptools import git
+    repo, count = lse_cmd
+    (repo / "row_lse.py").write_text((repo / "row_lse.py").read_text() + "\n# WRONG: a broken test suite\n")
+    git(repo, "commit", "-qam", "tests fail")
+    recorded = {"kernel": {"name": "row_lse"}, "executed": True, "wrapper": {"name": "launch"}}
+    r, rb = make(repo, {"fast": FakeTransform("fast", "A")}, [rec("A", "fast")], SPEC, max_iterations=1, rounds=2,
+                 capture=False)
+    monkeypatch.setattr(rb, "_recordings", lambda: [(rb.replay_dir / "row_lse-0", recorded)])
+    with pytest.raises(BackendError, match="fails on the unchanged kernel too"):
+        r.start()
+    assert runs(count) == ["check", "check"] and untouched(repo, r)
