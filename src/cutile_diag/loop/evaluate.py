@@ -442,7 +442,9 @@ class Evaluation:
             runs, done, sampling = sample_to_ci(lambda order, k: self.steps.measure(order, deadline, k), a, b.version,
                                                 deadline, runs, done, (time.monotonic() - t0) / done,
                                                 alternates=self.backend.alternates, noise_floor=floor,
-                                                known_df=known_df)
+                                                known_df=known_df,
+                                                # a round of the user's bench command costs a process (~20 s)
+                                                keep_min_rounds=0 if self.backend.costly_runs else None)
             record["sampling"] = sampling
             if done > plan.confirm_rounds:
                 self.echo(f"  sampled {done} rounds: the 95% CI is +-{sampling['half_width_pct']:.2f}% "

@@ -29,7 +29,7 @@ def comparison(runs: Runs, a: Version, b: Version, noise_floor: float) -> stats.
 
 def sample_to_ci(measure: Callable[[list[Version], int], Runs], a: Version, b: Version, deadline: proc.Deadline,
                  runs: Runs, done: int, per_round: float, *, alternates: bool, noise_floor: float,
-                 known_df: int | None = None) -> tuple[Runs, int, dict]:
+                 known_df: int | None = None, keep_min_rounds: int | None = None) -> tuple[Runs, int, dict]:
     """More rounds (``measure(order, n)``) until the CI is tight or a cap: the runs, their rounds, and
     how sampling ended (the ledger's ``sampling``; ``capped``: the CI is still too wide).  Rounds come
     in pairs where the backend alternates A B / B A (``alternates``), so they stay ABBA-balanced;
@@ -38,7 +38,10 @@ def sample_to_ci(measure: Callable[[list[Version], int], Runs], a: Version, b: V
     A tight CI ends sampling only when the noise behind it is known: ``known_df`` degrees of freedom
     (pooled over earlier comparisons, ``floor_with_pool``; None: the floor is calibrated, known) and
     this comparison's rounds together reach ``stats.POOL_MIN_DF``.  Three rounds alone have two: one
-    comparison in ten sees a spread a third of the truth and would stop with too narrow a CI."""
+    comparison in ten sees a spread a third of the truth and would stop with too narrow a CI.  A tight CI that
+    would keep the step needs ``keep_min_rounds`` rounds (default ``decide.KEEP_MIN_ROUNDS``; 0 where a round
+    is a run of the user's command)."""
+    keep_min = decide_mod.KEEP_MIN_ROUNDS if keep_min_rounds is None else keep_min_rounds
     step = 2 if alternates else 1
     t0 = last = time.monotonic()
     while True:
@@ -48,7 +51,7 @@ def sample_to_ci(measure: Callable[[list[Version], int], Runs], a: Version, b: V
         left = deadline.remaining()
         known = known_df is None or known_df + len(cmp.configs) * (done - 1) >= stats.POOL_MIN_DF
         # a tight CI that would keep the step is trusted from KEEP_MIN_ROUNDS rounds on (a revert may stop sooner)
-        keeps = cmp.hi < 1.0 - decide_mod.MIN_KEEP_PCT / 100 and done < decide_mod.KEEP_MIN_ROUNDS
+        keeps = cmp.hi < 1.0 - decide_mod.MIN_KEEP_PCT / 100 and done < keep_min
         if cmp.half_width_pct <= decide_mod.CI_TARGET_PCT and known and not keeps:
             return runs, done, {**info, "stopped": "ci"}
         why = "rounds" if done + step > decide_mod.MAX_ROUNDS else \
