@@ -389,3 +389,47 @@ def test_a_launch_in_an_autograd_functions_method_replays_through_the_module_fun
         got = wl.run(inputs)
         assert launched[-1] == ((4,), 1024) and torch.equal(got["y"], via_op.outputs["y"])
     assert ct.launch is emulated
+
+
+def test_a_candidate_given_to_a_worker_as_text_replays_through_its_own_wrapper(tmp_path, monkeypatch):
+    """A sweep's worker gets its version's text for the kernel's path while the disk still holds the recorded one
+    (``install_overrides``): the candidate's wrapper launches its own grid, not a bare replay of the recorded one."""
+    import importlib.machinery
+    import linecache
+    from cutile_diag.capture.launches import describe_launch
+    from cutile_diag.loop.compile_pool import install_overrides
+    from cutile_diag.replay.record import LaunchRecorder
+    from cutile_diag.workloads import load_workload
+    import cuda.tile as ct
+    path = tmp_path / "bops.py"
+    path.write_text(AUTOGRAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("bops", None)
+    import bops
+    rec = LaunchRecorder(tmp_path / "rec", 1 << 20)
+    launched = []
+
+    def emulated(stream, grid, kernel, args, /, **kw):
+        launched.append((tuple(grid), args[2]))
+        args[1].copy_(args[0] * 2)
+
+    def recording(stream, grid, kernel, args, /, **kw):
+        p = rec.before(kernel, grid, args, describe_launch(kernel, grid, args))
+        emulated(stream, grid, kernel, args)
+        rec.after(p, executed=True)
+    monkeypatch.setattr(ct, "launch", recording)
+    bops.double(torch.randn(4096))
+    monkeypatch.setattr(ct, "launch", emulated)
+    folder = replay.store.replay_folders(tmp_path / "rec")[0]
+    # the worker's overrides, undone after the test
+    loader = importlib.machinery.SourceFileLoader
+    monkeypatch.setattr(loader, "get_data", loader.get_data)
+    monkeypatch.setattr(loader, "path_stats", loader.path_stats)
+    monkeypatch.setattr(linecache, "cache", dict(linecache.cache))
+    install_overrides({str(path): AUTOGRAD.replace("TILE = 256", "TILE = 1024")})
+    sys.modules.pop("bops", None)
+    wl = load_workload(f"replay:{folder}", file=str(path))
+    inputs = wl.make_inputs(wl.configs[0], 0, "cpu")
+    wl.run(inputs)
+    assert launched[-1] == ((4,), 1024) and not wl.notes
+    sys.modules.pop("bops", None)

@@ -16,6 +16,9 @@ first time and kept in the folder (``expected-regenerated.pt``); a candidate is 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import linecache
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,7 +139,17 @@ class ReplayWorkload(Workload):
         return r
 
     def _same_version(self, m: dict) -> bool:
-        return source_sha256(self._file(m)) == m["kernel"].get("source_sha256")
+        """The kernel's module was loaded from the recorded text: the file on disk, or the text a worker of a sweep
+        was given for that path (``compile_pool.install_overrides`` leaves it in ``linecache`` with no mtime) while
+        the disk still holds the kept version; judged by the disk alone, a candidate with another grid looked like
+        the recorded version whose wrapper no longer matched, and was replayed bare, its change untimed."""
+        path = self._file(m)
+        entry = linecache.cache.get(path or "") or linecache.cache.get(os.path.realpath(path or ""))
+        if entry is not None and len(entry) == 4 and entry[1] is None:
+            have = hashlib.sha256("".join(entry[2]).encode()).hexdigest()
+        else:
+            have = source_sha256(path)
+        return have == m["kernel"].get("source_sha256")
 
     def _wrapper_matches(self, r: Replay) -> str | None:
         """The recorded version's wrapper, called with the recorded arguments, must make the recorded launch."""
