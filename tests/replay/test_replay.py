@@ -426,8 +426,6 @@ def test_a_candidate_given_to_a_worker_as_text_replays_through_its_own_wrapper(t
     monkeypatch.setattr(loader, "get_data", loader.get_data)
     monkeypatch.setattr(loader, "path_stats", loader.path_stats)
     monkeypatch.setattr(linecache, "cache", dict(linecache.cache))
-    from cutile_diag.loop import compile_pool
-    monkeypatch.setattr(compile_pool, "_OVERRIDES", {})
     install_overrides({str(path): AUTOGRAD.replace("TILE = 256", "TILE = 1024")})
     sys.modules.pop("bops", None)
     wl = load_workload(f"replay:{folder}", file=str(path))

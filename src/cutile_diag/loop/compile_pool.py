@@ -174,14 +174,6 @@ def job_json(*, root: Path, kernel_file: str, kernel: str, files: Mapping[str, s
 # ---------------------------------------------------------------------------------------
 # the child
 
-_OVERRIDES: dict[str, str] = {}      # path (as given and real) -> the text install_overrides supplies for it
-
-
-def override_text(path: str) -> str | None:
-    """The text this process's imports read for ``path`` instead of the disk (``install_overrides``), or None."""
-    return _OVERRIDES.get(path) if path in _OVERRIDES else _OVERRIDES.get(os.path.realpath(path))
-
-
 def install_overrides(overrides: Mapping[str, str]) -> set[str]:
     """Imports and ``linecache`` read ``overrides[path]`` for these paths instead of the disk.
     Returns the set that collects the (real) paths an import did read from the overrides."""
@@ -189,7 +181,6 @@ def install_overrides(overrides: Mapping[str, str]) -> set[str]:
     from importlib.machinery import SourceFileLoader
     texts = {os.path.realpath(p): t for p, t in overrides.items()}
     texts.update(overrides)
-    _OVERRIDES.update(texts)
     get_data, path_stats = SourceFileLoader.get_data, SourceFileLoader.path_stats
 
     def _text(path) -> str | None:
