@@ -1,5 +1,5 @@
 """The compile children and the measurement workers see a version's files at the worktree's
-paths without writing them there (``compile_pool.install_overrides``): imports and cuTile's
+paths without writing them there (``source.overrides.install``): imports and cuTile's
 source reading (``inspect``/``linecache``) get the version's text."""
 import subprocess
 import sys
@@ -13,7 +13,7 @@ def test_overrides_replace_a_module_text_for_import_and_inspect(tmp_path):
                    check=True)          # leaves a .pyc of the disk text behind: it must not be used
     code = textwrap.dedent(f"""
         import inspect, sys
-        from cutile_diag.loop.compile_pool import install_overrides
+        from cutile_diag.source.overrides import install as install_overrides
         install_overrides({{{str(mod)!r}: "def f():\\n    return 'override'\\n"}})
         sys.path.insert(0, {str(tmp_path)!r})
         import kern
@@ -31,7 +31,7 @@ def test_the_overrides_say_which_files_an_import_read(tmp_path):
     (tmp_path / "b.py").write_text("Y = 1\n")
     code = textwrap.dedent(f"""
         import sys
-        from cutile_diag.loop.compile_pool import install_overrides
+        from cutile_diag.source.overrides import install as install_overrides
         read = install_overrides({{{str(tmp_path / 'a.py')!r}: "X = 2\\n", {str(tmp_path / 'b.py')!r}: "Y = 2\\n"}})
         sys.path.insert(0, {str(tmp_path)!r})
         import a

@@ -192,11 +192,14 @@ def test_a_bare_replay_times_the_kernel_and_its_constants_not_the_host_code_its_
         "@ct.kernel\ndef k(x, T: ct.Constant[int]):\n    t = ct.exp(ct.load(x, index=(ct.bid(0),), shape=(T,)))\n\n"
         "class _Op(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
         "        B = TILE\n        ct.launch(None, (x.numel() // B,), k, (x, B))\n\n"
-        "def op(x):\n    return _Op.apply(x)\n")
+        "def op(x):\n    return _Op.apply(x)\n\n"
+        "def _blocks(n):\n    return n // 128\n\n"
+        "@ct.kernel\ndef k2(x):\n    pass\n\n"
+        "def other(x):\n    ct.launch(None, (_blocks(x.numel()),), k2, (x,))\n")
 
     def changed(new_src, other=None):
         b = {"k.py": new_src, **({"w.py": other} if other else {})}
-        return changed_launch_host({"k.py": src}, b, "k.py")
+        return changed_launch_host({"k.py": src}, b, "k.py", "k")
     assert not changed(src + "\n# a comment\n")
     # inside the kernel, and a new constant only the kernel reads (exp -> exp2 with LOG2E): timed
     assert not changed(src.replace("t = ct.exp(", "t = ct.exp2(LOG2E * ").replace("GELU = 1", "GELU = 1\nLOG2E = 1.44"))
@@ -204,3 +207,10 @@ def test_a_bare_replay_times_the_kernel_and_its_constants_not_the_host_code_its_
     assert changed(src.replace("B = TILE", "B = 2 * TILE"))
     assert changed(src.replace("TILE = 256", "TILE = 512"))
     assert changed(src, other="x = 1\n")
+    # another kernel's launch, and a host helper only that launch reads, are not k's: timed
+    assert not changed(src.replace("(_blocks(x.numel()),)", "(_blocks(x.numel()) * 2,)"))
+    assert not changed(src.replace("return n // 128", "return n // 64"))
+    # a helper k's launch reads is its host code: not timed
+    assert changed_launch_host({"k.py": src.replace("B = TILE", "B = _blocks(TILE)")},
+                                {"k.py": src.replace("B = TILE", "B = _blocks(TILE)").replace("// 128", "// 64")},
+                                "k.py", "k")

@@ -397,7 +397,8 @@ def test_a_candidate_given_to_a_worker_as_text_replays_through_its_own_wrapper(t
     import importlib.machinery
     import linecache
     from cutile_diag.capture.launches import describe_launch
-    from cutile_diag.loop.compile_pool import install_overrides
+    from cutile_diag.source import overrides
+    from cutile_diag.source.overrides import install as install_overrides
     from cutile_diag.replay.record import LaunchRecorder
     from cutile_diag.workloads import load_workload
     import cuda.tile as ct
@@ -426,6 +427,7 @@ def test_a_candidate_given_to_a_worker_as_text_replays_through_its_own_wrapper(t
     monkeypatch.setattr(loader, "get_data", loader.get_data)
     monkeypatch.setattr(loader, "path_stats", loader.path_stats)
     monkeypatch.setattr(linecache, "cache", dict(linecache.cache))
+    monkeypatch.setattr(overrides, "_TEXTS", {})
     install_overrides({str(path): AUTOGRAD.replace("TILE = 256", "TILE = 1024")})
     sys.modules.pop("bops", None)
     wl = load_workload(f"replay:{folder}", file=str(path))

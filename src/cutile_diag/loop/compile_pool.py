@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import CutileDiagError, UsageError
+from ..source import overrides
 from . import proc
 from .integrations import CaptureResult
 from .spares import Spares
@@ -174,39 +175,6 @@ def job_json(*, root: Path, kernel_file: str, kernel: str, files: Mapping[str, s
 # ---------------------------------------------------------------------------------------
 # the child
 
-def install_overrides(overrides: Mapping[str, str]) -> set[str]:
-    """Imports and ``linecache`` read ``overrides[path]`` for these paths instead of the disk.
-    Returns the set that collects the (real) paths an import did read from the overrides."""
-    import linecache
-    from importlib.machinery import SourceFileLoader
-    texts = {os.path.realpath(p): t for p, t in overrides.items()}
-    texts.update(overrides)
-    get_data, path_stats = SourceFileLoader.get_data, SourceFileLoader.path_stats
-
-    def _text(path) -> str | None:
-        t = texts.get(path)
-        return t if t is not None or not isinstance(path, str) else texts.get(os.path.realpath(path))
-
-    read: set[str] = set()
-
-    def _data(self, path):
-        t = _text(path)
-        if t is None:
-            return get_data(self, path)
-        read.add(os.path.realpath(path))
-        return t.encode()
-
-    def _stats(self, path):
-        if _text(path) is not None:   # no stale .pyc of the worktree's version: compile the text
-            raise OSError("source supplied by the compile job")
-        return path_stats(self, path)
-
-    SourceFileLoader.get_data, SourceFileLoader.path_stats = _data, _stats
-    for p, t in texts.items():      # mtime None: linecache.checkcache leaves the entry alone
-        linecache.cache[p] = (len(t), None, t.splitlines(True), p)
-    return read
-
-
 def _warm_cache(ref: str, specs: dict | None, arch: str) -> dict:
     """Compile the captured signature to a cubin through cuTile: it lands in cuTile's disk cache."""
     import io
@@ -225,7 +193,7 @@ def _child(job: dict) -> dict:
     import contextlib
     from ..capture.aot import capture_aot
     from ..measure.capture import attach_launch
-    install_overrides(job.get("overrides") or {})
+    overrides.install(job.get("overrides") or {})
     specs: dict = dict(job.get("specs") or {})
     from ..capture import spec as spec_mod
     specs.update(spec_mod.parse_assignments(job.get("args") or []))

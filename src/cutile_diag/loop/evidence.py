@@ -102,51 +102,40 @@ def changed_outside_kernel(a_files: Mapping[str, str] | None, b_files: Mapping[s
     return False
 
 
-def _launch_host(text: str) -> dict[str, str] | None:
-    """The host code a launch runs, as AST dumps: every function or method that calls ``launch`` (``ct.launch``, a
-    tune call's ``autotune_launch``) or ``exhaustive_search``, and the module-level bindings they read; None when the
-    text does not parse."""
-    import ast
+def _launch_host(text: str, kernel: str) -> dict[str, str] | None:
+    """The host code ``kernel``'s launch runs, as source text (``source.locate``): every function or method that
+    launches it, and the module-level values, imports and host functions those read (the file's kernels are not host
+    code); None when the text does not parse or lost the kernel."""
+    import libcst as cst
+    from ..errors import CutileDiagError
+    from ..source.locate import locate
+    from ..source.model import code, find_all, module_bindings, parsed
     try:
-        tree = ast.parse(text)
-    except SyntaxError:
+        loc = locate("kernel.py", kernel, source=text)
+    except CutileDiagError:
         return None
-    defs = [(n.name, n) for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    defs += [(f"{c.name}.{m.name}", m) for c in tree.body if isinstance(c, ast.ClassDef)
-             for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
-    def launches(fn) -> bool:
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call):
-                f = node.func
-                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-                if name in ("launch", "autotune_launch", "exhaustive_search"):
-                    return True
-        return False
-    hosts = {name: fn for name, fn in defs if launches(fn)}
-    out = {f"def {name}": ast.dump(fn) for name, fn in hosts.items()}
-    read = {n.id for fn in hosts.values() for n in ast.walk(fn) if isinstance(n, ast.Name)}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
-            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for t in targets:
-            for n in ast.walk(t):
-                if isinstance(n, ast.Name) and n.id in read:
-                    out[f"{n.id} ="] = out.get(f"{n.id} =", "") + ast.dump(node)
+    hosts = {s.function: s.func for s in loc.launches if s.func is not None}
+    out = {f"def {name}": code(fn) for name, fn in hosts.items()}
+    read = {n.value for fn in hosts.values() for n in find_all(fn, lambda n: isinstance(n, cst.Name))}
+    kernels = {k.name for k in loc.kernels}
+    for name, binds in module_bindings(parsed(text).module).items():
+        if name in read and name not in kernels:
+            out[f"{name} ="] = "\n".join(code(b.node) for b in binds)
     return out
 
 
-def changed_launch_host(a_files: Mapping[str, str], b_files: Mapping[str, str], kernel_file: str) -> bool:
-    """Did the candidate change host code its launch runs (a launching function or method, or a module-level value one
-    of them reads), or a file other than the kernel's?  A bare replay times none of that; a change inside the kernel,
-    a helper it calls or a constant only the kernel reads (exp2's ``LOG2E``) it does time."""
+def changed_launch_host(a_files: Mapping[str, str], b_files: Mapping[str, str], kernel_file: str,
+                        kernel: str) -> bool:
+    """Did the candidate change host code ``kernel``'s launch runs (a function or method that launches it, or a
+    module-level value one of them reads), or a file other than the kernel's?  A bare replay times none of that; a
+    change inside the kernel, a helper it calls or a constant only the kernel reads (exp2's ``LOG2E``) it does."""
     for path in set(a_files) | set(b_files):
         old, new = a_files.get(path, ""), b_files.get(path, "")
         if old == new:
             continue
         if path != kernel_file:
             return True
-        a, b = _launch_host(old), _launch_host(new)
+        a, b = _launch_host(old, kernel), _launch_host(new, kernel)
         if a is None or b is None or a != b:
             return True
     return False

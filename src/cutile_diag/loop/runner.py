@@ -515,7 +515,7 @@ class Runner(Evaluation, Steps):
         """Why the backend would not time the change from ``a_files`` to ``b_files``: a change outside the kernel
         where the backend replays bare launches (``Backend.host_untimed``); None when it would."""
         why = self.backend.host_untimed()
-        if why and changed_launch_host(a_files, b_files, self.s.kernel_file):
+        if why and changed_launch_host(a_files, b_files, self.s.kernel_file, self.s.kernel):
             return why
         return None
 

@@ -5,7 +5,7 @@ A compile child or a measurement worker spends most of its start in imports — 
 step waits for that once per candidate.  ``Spares`` keeps ``n`` children started ahead, each
 blocked on its first line of stdin after those imports (``--spare``); ``take()`` hands one out
 and starts its replacement at once, so the next step finds it ready.  A child serves one
-version: that version's files go into its import system (``compile_pool.install_overrides``)
+version: that version's files go into its import system (``source.overrides.install``)
 and cannot be taken back out.
 
 The children share one environment (a spare does not know its version yet): the files of a

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import linecache
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import libcst
 
 from ..capture.launches import describe_launch
 from ..errors import CutileDiagError
+from ..source import overrides
 from ..source.analysis import param_access
 from ..source.model import load as load_kernel
 from ..workload import Workload, WorkloadConfig, WorkloadError
@@ -140,15 +139,12 @@ class ReplayWorkload(Workload):
 
     def _same_version(self, m: dict) -> bool:
         """The kernel's module was loaded from the recorded text: the file on disk, or the text a worker of a sweep
-        was given for that path (``compile_pool.install_overrides`` leaves it in ``linecache`` with no mtime) while
-        the disk still holds the kept version; judged by the disk alone, a candidate with another grid looked like
-        the recorded version whose wrapper no longer matched, and was replayed bare, its change untimed."""
+        was given for that path (``source.overrides``) while the disk still holds the kept version; judged by the
+        disk alone, a candidate with another grid looked like the recorded version whose wrapper no longer matched,
+        and was replayed bare, its change untimed."""
         path = self._file(m)
-        entry = linecache.cache.get(path or "") or linecache.cache.get(os.path.realpath(path or ""))
-        if entry is not None and len(entry) == 4 and entry[1] is None:
-            have = hashlib.sha256("".join(entry[2]).encode()).hexdigest()
-        else:
-            have = source_sha256(path)
+        given = overrides.text(path)
+        have = hashlib.sha256(given.encode()).hexdigest() if given is not None else source_sha256(path)
         return have == m["kernel"].get("source_sha256")
 
     def _wrapper_matches(self, r: Replay) -> str | None:

@@ -102,7 +102,7 @@ class Workspace:
         """A child's environment additions: its own bytecode cache per version and, for a loop
         worktree, the worktree's code first on PYTHONPATH (``audit``: where children report imports).
         ``v`` None: children that get every version's files as overrides, never from the disk
-        (``compile_pool.install_overrides``), share one cache — and so can be started ahead."""
+        (``source.overrides.install``), share one cache — and so can be started ahead."""
         cache = self.state_dir / "pycache" / (v.digest[:16] if v is not None else "shared")
         env = {"PYTHONPYCACHEPREFIX": str(cache)}
         if self.origin is not None:

@@ -194,14 +194,9 @@ class ReplayBackend(Backend):
             # on the unchanged kernel too when it fails there (17-21 s of each H100 campaign baseline, paid by kernels
             # that then kept nothing)
             self._recorded, self._base, self.defers_suite_start = True, v, True
-            if not self._injected:
-                self._start(ws)
-            if self.inner is not None:
-                rv = self.inner.verify(v, ws, deadline)
-                self.check_cost_s = rv.seconds
-                return Verification(rv.passed, f"replayed: {rv.summary}; the test command runs before the first keep",
-                                    rv.per_config, output=rv.output, seconds=rv.seconds, simulated=rv.simulated,
-                                    observed={"replay": str(self.replay_dir), "test_cmd": "deferred"})
+            rv = self._replayed_baseline(v, ws, deadline, None)
+            if rv is not None:
+                return rv
             # nothing replayable after all: the user's commands check, as before
             self._base, self._recorded, self.defers_suite_start = None, False, False
         if not self._recorded:
@@ -220,17 +215,11 @@ class ReplayBackend(Backend):
                 self.defers_suite_start = True
             else:
                 self._suite_start = (v.digest, self._bench_recording(v, ws, deadline))
-            if not self._injected:
-                self._start(ws)
-            if self.inner is None:
+            rv = self._replayed_baseline(v, ws, deadline, ver)
+            if rv is None:
                 ver.observed = {**ver.observed, "replay": self.fallback}
                 return ver
-            rv = self.inner.verify(v, ws, deadline)
-            self.check_cost_s = rv.seconds
-            return Verification(rv.passed, f"{ver.summary}; replayed: {rv.summary}", rv.per_config,
-                                output=rv.output or ver.output, seconds=ver.seconds + rv.seconds, imports=ver.imports,
-                                simulated=rv.simulated, launches=ver.launches,
-                                observed={**ver.observed, "replay": str(self.replay_dir)})
+            return rv
         if self.inner is None:
             return self.cmd.verify(v, ws, deadline, observe=observe)
         rv = self.inner.verify(v, ws, deadline)
@@ -238,6 +227,23 @@ class ReplayBackend(Backend):
             # a candidate's capture compiles from the baseline's recorded launch (a replay records none)
             rv.launches, rv.observed = self.base_launches, self.base_observed
         return rv
+
+    def _replayed_baseline(self, v: Version, ws: Workspace, deadline: proc.Deadline,
+                           ver: Verification | None) -> Verification | None:
+        """The baseline checked on the recordings after the test command's check ``ver`` (None: the test command
+        runs before the first keep instead); None when the workers found nothing to replay."""
+        if not self._injected:
+            self._start(ws)
+        if self.inner is None:
+            return None
+        rv = self.inner.verify(v, ws, deadline)
+        self.check_cost_s = rv.seconds
+        pre = ver or Verification(True, "", observed={"test_cmd": "deferred"})
+        summary = f"{ver.summary}; replayed: {rv.summary}" if ver else \
+            f"replayed: {rv.summary}; the test command runs before the first keep"
+        return Verification(rv.passed, summary, rv.per_config, output=rv.output or pre.output,
+                            seconds=pre.seconds + rv.seconds, imports=pre.imports, simulated=rv.simulated,
+                            launches=pre.launches, observed={**pre.observed, "replay": str(self.replay_dir)})
 
     def _bench_recording(self, v: Version, ws: Workspace, deadline: proc.Deadline) -> dict[str, float]:
         import tempfile

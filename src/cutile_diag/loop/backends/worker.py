@@ -54,8 +54,8 @@ def _load(req: dict, st: _State) -> dict:
     if req.get("overrides"):
         # this version's files at the worktree's paths, without writing them there: workers of a
         # sweep's points load concurrently (``WorkloadBackend.prepare``)
-        from ..compile_pool import install_overrides
-        st.overrides_read = install_overrides(req["overrides"])
+        from ...source import overrides
+        st.overrides_read = overrides.install(req["overrides"])
     dev = req.get("device")
     if dev is not None and torch.cuda.is_available():
         torch.cuda.set_device(int(dev))
