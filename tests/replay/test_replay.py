@@ -335,19 +335,37 @@ AUTOGRAD = textwrap.dedent('''
             TILE = 256
             y = torch.empty_like(x)
             ct.launch(None, (ct.cdiv(x.shape[0], TILE),), double_, (x, y, TILE))
+            ctx.save_for_backward(x)
+            ctx.n = x.shape[0]
             return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            TILE_B = 128
+            dx = torch.empty_like(x)
+            ct.launch(None, (ct.cdiv(ctx.n, TILE_B),), double_, (dy, dx, TILE_B))
+            return dx
 
 
     def double(x):
         return _Double.apply(x)
+
+
+    class Runner:
+        def go(self, x):
+            y = torch.empty_like(x)
+            ct.launch(None, (ct.cdiv(x.shape[0], 64),), double_, (x, y, 64))
+            return y
 ''')
 
 
 def test_a_launch_in_an_autograd_functions_method_replays_through_the_module_function_that_calls_it(
         tmp_path, monkeypatch):
     """The op function above the Function's ``forward`` is the recorded wrapper, so a candidate that changes the
-    tile size inside ``forward`` launches its own grid in the replay; a method with no module-level function above it
-    (``apply`` called from elsewhere, as the autograd engine calls ``backward``) is replayed bare and says why."""
+    tile size inside ``forward`` launches its own grid in the replay; the ``backward`` the autograd engine calls is its
+    own wrapper, called again with its ctx as recorded (what forward set and saved); an instance method with no
+    module-level function above it is replayed bare and says why."""
     from cutile_diag.capture.launches import describe_launch
     from cutile_diag.replay.record import LaunchRecorder
     from cutile_diag.workloads import load_workload
@@ -364,12 +382,17 @@ def test_a_launch_in_an_autograd_functions_method_replays_through_the_module_fun
         args[1].copy_(args[0] * 2)
         rec.after(pends[-1], executed=True)
     monkeypatch.setattr(ct, "launch", recording)
-    y = aops.double(torch.randn(4096))
-    aops._Double.apply(torch.randn(2048))
-    via_op, bare = (replay.load(p.folder, device="cpu") for p in pends)
+    x = torch.randn(4096, requires_grad=True)
+    y = aops.double(x)
+    y.backward(torch.ones(4096))
+    aops.Runner().go(torch.randn(2048))
+    via_op, bwd, bare = (replay.load(p.folder, device="cpu") for p in pends)
     assert via_op.wrapper[0] is aops.double and via_op.wrapper[1][0].shape == (4096,)
-    assert bare.wrapper is None and "_Double.forward" in bare.manifest["wrapper_missing"]
     assert via_op.written == ["y"] and torch.equal(via_op.outputs["y"], y)
+    assert bwd.manifest["wrapper"]["name"] == "_Double.backward" and bwd.wrapper[0] is aops._Double.backward
+    ctx, dy = bwd.wrapper[1]
+    assert ctx.n == 4096 and torch.equal(ctx.saved_tensors[0], x.detach()) and torch.equal(dy, torch.ones(4096))
+    assert bare.wrapper is None and "Runner.go" in bare.manifest["wrapper_missing"]
 
     # a candidate with a larger tile in forward: the replay through its `double` launches the candidate's grid
     launched = []
@@ -389,6 +412,12 @@ def test_a_launch_in_an_autograd_functions_method_replays_through_the_module_fun
         got = wl.run(inputs)
         assert launched[-1] == ((4,), 1024) and torch.equal(got["y"], via_op.outputs["y"])
     assert ct.launch is emulated
+    # the backward's replay runs the candidate's backward: its tile, on the recorded ctx
+    (tmp_path / "cand_b.py").write_text(AUTOGRAD.replace("TILE_B = 128", "TILE_B = 512"))
+    wl = load_workload(f"replay:{pends[1].folder}", file=str(tmp_path / "cand_b.py"))
+    assert check_workload(wl, wl.configs[0], seed=0, device="cpu").passed and not wl.notes
+    got = wl.run(wl.make_inputs(wl.configs[0], 0, "cpu"))
+    assert launched[-1] == ((8,), 512) and torch.equal(got["y"], bwd.outputs["y"])
 
 
 def test_a_candidate_given_to_a_worker_as_text_replays_through_its_own_wrapper(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ A recording made from another version of the kernel's file is refused (``ReplayE
 from __future__ import annotations
 
 import importlib
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,23 @@ def _view(buf, s: dict, spec: dict):
     return torch.as_strided(typed, spec["shape"], spec["stride"], off)
 
 
+class _Ctx(types.SimpleNamespace):
+    """An autograd.Function's ctx in a replay: the recorded attributes and saved tensors; what a ``forward`` called
+    again tells it (tensors to save, dirty or non-differentiable outputs) changes nothing the launch reads."""
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_dirty(self, *tensors):
+        pass
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
 def decode(v: dict, views):
     """A recorded value (``store``'s encoding) back to Python; tensors through ``views(spec)``."""
     import torch
@@ -166,6 +184,11 @@ def decode(v: dict, views):
         return [decode(x, views) for x in v["list"]]
     if "dict" in v:
         return {k: decode(x, views) for k, x in v["dict"].items()}
+    if "ctx" in v:                  # an autograd.Function's ctx, as its backward reads it
+        c = v["ctx"]
+        return _Ctx(**{k: decode(x, views) for k, x in c["attrs"].items()},
+                    saved_tensors=tuple(decode(x, views) for x in c["saved"]),
+                    needs_input_grad=tuple(c["needs_input_grad"]))
     raise ReplayError(f"unknown value in the recording: {sorted(v)}")
 
 
@@ -222,7 +245,9 @@ def load(folder: str | Path, *, device: str | None = None, any_version: bool = F
             raise ReplayError(f"{k['name']} cannot take the recorded launch's hints {k['hints']}: {e}") from None
     w = man.get("wrapper")
     if w:
-        fn = getattr(r.module, w["name"], None)
+        fn = r.module
+        for part in w["name"].split("."):       # a module-level function, or ``Class.method`` (a static method)
+            fn = getattr(fn, part, None)
         if fn is not None:
             r.wrapper = (fn, [decode(a, views) for a in w["args"]], {n: decode(a, views) for n, a in w["kwargs"].items()})
     return r

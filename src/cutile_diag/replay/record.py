@@ -111,6 +111,15 @@ class _Encoder:
             return {"list": [self.value(x) for x in v]}
         if isinstance(v, dict) and all(isinstance(k, str) for k in v):
             return {"dict": {k: self.value(x) for k, x in v.items()}}
+        if isinstance(v, torch.autograd.function.FunctionCtx):
+            # an autograd.Function's ctx, as its backward reads it: what forward set on it and saved for backward
+            try:
+                saved = list(v.saved_tensors)
+            except RuntimeError:          # forward's ctx: nothing saved yet
+                saved = []
+            return {"ctx": {"attrs": {k: self.value(x) for k, x in vars(v).items()},
+                            "saved": [self.value(t) for t in saved],
+                            "needs_input_grad": [bool(b) for b in getattr(v, "needs_input_grad", None) or ()]}}
         raise Unrecordable(type(v).__name__)
 
 
@@ -149,25 +158,45 @@ def _module_function(frame) -> bool:
     return inspect.isfunction(fn) and fn.__code__ is frame.f_code
 
 
+def _static_method(frame) -> Any:
+    """The function when the frame runs a static method of a class bound at its module's top level (an
+    ``autograd.Function``'s ``forward``/``backward``), which a replay can call again as ``Class.method(...)``."""
+    cls_name, _, meth = frame.f_code.co_qualname.partition(".")
+    cls = frame.f_globals.get(cls_name)
+    raw = cls.__dict__.get(meth) if inspect.isclass(cls) else None
+    fn = raw.__func__ if isinstance(raw, staticmethod) else None
+    return fn if getattr(fn, "__code__", None) is frame.f_code else None
+
+
+def _frame_function(frame) -> Any:
+    """The module-level function or module-level class's static method the frame runs (None: neither)."""
+    return frame.f_globals.get(frame.f_code.co_name) if _module_function(frame) else _static_method(frame)
+
+
 def find_wrapper(kernel, frame) -> tuple[Any, str | None]:
     """(the wrapper's frame, None) or (None, why not): the first frame up from ``frame`` that runs a module-level
     function of the kernel's file.  A launch made in a method (``torch.autograd.Function.forward``, called through
     ``apply`` by the module's ``geglu()``) or a nested function is replayed through the module-level function above
-    it, so a changed grid or tile size in the method is what gets timed."""
+    it, so a changed grid or tile size in the method is what gets timed.  Without one (a ``backward`` the autograd
+    engine calls), the innermost static method of a module-level class is the wrapper, called again with its ctx as
+    recorded (what forward set on it and saved)."""
     pyfunc = getattr(kernel, "_pyfunc", None)
     code = getattr(pyfunc, "__code__", None)
     if code is None:
         return None, "the kernel's source file is not known"
-    f, inner = frame, None
+    f, inner, method = frame, None, None
     while f is not None:
         if f.f_code.co_filename == code.co_filename and f.f_code is not code:
             if _module_function(f):
                 return f, None
             inner = inner or f.f_code.co_qualname
+            method = method or (f if _static_method(f) is not None else None)
         f = f.f_back
+    if method is not None:
+        return method, None
     if inner is not None:
-        return None, (f"the launch is made by {inner}, and no module-level function of the kernel's module is above "
-                      "it on the stack (e.g. a backward pass the autograd engine calls)")
+        return None, (f"the launch is made by {inner}, and neither a module-level function of the kernel's module nor "
+                      "a static method of one of its classes is on the stack")
     return None, "no function of the kernel's module is on the stack of the launch (launched from elsewhere)"
 
 
@@ -186,8 +215,8 @@ def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
     """The wrapper's call as recorded values, or (None, why it cannot be replayed).  The values are the
     frame's at the launch; a parameter the body rebinds gets its default (what a caller that left it
     out passed; the replay checks that the baseline's wrapper then makes the recorded launch)."""
-    name = frame.f_code.co_name
-    fn = frame.f_globals.get(name)          # a module-level function: ``find_wrapper`` returns no other frame
+    fn = _frame_function(frame)             # ``find_wrapper`` returns no other frame
+    name = frame.f_code.co_name if _module_function(frame) else frame.f_code.co_qualname
     loc = frame.f_locals
     moved = rebound(frame.f_code)
     args, kwargs = [], {}

@@ -15,7 +15,9 @@
     grid:     [x, y, z]
     args:     [{name, value}]               the launch's arguments in parameter order
     wrapper:  {name, args: [value], kwargs: {name: value}} | null   the function of the kernel's
-              module that made the launch (replayed instead of the bare launch: a changed grid is timed)
+              module that made the launch (replayed instead of the bare launch: a changed grid is timed),
+              or ``Class.method``, a static method of one of its classes (an autograd backward; its ctx
+              is the value {ctx: {attrs, saved, needs_input_grad}})
     wrapper_missing: why there is no wrapper call (then the bare launch is replayed)
     storages: [{id, nbytes, start, device_type, stored: "whole" | "regenerated",
                 stats: {dtype, mean, std, min, max} (regenerated), written: bool | null, pure_output: bool}]

@@ -155,9 +155,9 @@ class ReplayWorkload(Workload):
             fn(*args, **kwargs)
         r.restore()
         if "args" not in hook:
-            return f"{fn.__name__} did not launch {r.name}"
+            return f"{fn.__qualname__} did not launch {r.name}"
         got = " ".join(str(x) for x in describe_launch(hook["kernel"], hook["grid"], hook["args"]).shape_key())
-        return None if got == r.manifest["signature"] else f"{fn.__name__} with the recorded arguments launches " \
+        return None if got == r.manifest["signature"] else f"{fn.__qualname__} with the recorded arguments launches " \
                                                             f"{got[:120]}, not the recorded {r.manifest['signature'][:120]}"
 
     # -- the Workload protocol --------------------------------------------------------------------
@@ -183,7 +183,7 @@ class ReplayWorkload(Workload):
             with self._watch() as hook:
                 fn(*a, **kw)
             if "args" not in hook:
-                raise WorkloadError(f"{fn.__name__} no longer launches {r.name}")
+                raise WorkloadError(f"{fn.__qualname__} no longer launches {r.name}")
             args = hook["args"]
         names = r.arg_names
         return {n: args[names.index(n)] for n in r.written if names.index(n) < len(args)}
