@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import CutileDiagError
 from . import decide as decide_mod
 
 
@@ -107,7 +108,6 @@ def _launch_host(text: str, kernel: str) -> dict[str, str] | None:
     launches it, and the module-level values, imports and host functions those read (the file's kernels are not host
     code); None when the text does not parse or lost the kernel."""
     import libcst as cst
-    from ..errors import CutileDiagError
     from ..source.locate import locate
     from ..source.model import code, find_all, module_bindings, parsed
     try:
