@@ -193,5 +193,13 @@ case "${1:-}" in
         bash bench/gpu/gpu_tests.sh "${S20B_CAP_S:-220}"
         b=$(( ${S20B_END_S:-565} - (SECONDS - t0) - 30 )); [ "$b" -ge 120 ] || b=120
         run frontier_suite $((b + 25)) --budget-s "$b" --only calibrate ;;
+  # session 21, one call for both (most of the device budget went to refused starts): every GPU-marked test (the
+  # replay of a backward through Class.backward and its ctx is new), then the campaign of s16c in what is left (#29)
+  s21a) t0=$SECONDS
+        bash bench/gpu/gpu_tests.sh "${S21A_CAP_S:-150}"
+        b=$(( ${S21A_END_S:-565} - (SECONDS - t0) - 25 )); [ "$b" -ge 200 ] || b=200
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
+          --ops "${S16C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
+          --state-in .gpu/campaign_state_s16.tgz --state-out "$OUT/campaign_state_s16.tgz" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
