@@ -341,6 +341,7 @@ AUTOGRAD = textwrap.dedent('''
 
         @staticmethod
         def backward(ctx, dy):
+            dy = dy.contiguous()                # rebinds its argument: the recording takes what the engine passed
             (x,) = ctx.saved_tensors
             TILE_B = 128
             dx = torch.empty_like(x)

@@ -211,21 +211,37 @@ def rebound(code) -> set[str]:
             if i.opname in ("STORE_FAST", "STORE_DEREF") and i.argval in params}
 
 
+def _engine_args(frame, fn) -> dict:
+    """For a ``backward`` the autograd engine called: its arguments as passed (torch's ``BackwardCFunction.apply``
+    above it holds them), which the body may have rebound since (``dy = dy.contiguous()``); else {}."""
+    up = frame.f_back
+    if up is None or up.f_code.co_name != "apply" or "autograd" not in up.f_code.co_filename:
+        return {}
+    loc = up.f_locals
+    if "self" not in loc or not isinstance(loc.get("args"), tuple):
+        return {}
+    return dict(zip(inspect.signature(fn).parameters, (loc["self"], *loc["args"])))
+
+
 def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
     """The wrapper's call as recorded values, or (None, why it cannot be replayed).  The values are the
-    frame's at the launch; a parameter the body rebinds gets its default (what a caller that left it
-    out passed; the replay checks that the baseline's wrapper then makes the recorded launch)."""
+    frame's at the launch; a parameter the body rebinds gets the value the autograd engine passed (a backward), else
+    its default (what a caller that left it out passed; the replay checks that the baseline's wrapper then makes the
+    recorded launch)."""
     fn = _frame_function(frame)             # ``find_wrapper`` returns no other frame
     name = frame.f_code.co_name if _module_function(frame) else frame.f_code.co_qualname
     loc = frame.f_locals
     moved = rebound(frame.f_code)
+    passed = _engine_args(frame, fn) if moved else {}
     args, kwargs = [], {}
     try:
         for p in inspect.signature(fn).parameters.values():
             if p.name not in loc:
                 continue
             v = loc[p.name]
-            if p.name in moved:
+            if p.name in passed:
+                v = passed[p.name]
+            elif p.name in moved:
                 if p.default is p.empty:
                     return None, f"{name} rebinds its required argument {p.name} before the launch"
                 v = p.default
