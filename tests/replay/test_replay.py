@@ -465,3 +465,81 @@ def test_a_candidate_given_to_a_worker_as_text_replays_through_its_own_wrapper(t
     wl.run(inputs)
     assert launched[-1] == ((4,), 1024) and not wl.notes
     sys.modules.pop("bops", None)
+
+
+REBINDING = textwrap.dedent('''
+    import cuda.tile as ct
+    import torch
+
+
+    @ct.kernel
+    def double_(x, y, TILE: ct.Constant[int]):
+        bid = ct.bid(0)
+        ct.store(y, index=(bid,), tile=ct.load(x, index=(bid,), shape=(TILE,)) * 2)
+
+
+    def layout(x):
+        x = x.contiguous()                  # rebinds a required argument, values unchanged
+        y = torch.empty_like(x)
+        ct.launch(None, (ct.cdiv(x.shape[0], 256),), double_, (x, y, 256))
+        return y
+
+
+    def scaled(x):
+        x = x * 3                           # rebinds it to other values
+        y = torch.empty_like(x)
+        ct.launch(None, (ct.cdiv(x.shape[0], 256),), double_, (x, y, 256))
+        return y
+''')
+
+
+def test_a_wrapper_that_rebinds_a_required_argument_replays_only_where_the_recorded_values_reproduce_the_launch(
+        tmp_path, monkeypatch):
+    """``x = x.contiguous()`` before the launch: the wrapper is recorded with x as it was at the launch, and kept once
+    the recorded version, called with it, computes the recorded outputs; ``x = x * 3`` does not, so that recording
+    replays bare and says why.  A later version's worker follows the recorded version's verdict (bare before it)."""
+    from cutile_diag.capture.launches import describe_launch
+    from cutile_diag.replay.record import LaunchRecorder
+    from cutile_diag.workloads import load_workload
+    import cuda.tile as ct
+    path = tmp_path / "rops.py"
+    path.write_text(REBINDING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("rops", None)
+    import rops
+    rec = LaunchRecorder(tmp_path / "rec", 1 << 20)
+    pends, launched = [], []
+
+    def emulated(stream, grid, kernel, args, /, **kw):
+        launched.append((tuple(grid), args[2]))
+        args[1].copy_(args[0] * 2)
+
+    def recording(stream, grid, kernel, args, /, **kw):
+        pends.append(rec.before(kernel, grid, args, describe_launch(kernel, grid, args)))
+        emulated(stream, grid, kernel, args)
+        rec.after(pends[-1], executed=True)
+    monkeypatch.setattr(ct, "launch", recording)
+    rops.layout(torch.randn(4096))
+    rops.scaled(torch.randn(2048))
+    monkeypatch.setattr(ct, "launch", emulated)
+    lay, sca = (p.folder for p in pends)
+    assert replay.load(lay, device="cpu").manifest["wrapper"]["rebound"] == ["x"]
+
+    # a later version (another tile) before the recorded version was replayed: bare, saying why
+    (tmp_path / "cand.py").write_text(REBINDING.replace("x.shape[0], 256),), double_, (x, y, 256)",
+                                                        "x.shape[0], 1024),), double_, (x, y, 1024)"))
+    early = load_workload(f"replay:{lay}", file=str(tmp_path / "cand.py"))
+    early.run(early.make_inputs(early.configs[0], 0, "cpu"))
+    assert launched[-1] == ((16,), 256) and "not been replayed yet" in early.notes[early.configs[0].name]
+
+    base = load_workload(f"replay:{lay}", file=str(path))
+    got = base.run(base.make_inputs(base.configs[0], 0, "cpu"))
+    assert not base.notes and launched[-1] == ((16,), 256)
+    assert torch.equal(got["y"], replay.load(lay, device="cpu").outputs["y"])
+    later = load_workload(f"replay:{lay}", file=str(tmp_path / "cand.py"))
+    later.run(later.make_inputs(later.configs[0], 0, "cpu"))
+    assert not later.notes and launched[-1] == ((4,), 1024)       # the candidate's own grid
+
+    wl = load_workload(f"replay:{sca}", file=str(path))
+    wl.run(wl.make_inputs(wl.configs[0], 0, "cpu"))
+    assert "computes other outputs" in wl.notes[wl.configs[0].name]

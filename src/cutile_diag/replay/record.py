@@ -226,14 +226,15 @@ def _engine_args(frame, fn) -> dict:
 def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
     """The wrapper's call as recorded values, or (None, why it cannot be replayed).  The values are the
     frame's at the launch; a parameter the body rebinds gets the value the autograd engine passed (a backward), else
-    its default (what a caller that left it out passed; the replay checks that the baseline's wrapper then makes the
-    recorded launch)."""
+    its default (what a caller that left it out passed), else — a required one, ``x = x.contiguous()`` — its value at
+    the launch, listed in ``rebound``: the replay keeps the wrapper only where the recorded version's wrapper, called
+    with those values, makes the recorded launch and computes the recorded outputs."""
     fn = _frame_function(frame)             # ``find_wrapper`` returns no other frame
     name = frame.f_code.co_name if _module_function(frame) else frame.f_code.co_qualname
     loc = frame.f_locals
     moved = rebound(frame.f_code)
     passed = _engine_args(frame, fn) if moved else {}
-    args, kwargs = [], {}
+    args, kwargs, at_launch = [], {}, []
     try:
         for p in inspect.signature(fn).parameters.values():
             if p.name not in loc:
@@ -243,8 +244,9 @@ def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
                 v = passed[p.name]
             elif p.name in moved:
                 if p.default is p.empty:
-                    return None, f"{name} rebinds its required argument {p.name} before the launch"
-                v = p.default
+                    at_launch.append(p.name)
+                else:
+                    v = p.default
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 args.append(enc.value(v))
             elif p.kind == p.VAR_POSITIONAL:
@@ -255,7 +257,7 @@ def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
                 kwargs.update({k: enc.value(x) for k, x in v.items()})
     except Unrecordable as e:
         return None, f"an argument of {name} is a {e}, which a recording cannot hold"
-    return {"name": name, "args": args, "kwargs": kwargs}, None
+    return {"name": name, "args": args, "kwargs": kwargs, **({"rebound": at_launch} if at_launch else {})}, None
 
 
 def _kernel_attr(kernel) -> str | None:

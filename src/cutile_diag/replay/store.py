@@ -17,7 +17,10 @@
     wrapper:  {name, args: [value], kwargs: {name: value}} | null   the function of the kernel's
               module that made the launch (replayed instead of the bare launch: a changed grid is timed),
               or ``Class.method``, a static method of one of its classes (an autograd backward; its ctx
-              is the value {ctx: {attrs, saved, needs_input_grad}})
+              is the value {ctx: {attrs, saved, needs_input_grad}}); ``rebound``: required arguments the
+              wrapper rebinds before the launch, recorded as they were at the launch (the replay keeps the
+              wrapper where the recorded version, so called, reproduces the launch and its outputs; its
+              verdict is kept in ``wrapper-verdict.json`` for the workers of later versions)
     wrapper_missing: why there is no wrapper call (then the bare launch is replayed)
     storages: [{id, nbytes, start, device_type, stored: "whole" | "regenerated",
                 stats: {dtype, mean, std, min, max} (regenerated), written: bool | null, pure_output: bool}]

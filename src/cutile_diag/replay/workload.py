@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import libcst
 
 from ..capture.launches import describe_launch
 from ..errors import CutileDiagError
+from ..harness.correctness import check_outputs
 from ..source import overrides
 from ..source.analysis import param_access
 from ..source.model import load as load_kernel
@@ -33,6 +35,7 @@ from .load import Replay, load, regen_tag
 from .store import ReplayError, read_manifest, replay_folders, source_sha256
 
 REF_PREFIX = "replay:"
+_WRAPPER_VERDICT = "wrapper-verdict.json"   # the recorded version's verdict on a wrapper called with rebound values
 _REGEN_CACHE = "expected-regenerated-{tag}.pt"      # per replay.load.regen_tag: the values it was computed on
 
 
@@ -130,12 +133,33 @@ class ReplayWorkload(Workload):
         if r is None:
             f, m = self.manifests[cfg.name]
             r = self._loaded[cfg.name] = load(f, device=device, any_version=True, file=self._file(m))
-            if r.wrapper is not None and self._same_version(m):
-                why = self._wrapper_matches(r)
+            if r.wrapper is not None:
+                why = self._wrapper_verdict(r, cfg, m)
                 if why:
                     self.notes[cfg.name] = f"the bare launch is replayed: {why}"
                     r.wrapper = None
         return r
+
+    def _wrapper_verdict(self, r: Replay, cfg: WorkloadConfig, m: dict) -> str | None:
+        """Why the wrapper cannot replay this recording (None: it can).  Judged on the recorded version; a wrapper
+        called with arguments it had rebound by the launch (``rebound``) is judged there once and the verdict kept in
+        the folder, so the workers of later versions replay the same way."""
+        verdict = r.folder / _WRAPPER_VERDICT
+        if self._same_version(m):
+            why = self._wrapper_matches(r, cfg)
+            if (m.get("wrapper") or {}).get("rebound"):
+                with contextlib.suppress(OSError):
+                    verdict.write_text(json.dumps({"source_sha256": m["kernel"].get("source_sha256"), "why": why}))
+            return why
+        if (m.get("wrapper") or {}).get("rebound"):
+            try:
+                got = json.loads(verdict.read_text())
+            except (OSError, ValueError):
+                return (f"{m['wrapper']['name']} rebinds {', '.join(m['wrapper']['rebound'])} before the launch, and "
+                        "the recorded version has not been replayed yet to show the recorded values reproduce it")
+            if got.get("source_sha256") == m["kernel"].get("source_sha256"):
+                return got.get("why")
+        return None
 
     def _same_version(self, m: dict) -> bool:
         """The kernel's module was loaded from the recorded text: the file on disk, or the text a worker of a sweep
@@ -147,18 +171,34 @@ class ReplayWorkload(Workload):
         have = hashlib.sha256(given.encode()).hexdigest() if given is not None else source_sha256(path)
         return have == m["kernel"].get("source_sha256")
 
-    def _wrapper_matches(self, r: Replay) -> str | None:
-        """The recorded version's wrapper, called with the recorded arguments, must make the recorded launch."""
+    def _wrapper_matches(self, r: Replay, cfg: WorkloadConfig) -> str | None:
+        """The recorded version's wrapper, called with the recorded arguments, must make the recorded launch; where it
+        was called with arguments it had rebound by the launch, it must also compute the recorded outputs (a
+        rebinding that changes values, not only a layout, would replay another computation)."""
         r.restore()
         fn, args, kwargs = r.wrapper
         with self._watch() as hook:
             fn(*args, **kwargs)
+        moved = (r.manifest.get("wrapper") or {}).get("rebound") or []
+        differs = None
+        if moved and (not r.outputs or r.regenerated):
+            differs = (f"{fn.__qualname__} rebinds {', '.join(moved)} before the launch, and the recording cannot show "
+                       "the values at the launch reproduce it (its inputs are regenerated, or it did not run)")
+        elif "args" in hook and moved:
+            names = r.arg_names
+            got = {n: hook["args"][names.index(n)] for n in r.written if names.index(n) < len(hook["args"])}
+            res = check_outputs(self, cfg, got, {n: r.outputs[n] for n in got})
+            if not res.passed:
+                differs = (f"{fn.__qualname__} with {', '.join(moved)} as rebound at the launch computes other outputs "
+                           f"than the recorded launch ({res.summary})")
         r.restore()
         if "args" not in hook:
             return f"{fn.__qualname__} did not launch {r.name}"
         got = " ".join(str(x) for x in describe_launch(hook["kernel"], hook["grid"], hook["args"]).shape_key())
-        return None if got == r.manifest["signature"] else f"{fn.__qualname__} with the recorded arguments launches " \
-                                                            f"{got[:120]}, not the recorded {r.manifest['signature'][:120]}"
+        if got != r.manifest["signature"]:
+            return f"{fn.__qualname__} with the recorded arguments launches {got[:120]}, not the recorded " \
+                   f"{r.manifest['signature'][:120]}"
+        return differs
 
     # -- the Workload protocol --------------------------------------------------------------------
     def make_inputs(self, cfg: WorkloadConfig, seed: int, device: str = "cuda") -> dict[str, Any]:
