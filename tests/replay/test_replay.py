@@ -543,3 +543,7 @@ def test_a_wrapper_that_rebinds_a_required_argument_replays_only_where_the_recor
     wl = load_workload(f"replay:{sca}", file=str(path))
     wl.run(wl.make_inputs(wl.configs[0], 0, "cpu"))
     assert "computes other outputs" in wl.notes[wl.configs[0].name]
+    # what the loop reads to skip host changes a bare replay would not time (Backend.host_untimed)
+    from cutile_diag.replay.store import read_manifest, wrapper_verdict
+    assert wrapper_verdict(lay, read_manifest(lay)) is None
+    assert "computes other outputs" in wrapper_verdict(sca, read_manifest(sca))

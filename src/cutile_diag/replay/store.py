@@ -37,6 +37,8 @@ Integer and bool storages are always stored whole; floating-point ones past the 
 """
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import json
 from pathlib import Path
@@ -103,3 +105,31 @@ def replay_folders(root: str | Path) -> list[Path]:
     """Every recording under ``root`` (one folder per kernel signature), by name."""
     root = Path(root)
     return sorted(p.parent for p in root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
+
+
+WRAPPER_VERDICT = "wrapper-verdict.json"   # the recorded version's verdict on a wrapper called with rebound values
+
+
+def write_wrapper_verdict(folder: Path, manifest: dict, why: str | None) -> None:
+    """Keep the recorded version's verdict on its wrapper (None: it replays the recording) for later versions."""
+    with contextlib.suppress(OSError):
+        (Path(folder) / WRAPPER_VERDICT).write_text(
+            json.dumps({"source_sha256": manifest["kernel"].get("source_sha256"), "why": why}))
+
+
+def wrapper_verdict(folder: Path, manifest: dict) -> str | None:
+    """Why the recorded wrapper does not replay this recording (None: it does).  A wrapper called with arguments it
+    had rebound by the launch (``rebound``) replays only once the recorded version showed it reproduces the launch."""
+    w = manifest.get("wrapper") or {}
+    if not w:
+        return manifest.get("wrapper_missing") or "no wrapper call was recorded"
+    if not w.get("rebound"):
+        return None
+    try:
+        got = json.loads((Path(folder) / WRAPPER_VERDICT).read_text())
+    except (OSError, ValueError):
+        return (f"{w['name']} rebinds {', '.join(w['rebound'])} before the launch, and the recorded version has not "
+                "been replayed yet to show the values at the launch reproduce it")
+    if got.get("source_sha256") != manifest["kernel"].get("source_sha256"):
+        return f"{WRAPPER_VERDICT} is from another version of the kernel"
+    return got.get("why")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,10 @@ from ..source.analysis import param_access
 from ..source.model import load as load_kernel
 from ..workload import Workload, WorkloadConfig, WorkloadError
 from .load import Replay, load, regen_tag
-from .store import ReplayError, read_manifest, replay_folders, source_sha256
+from .store import (ReplayError, read_manifest, replay_folders, source_sha256, wrapper_verdict,
+                    write_wrapper_verdict)
 
 REF_PREFIX = "replay:"
-_WRAPPER_VERDICT = "wrapper-verdict.json"   # the recorded version's verdict on a wrapper called with rebound values
 _REGEN_CACHE = "expected-regenerated-{tag}.pt"      # per replay.load.regen_tag: the values it was computed on
 
 
@@ -143,23 +142,13 @@ class ReplayWorkload(Workload):
     def _wrapper_verdict(self, r: Replay, cfg: WorkloadConfig, m: dict) -> str | None:
         """Why the wrapper cannot replay this recording (None: it can).  Judged on the recorded version; a wrapper
         called with arguments it had rebound by the launch (``rebound``) is judged there once and the verdict kept in
-        the folder, so the workers of later versions replay the same way."""
-        verdict = r.folder / _WRAPPER_VERDICT
-        if self._same_version(m):
-            why = self._wrapper_matches(r, cfg)
-            if (m.get("wrapper") or {}).get("rebound"):
-                with contextlib.suppress(OSError):
-                    verdict.write_text(json.dumps({"source_sha256": m["kernel"].get("source_sha256"), "why": why}))
-            return why
+        the folder (``store.wrapper_verdict``), so the workers of later versions replay the same way."""
+        if not self._same_version(m):
+            return wrapper_verdict(r.folder, m)
+        why = self._wrapper_matches(r, cfg)
         if (m.get("wrapper") or {}).get("rebound"):
-            try:
-                got = json.loads(verdict.read_text())
-            except (OSError, ValueError):
-                return (f"{m['wrapper']['name']} rebinds {', '.join(m['wrapper']['rebound'])} before the launch, and "
-                        "the recorded version has not been replayed yet to show the recorded values reproduce it")
-            if got.get("source_sha256") == m["kernel"].get("source_sha256"):
-                return got.get("why")
-        return None
+            write_wrapper_verdict(r.folder, m, why)
+        return why
 
     def _same_version(self, m: dict) -> bool:
         """The kernel's module was loaded from the recorded text: the file on disk, or the text a worker of a sweep

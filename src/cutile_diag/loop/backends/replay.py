@@ -110,13 +110,13 @@ class ReplayBackend(Backend):
             # read from the recordings, not from whether they measure yet: a resumed loop chooses its first step
             # before its first check starts the workers (a campaign's later passes measured a bare geglu backward's
             # BLOCK_SIZE that way); once recorded they do not change
+            from ...replay.store import wrapper_verdict
             recs = self._recordings()
             if not recs:
                 return None                     # not recorded yet (the baseline's bench run records)
-            bare = [m for _f, m in recs if not m.get("wrapper")]
-            why = bare[0].get("wrapper_missing") or "no wrapper call was recorded" if bare else ""
-            self._bare = (f"{len(bare)} of the kernel's recordings replay the bare launch ({why}), which would time "
-                          "the recorded launch, not the changed wrapper") if bare else ""
+            whys = [w for f, m in recs if (w := wrapper_verdict(f, m))]
+            self._bare = (f"{len(whys)} of the kernel's recordings replay the bare launch ({whys[0]}), which would "
+                          "time the recorded launch, not the changed wrapper") if whys else ""
         return self._bare or None
 
     def launch_block(self, ver: Verification, function: str):
