@@ -177,8 +177,8 @@ class ReplayWorkload(Workload):
             names = r.arg_names
             got = {n: hook["args"][names.index(n)] for n in r.written if names.index(n) < len(hook["args"])}
             # not a timed run's check (measure.version's): whether this recording's wrapper call is the launch's
-            bad = [c for n, a in got.items()
-                   if not (c := compare(a, r.outputs[n], self.tolerance(cfg, getattr(a, "dtype", "f32")), n)).passed]
+            bad = [c for n, a in got.items() if n in r.outputs
+                   and not (c := compare(a, r.outputs[n], self.tolerance(cfg, getattr(a, "dtype", "f32")), n)).passed]
             if bad:
                 differs = (f"{fn.__qualname__} with {', '.join(moved)} as rebound at the launch computes other outputs "
                            f"than the recorded launch ({'; '.join(f'{c.name}: {c.message}' for c in bad)})")
