@@ -230,7 +230,7 @@ def wrapper_call(frame, enc: _Encoder) -> tuple[dict | None, str | None]:
     the launch, listed in ``rebound``: the replay keeps the wrapper only where the recorded version's wrapper, called
     with those values, makes the recorded launch and computes the recorded outputs."""
     fn = _frame_function(frame)             # ``find_wrapper`` returns no other frame
-    name = frame.f_code.co_name if _module_function(frame) else frame.f_code.co_qualname
+    name = frame.f_code.co_qualname         # ``f`` for a module-level function, ``Class.method`` for a static method
     loc = frame.f_locals
     moved = rebound(frame.f_code)
     passed = _engine_args(frame, fn) if moved else {}

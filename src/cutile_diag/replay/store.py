@@ -38,7 +38,6 @@ Integer and bool storages are always stored whole; floating-point ones past the 
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import json
 from pathlib import Path
