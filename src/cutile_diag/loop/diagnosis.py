@@ -5,7 +5,8 @@ remarks, SASS, resources) plus the GPU measurements of that version, passing the
 tried entries so they rank after untried ones.  Without a capture (a kernel with no
 ``CAPTURE_SPECS``, capture disabled) there is no IR evidence to diagnose, so
 ``ApplicabilityDiagnoser`` ranks the transforms that apply to the source by the playbook's
-priority for the kernel's class (from its arithmetic intensity), and says so in the notes.
+priority for the kernel's class (from its arithmetic intensity) and the playbook clauses the
+source's own facts make true (``source_facts``), and says so in the notes.
 Both return a ``LoopDiagnosis``; tests script one with ``ScriptedDiagnoser``.
 """
 from __future__ import annotations
@@ -191,6 +192,7 @@ class ApplicabilityDiagnoser:
             pb = None
             notes.append(f"playbook not loaded ({e}); using the recipe's priority order")
         recs = []
+        facts = source_facts(ctx.source, ctx.kernel)
         for t, ok, why in applicability(ctx.source, ctx.kernel):
             if not ok or getattr(t, "kind", "source") != "source":
                 continue
@@ -203,8 +205,14 @@ class ApplicabilityDiagnoser:
                     entry = None
             order = _ORDER.get(cls, _ORDER["memory-bound"])
             rank = entry.rank(cls) if entry is not None else float(order.index(pid) if pid in order else 50)
+            evidence = [f"{t.name}: {why}"]
+            clause = _source_clause(entry, facts) if entry is not None else None
+            if clause is not None:
+                from ..diagnose.engine import render_reason
+                rank += clause.penalty
+                evidence.append(f"source: {render_reason(clause.reason, facts)}")
             recs.append(Rec(id=pid, name=entry.name if entry else t.summary, transform=t.name,
-                            reason=why, evidence=[f"{t.name}: {why}"],
+                            reason=why, evidence=evidence,
                             predicted_effect={"low": entry.effect_low, "high": entry.effect_high, "notes": []}
                             if entry else {}, risk=entry.risk if entry else "low",
                             summary=entry.summary if entry else t.summary,
@@ -228,6 +236,34 @@ class ApplicabilityDiagnoser:
                                        tried=int(ctx.tried.get(e.id, 0))))
         return LoopDiagnosis(bottleneck=cls, confidence="low", escalate=False, reasons=reasons,
                              recommendations=ordered, source="applicability", notes=notes)
+
+
+def source_facts(source: str, kernel: str) -> dict[str, Any]:
+    """The playbook facts the kernel's source alone fixes, under the names the IR collector gives them (the tile
+    sizes the host passes, the hints the decorator or the wrapper pins, the MMAs), so the playbook's clauses rank
+    transforms the same way with and without a capture.  A fact the source cannot fix is left out (unknown)."""
+    from ..source.analysis import hint_overrides
+    from ..source.model import TransformError, load
+    from ..transforms.kernel_hints import decorator_hints
+    from ..transforms.tile_size_sweep import largest_tile
+    try:
+        k = load(source, kernel)
+    except TransformError:
+        return {}
+    facts: dict[str, Any] = {"ir.kernel_hints_set": bool(decorator_hints(k) or hint_overrides(k)),
+                             "ir.mma_ops": len(k.calls("mma"))}
+    tile = largest_tile(source, kernel)
+    if tile is not None:
+        facts["ir.max_tile_elems"] = tile
+    return facts
+
+
+def _source_clause(entry, facts: Mapping[str, Any]):
+    """The entry's first clause the source facts make true (its penalty and reason apply), or None."""
+    for c in entry.clauses:
+        if c.predicate.evaluate(facts).true:
+            return c
+    return None
 
 
 def _class_of(ctx: DiagnoseContext) -> tuple[str, list[str]]:

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from ..source.analysis import LaunchSite, capture_spec_entries, require_launches
-from ..source.model import (Kernel, TransformNotApplicable, TransformParamError, code, find_all, int_value,
-                             kwarg, load, module_bindings, positional, refuse, rewrite)
+from ..source.model import (Kernel, TransformError, TransformNotApplicable, TransformParamError, code, find_all,
+                             int_value, kwarg, load, module_bindings, positional, refuse, rewrite)
 from .base import Plan, Transform
 
 _SHAPE_ARG = {"load": 2, "full": 0, "zeros": 0, "ones": 0, "arange": 0, "num_tiles": 2}
@@ -203,3 +203,51 @@ class TileSizeSweep(Transform):
         if reasons:
             return "; ".join(reasons.values())
         return f"no tile size within {MIN_TILE}..{MAX_TILE} left to try ({cur})"
+
+
+_BROADCASTS = ("reshape", "expand_dims", "broadcast_to", "permute", "transpose")
+
+
+def largest_tile(source: str, kernel_name: str) -> int | None:
+    """The largest tile the kernel body shapes, in elements, with the host's tile constants substituted (the source's
+    view of ``ir.max_tile_elems``); None when a shape is not a product of literals and host-set constants, or when
+    1-D index vectors are broadcast into more dimensions (``arange(T)[:, None]``), where no single shape says the
+    tile's size."""
+    try:
+        k = load(source, kernel_name)
+        values, _ = TileSizeSweep().survey(source, kernel_name)
+    except TransformError:      # not parseable, no such kernel, no launch in the file
+        return None
+
+    def size(node: cst.BaseExpression) -> int | None:
+        if isinstance(node, cst.Tuple):
+            dims = [size(e.value) for e in node.elements]
+            if not dims or None in dims:
+                return None
+            out = 1
+            for d in dims:
+                out *= d
+            return out
+        if isinstance(node, cst.Integer):
+            return int_value(node)
+        if isinstance(node, cst.Name):
+            return values.get(node.value)
+        return None
+
+    if k.calls(*_BROADCASTS) or find_all(k.func.body, lambda n: isinstance(n, cst.Subscript) and any(
+            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"
+            for e in n.slice)):
+        return None
+    best = 0
+    for c in k.calls(*_SHAPE_ARG):
+        m = k.ct.called(c)
+        shape = kwarg(c, "shape") or kwarg(c, "size")
+        pos = positional(c)
+        node = shape.value if shape else (pos[_SHAPE_ARG[m]].value if len(pos) > _SHAPE_ARG[m] else None)
+        if node is None:
+            continue
+        n = size(node)
+        if n is None:
+            return None
+        best = max(best, n)
+    return best or None
