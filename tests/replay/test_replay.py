@@ -547,3 +547,74 @@ def test_a_wrapper_that_rebinds_a_required_argument_replays_only_where_the_recor
     from cutile_diag.replay.store import read_manifest, wrapper_verdict
     assert wrapper_verdict(lay, read_manifest(lay)) is None
     assert "computes other outputs" in wrapper_verdict(sca, read_manifest(sca))
+
+
+PLAIN = textwrap.dedent('''
+    import os
+
+    import cuda.tile as ct
+    import torch
+
+
+    @ct.kernel
+    def double_(x, y, TILE: ct.Constant[int]):
+        bid = ct.bid(0)
+        ct.store(y, index=(bid,), tile=ct.load(x, index=(bid,), shape=(TILE,)) * 2)
+
+
+    def plain(x):
+        tile = int(os.environ.get("ROPS_TILE", "256"))     # state outside the recorded arguments
+        y = torch.empty_like(x)
+        ct.launch(None, (ct.cdiv(x.shape[0], tile),), double_, (x, y, tile))
+        return y
+''')
+
+
+def test_a_plain_wrapper_the_recorded_version_rejects_replays_bare_in_every_later_version(tmp_path, monkeypatch):
+    """The recorded version judges every wrapper once and keeps the verdict: a wrapper that no longer makes the
+    recorded launch from the recorded arguments (here it reads the environment) is dropped by the workers of later
+    versions too, which would otherwise fail every candidate's check on another launch."""
+    from cutile_diag.capture.launches import describe_launch
+    from cutile_diag.replay.record import LaunchRecorder
+    from cutile_diag.replay.store import WRAPPER_VERDICT, read_manifest, wrapper_verdict
+    from cutile_diag.workloads import load_workload
+    import cuda.tile as ct
+    path = tmp_path / "pops.py"
+    path.write_text(PLAIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("pops", None)
+    import pops
+    rec = LaunchRecorder(tmp_path / "rec", 1 << 20)
+    pends, launched = [], []
+
+    def emulated(stream, grid, kernel, args, /, **kw):
+        launched.append((tuple(grid), args[2]))
+        args[1].copy_(args[0] * 2)
+
+    def recording(stream, grid, kernel, args, /, **kw):
+        pends.append(rec.before(kernel, grid, args, describe_launch(kernel, grid, args)))
+        emulated(stream, grid, kernel, args)
+        rec.after(pends[-1], executed=True)
+    monkeypatch.setattr(ct, "launch", recording)
+    pops.plain(torch.randn(4096))
+    monkeypatch.setattr(ct, "launch", emulated)
+    folder = pends[0].folder
+    m = read_manifest(folder)
+    assert m["wrapper"]["name"] == "plain" and wrapper_verdict(folder, m) is None   # trusted before it is judged
+
+    monkeypatch.setenv("ROPS_TILE", "512")
+    base = load_workload(f"replay:{folder}", file=str(path))
+    base.run(base.make_inputs(base.configs[0], 0, "cpu"))
+    assert "not the recorded" in base.notes[base.configs[0].name] and launched[-1] == ((16,), 256)
+    assert "not the recorded" in wrapper_verdict(folder, m)
+
+    (tmp_path / "cand.py").write_text(PLAIN.replace("* 2)", "* 2)  # a later version"))
+    later = load_workload(f"replay:{folder}", file=str(tmp_path / "cand.py"))
+    later.run(later.make_inputs(later.configs[0], 0, "cpu"))
+    assert "not the recorded" in later.notes[later.configs[0].name] and launched[-1] == ((16,), 256)
+
+    # a verdict left by another recording of the folder is not this one's, nor is an unreadable one
+    (folder / WRAPPER_VERDICT).write_text(json.dumps({"source_sha256": "0" * 64, "why": "stale"}))
+    assert wrapper_verdict(folder, m) is None
+    (folder / WRAPPER_VERDICT).write_text("{not json")
+    assert wrapper_verdict(folder, m) is None

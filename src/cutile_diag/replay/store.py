@@ -19,8 +19,9 @@
               or ``Class.method``, a static method of one of its classes (an autograd backward; its ctx
               is the value {ctx: {attrs, saved, needs_input_grad}}); ``rebound``: required arguments the
               wrapper rebinds before the launch, recorded as they were at the launch (the replay keeps the
-              wrapper where the recorded version, so called, reproduces the launch and its outputs; its
-              verdict is kept in ``wrapper-verdict.json`` for the workers of later versions)
+              wrapper where the recorded version, so called, reproduces the launch and its outputs).  The
+              recorded version's verdict on any wrapper is kept in ``wrapper-verdict.json`` for the workers
+              of later versions
     wrapper_missing: why there is no wrapper call (then the bare launch is replayed)
     storages: [{id, nbytes, start, device_type, stored: "whole" | "regenerated",
                 stats: {dtype, mean, std, min, max} (regenerated), written: bool | null, pure_output: bool}]
@@ -106,7 +107,7 @@ def replay_folders(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
 
 
-WRAPPER_VERDICT = "wrapper-verdict.json"   # the recorded version's verdict on a wrapper called with rebound values
+WRAPPER_VERDICT = "wrapper-verdict.json"   # the recorded version's verdict on its wrapper, for later versions
 
 
 def write_wrapper_verdict(folder: Path, manifest: dict, why: str | None) -> None:
@@ -117,18 +118,21 @@ def write_wrapper_verdict(folder: Path, manifest: dict, why: str | None) -> None
 
 
 def wrapper_verdict(folder: Path, manifest: dict) -> str | None:
-    """Why the recorded wrapper does not replay this recording (None: it does).  A wrapper called with arguments it
-    had rebound by the launch (``rebound``) replays only once the recorded version showed it reproduces the launch."""
+    """Why the recorded wrapper does not replay this recording (None: it does), as the recorded version judged it.
+    Before that version has run, a plain wrapper is trusted, and one called with arguments it had rebound by the
+    launch (``rebound``) is not: only the recorded version can show those values reproduce the launch."""
     w = manifest.get("wrapper") or {}
     if not w:
         return manifest.get("wrapper_missing") or "no wrapper call was recorded"
-    if not w.get("rebound"):
-        return None
     try:
         got = json.loads((Path(folder) / WRAPPER_VERDICT).read_text())
-    except (OSError, ValueError):
+        if got.get("source_sha256") != manifest["kernel"].get("source_sha256"):
+            got = None          # left by an earlier recording in this folder: not this one's verdict
+    except (OSError, ValueError, AttributeError):
+        got = None
+    if isinstance(got, dict):
+        return got.get("why")
+    if w.get("rebound"):
         return (f"{w['name']} rebinds {', '.join(w['rebound'])} before the launch, and the recorded version has not "
                 "been replayed yet to show the values at the launch reproduce it")
-    if got.get("source_sha256") != manifest["kernel"].get("source_sha256"):
-        return f"{WRAPPER_VERDICT} is from another version of the kernel"
-    return got.get("why")
+    return None

@@ -140,14 +140,13 @@ class ReplayWorkload(Workload):
         return r
 
     def _wrapper_verdict(self, r: Replay, cfg: WorkloadConfig, m: dict) -> str | None:
-        """Why the wrapper cannot replay this recording (None: it can).  Judged on the recorded version; a wrapper
-        called with arguments it had rebound by the launch (``rebound``) is judged there once and the verdict kept in
-        the folder (``store.wrapper_verdict``), so the workers of later versions replay the same way."""
+        """Why the wrapper cannot replay this recording (None: it can).  Judged once on the recorded version and the
+        verdict kept in the folder (``store.wrapper_verdict``), so the workers of later versions replay the same way
+        (a wrapper the recorded version rejects would fail every later version's check)."""
         if not self._same_version(m):
             return wrapper_verdict(r.folder, m)
         why = self._wrapper_matches(r, cfg)
-        if (m.get("wrapper") or {}).get("rebound"):
-            write_wrapper_verdict(r.folder, m, why)
+        write_wrapper_verdict(r.folder, m, why)
         return why
 
     def _same_version(self, m: dict) -> bool:
