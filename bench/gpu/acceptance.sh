@@ -201,5 +201,21 @@ case "${1:-}" in
         run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
           --ops "${S16C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
           --state-in .gpu/campaign_state_s16.tgz --state-out "$OUT/campaign_state_s16.tgz" ;;
+  # session 22, call 1: on an H200 the size curve first (#31); #30's A/A calibrate on matmul with the 5-round keep
+  # minimum (b494555), which no sitting has measured yet
+  s22a) t0=$SECONDS
+        if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then run roof_curve 150; fi
+        b=$(( ${S22A_END_S:-565} - (SECONDS - t0) - 25 )); [ "$b" -ge 120 ] || b=120
+        run frontier_suite $((b + 20)) --budget-s "$b" --only calibrate ;;
+  # session 22, call 2: every GPU-marked test (the kept wrapper verdict, bdaa503), then #30's A/A calibrate
+  s22b) t0=$SECONDS
+        bash bench/gpu/gpu_tests.sh "${S22B_CAP_S:-160}"
+        b=$(( ${S22B_END_S:-565} - (SECONDS - t0) - 25 )); [ "$b" -ge 120 ] || b=120
+        run frontier_suite $((b + 20)) --budget-s "$b" --only calibrate ;;
+  # session 22, call 3: the campaign of s16c in a whole call (#29), small tiles ranking the tile sweep first (1ff3951)
+  s22c) b=${S22C_BUDGET:-530}
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
+          --ops "${S16C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
+          --state-in .gpu/campaign_state_s16.tgz --state-out "$OUT/campaign_state_s16.tgz" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
