@@ -49,7 +49,8 @@ DEFERRED = {
                                       "the capture stack loads in the compile child; the runner, costs and the "
                                       "measuring worker import this module and stay light"),
     "cutile_diag.loop": (("cutile_diag.transforms", "cutile_diag.roofline", "cutile_diag.diagnose", "cutile_diag.measure",
-                          "cutile_diag.diff", "cutile_diag.source.model", "cutile_diag.source.locate"),
+                          "cutile_diag.diff", "cutile_diag.source.model", "cutile_diag.source.locate",
+                          "cutile_diag.source.analysis"),
                          "the loop's session and runner load without yaml, libcst or networkx: the rewriting, "
                          "diagnosis, diff and roofline stacks load when a step uses them"),
     "cutile_diag.workloads": (("cutile_diag.workloads",), "built-in workloads load when one is named"),
