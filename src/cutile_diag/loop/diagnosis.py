@@ -182,6 +182,7 @@ class ApplicabilityDiagnoser:
     def diagnose(self, ctx: DiagnoseContext) -> LoopDiagnosis:
         """The transforms that apply to the source, ranked by the playbook priority of the kernel's class, one
         recommendation per playbook entry."""
+        from ..diagnose.engine import render_reason
         from ..transforms import applicability
         cls, reasons = _class_of(ctx)
         notes: list[str] = []
@@ -208,7 +209,6 @@ class ApplicabilityDiagnoser:
             evidence = [f"{t.name}: {why}"]
             clause = _source_clause(entry, facts) if entry is not None else None
             if clause is not None:
-                from ..diagnose.engine import render_reason
                 rank += clause.penalty
                 evidence.append(f"source: {render_reason(clause.reason, facts)}")
             recs.append(Rec(id=pid, name=entry.name if entry else t.summary, transform=t.name,

@@ -11,6 +11,7 @@ the grid, the launch goes through autotune, or no launch is in the file.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -25,15 +26,21 @@ _SHAPE_ARG = {"load": 2, "full": 0, "zeros": 0, "ones": 0, "arange": 0, "num_til
 MIN_TILE, MAX_TILE = 16, 16384
 
 
+def _shape(k: Kernel, c: cst.Call) -> cst.BaseExpression | None:
+    """The tile-shape argument of a load/full/arange/num_tiles call, or None where it is not given."""
+    shape = kwarg(c, "shape") or kwarg(c, "size")
+    if shape is not None:
+        return shape.value
+    i, pos = _SHAPE_ARG[k.ct.called(c)], positional(c)
+    return pos[i].value if len(pos) > i else None
+
+
 def tile_params(k: Kernel) -> list[str]:
     """Integer constants that appear in a tile shape (load/full/arange/num_tiles)."""
     consts = {n for n, t in k.constant_params().items() if t == "int"}
     used: set[str] = set()
     for c in k.calls(*_SHAPE_ARG):
-        m = k.ct.called(c)
-        shape = kwarg(c, "shape") or kwarg(c, "size")
-        pos = positional(c)
-        node = shape.value if shape else (pos[_SHAPE_ARG[m]].value if len(pos) > _SHAPE_ARG[m] else None)
+        node = _shape(k, c)
         if node is not None:
             used |= {n.value for n in find_all(node, lambda x: isinstance(x, cst.Name))} & consts
     return [n for n in k.param_names if n in used]
@@ -222,12 +229,7 @@ def largest_tile(source: str, kernel_name: str) -> int | None:
     def size(node: cst.BaseExpression) -> int | None:
         if isinstance(node, cst.Tuple):
             dims = [size(e.value) for e in node.elements]
-            if not dims or None in dims:
-                return None
-            out = 1
-            for d in dims:
-                out *= d
-            return out
+            return math.prod(dims) if dims and None not in dims else None
         if isinstance(node, cst.Integer):
             return int_value(node)
         if isinstance(node, cst.Name):
@@ -240,10 +242,7 @@ def largest_tile(source: str, kernel_name: str) -> int | None:
         return None
     best = 0
     for c in k.calls(*_SHAPE_ARG):
-        m = k.ct.called(c)
-        shape = kwarg(c, "shape") or kwarg(c, "size")
-        pos = positional(c)
-        node = shape.value if shape else (pos[_SHAPE_ARG[m]].value if len(pos) > _SHAPE_ARG[m] else None)
+        node = _shape(k, c)
         if node is None:
             continue
         n = size(node)
