@@ -112,3 +112,61 @@ def test_pinned_hints_make_both_sweeps_exploratory():
 def test_source_facts_of_a_source_that_does_not_parse_are_unknown():
     assert source_facts("def (:", "act_fwd") == {}
     assert source_facts(STREAM.format(hints="", block=256), "no_such_kernel") == {}
+
+
+# a small GEMM whose product sits in a helper (cuTile inlines it), next to an elementwise kernel in the same file
+GEMM_IN_HELPER = '''
+import cuda.tile as ct
+import torch
+
+def _step(acc, a, b):
+    return ct.mma(a, b, acc)
+
+def _tile_product(A, B, i, j, k, TM, TN, TK):
+    a = ct.load(A, index=(i, k), shape=(TM, TK))
+    b = ct.load(B, index=(k, j), shape=(TK, TN))
+    return a, b
+
+@ct.kernel
+def small_gemm(A, B, C, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Constant[int]):
+    acc = ct.full((TM, TN), 0, dtype=ct.float32)
+    for k in range(ct.num_tiles(A, 1, (TM, TK))):
+        a, b = _tile_product(A, B, ct.bid(0), ct.bid(1), k, TM, TN, TK)
+        acc = _step(acc, a, b)
+    ct.store(C, index=(ct.bid(0), ct.bid(1)), tile=acc)
+
+@ct.kernel
+def scale(x, y, BLOCK: ct.Constant[int]):
+    offs = ct.bid(0) * BLOCK + ct.arange(BLOCK, dtype=ct.int32)
+    ct.scatter(y, offs, ct.gather(x, offs) * 2)
+
+@ct.kernel
+def outer(x, y, z, T: ct.Constant[int]):
+    a = ct.load(x, index=(ct.bid(0), 0), shape=(T, T))
+    b = ct.load(y, index=(0, ct.bid(0)), shape=(T, T))
+    ct.store(z, index=(ct.bid(0), ct.bid(0)), tile=a @ b)
+
+def launch(A, B, C, x, y):
+    TM = 16
+    TN = 16
+    TK = 16
+    ct.launch(torch.cuda.current_stream(), (A.shape[0] // TM, B.shape[1] // TN, 1), small_gemm, (A, B, C, TM, TN, TK))
+    BLOCK = 256
+    ct.launch(torch.cuda.current_stream(), (x.numel() // BLOCK, 1, 1), scale, (x, y, BLOCK))
+'''
+
+
+def test_a_matrix_product_in_a_helper_or_an_operator_counts_for_its_kernel_only():
+    assert source_facts(GEMM_IN_HELPER, "small_gemm") == {"ir.kernel_hints_set": False, "ir.mma_ops": 1,
+                                                          "ir.max_tile_elems": 256}
+    assert source_facts(GEMM_IN_HELPER, "outer")["ir.mma_ops"] == 1
+    assert source_facts(GEMM_IN_HELPER, "scale")["ir.mma_ops"] == 0
+    d = ApplicabilityDiagnoser().diagnose(DiagnoseContext(path=Path("k.py"), kernel="small_gemm", source=GEMM_IN_HELPER))
+    assert d.bottleneck == "compute-bound"
+    # small 16 x 16 tiles, but a GEMM: the small-tile rule is for streaming kernels
+    g = _rec(GEMM_IN_HELPER, "small_gemm", "G")
+    assert not any("every tile is small" in e for e in g.evidence)
+    # the elementwise kernel beside it is memory-bound: the GEMM's product is not its own
+    d = ApplicabilityDiagnoser().diagnose(DiagnoseContext(path=Path("k.py"), kernel="scale", source=GEMM_IN_HELPER))
+    assert d.bottleneck == "memory-bound"
+    assert _order(GEMM_IN_HELPER, "scale").index("G") < _order(GEMM_IN_HELPER, "scale").index("C")

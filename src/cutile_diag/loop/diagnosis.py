@@ -242,7 +242,7 @@ def source_facts(source: str, kernel: str) -> dict[str, Any]:
     """The playbook facts the kernel's source alone fixes, under the names the IR collector gives them (the tile
     sizes the host passes, the hints the decorator or the wrapper pins, the MMAs), so the playbook's clauses rank
     transforms the same way with and without a capture.  A fact the source cannot fix is left out (unknown)."""
-    from ..source.analysis import hint_overrides
+    from ..source.analysis import hint_overrides, matrix_products
     from ..source.model import TransformError, load
     from ..transforms.kernel_hints import decorator_hints
     from ..transforms.tile_size_sweep import largest_tile
@@ -251,7 +251,7 @@ def source_facts(source: str, kernel: str) -> dict[str, Any]:
     except TransformError:
         return {}
     facts: dict[str, Any] = {"ir.kernel_hints_set": bool(decorator_hints(k) or hint_overrides(k)),
-                             "ir.mma_ops": len(k.calls("mma"))}
+                             "ir.mma_ops": matrix_products(k)}
     tile = largest_tile(source, kernel)
     if tile is not None:
         facts["ir.max_tile_elems"] = tile
@@ -272,18 +272,29 @@ def _class_of(ctx: DiagnoseContext) -> tuple[str, list[str]]:
         f, b = info.get("flops"), info.get("bytes")
         if f and b:
             ais.append((c, float(f) / float(b)))
+    mma = _has_matrix_products(ctx)
     if ais:
         c, ai = ais[0]
         if ai < 10:
             return "memory-bound", [f"arithmetic intensity {ai:.2f} FLOP/B ({c}) < 10"]
         if ai > 50:
             return "compute-bound", [f"arithmetic intensity {ai:.1f} FLOP/B ({c}) > 50"]
-        mma = "mma(" in ctx.source
         return ("compute-bound" if mma else "memory-bound"), [
             f"arithmetic intensity {ai:.1f} FLOP/B ({c}) is balanced; " + ("mma present" if mma else "no mma")]
-    if "mma(" in ctx.source:
-        return "compute-bound", ["the kernel calls ct.mma (no FLOP/byte counts)"]
-    return "memory-bound", ["no ct.mma in the kernel (no FLOP/byte counts)"]
+    if mma:
+        return "compute-bound", ["the kernel computes matrix products (no FLOP/byte counts)"]
+    return "memory-bound", ["no matrix product in the kernel (no FLOP/byte counts)"]
+
+
+def _has_matrix_products(ctx: DiagnoseContext) -> bool:
+    """Whether this kernel (with its helpers) computes a matrix product; another kernel's in the same file does not
+    count.  A source the model cannot load falls back to a plain text search."""
+    from ..source.analysis import matrix_products
+    from ..source.model import TransformError, load
+    try:
+        return matrix_products(load(ctx.source, ctx.kernel)) > 0
+    except TransformError:
+        return "mma(" in ctx.source
 
 
 class ScriptedDiagnoser:

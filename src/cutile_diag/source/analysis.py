@@ -501,6 +501,17 @@ def hint_overrides(k: Kernel) -> dict[str, tuple[int, str]]:
     return out
 
 
+def matrix_products(k: Kernel) -> int:
+    """How many matrix products (``ct.mma``, ``ct.mma_scaled``, ``ct.matmul``, ``@``) the kernel and the helpers
+    it calls contain: the source's reading of the IR's MMA count, for this kernel only (a file may hold others)."""
+    n = 0
+    for f in [k.func, *k.helpers()]:
+        n += len(k.calls("mma", "mma_scaled", "matmul", root=f.body))
+        n += len(find_all(f.body, lambda x: isinstance(x, (cst.BinaryOperation, cst.AugAssign))
+                          and isinstance(x.operator, (cst.MatrixMultiply, cst.MatrixMultiplyAssign))))
+    return n
+
+
 def require_launches(k: Kernel, what: str) -> list[LaunchSite]:
     """The kernel's plain launches, refusing when there are none or it is autotuned."""
     found = find_launches(k)

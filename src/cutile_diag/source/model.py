@@ -393,6 +393,22 @@ class Kernel:
         return find_all(root or self.func.body,
                         lambda n: isinstance(n, cst.Call) and self.ct.called(n) in want)
 
+    def helpers(self) -> list[cst.FunctionDef]:
+        """The module-level functions the kernel calls by name, directly or through one another (cuTile inlines
+        them into the kernel), in the order first reached."""
+        defs = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+        out: list[cst.FunctionDef] = []
+        todo, seen = [self.func], {self.func.name.value}
+        while todo:
+            f = todo.pop(0)
+            for c in find_all(f.body, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Name)):
+                name = c.func.value
+                if name in defs and name not in seen:
+                    seen.add(name)
+                    out.append(defs[name])
+                    todo.append(defs[name])
+        return out
+
     def body_statements(self) -> tuple[list[cst.BaseStatement], int]:
         """The kernel body's statements and how many leading ones are the docstring."""
         body = list(self.func.body.body) if isinstance(self.func.body, cst.IndentedBlock) else []
