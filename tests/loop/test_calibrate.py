@@ -84,6 +84,10 @@ def test_cli_stores_the_floor_and_a_new_loop_decides_with_it(repo, tmp_path, cap
     (["--simulate", "SPEC", "--rounds", "x"], "--rounds must be a positive integer"),
     (["--bench-cmd", "no-such-program-here --x"], "is not a command here"),
     (["--test-cmd", "true"], "--test-cmd goes with --bench-cmd"),
+    # a workload that cannot exist is named before a measuring process starts, not as a failed correctness check
+    (["examples:no_such_kernel"], "unknown workload 'examples:no_such_kernel'"),
+    (["missing_file.py::W"], "missing_file.py: no such file"),
+    (["replay:no_such_folder"], "no replay recording at no_such_folder"),
 ])
 def test_cli_bad_input_is_one_line(argv, msg, tmp_path, capsys):
     from cutile_diag.cli import main
@@ -92,6 +96,7 @@ def test_cli_bad_input_is_one_line(argv, msg, tmp_path, capsys):
     rc = main(["calibrate", *[str(spec) if a == "SPEC" else a for a in argv]])
     err = capsys.readouterr().err
     assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "correctness check" not in err
 
 
 def test_worker_rounds_are_abba_after_a_warm_up(monkeypatch, tmp_path):

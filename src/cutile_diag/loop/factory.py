@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from .backends import Backend, SimSpec, backend_from_json
 from .errors import LoopError
-from ..workloads import load_workload
+from ..workloads import check_ref, load_workload
 
 
 def parse_kv(items: Sequence[str], flag: str) -> dict[str, Any]:
@@ -139,6 +139,8 @@ def backend_spec(*, workload: str | None, workload_args: Sequence[str] = (), tes
         if configs:
             # a wrong configuration name is a usage error now, not a failed baseline later
             load_workload(workload, **kwargs).select(list(configs))
+        else:
+            check_ref(workload)     # an unknown name or a missing file: one line now, not a failed check later
         return {"backend": "workload", "workload": workload, "kwargs": kwargs,
                 "configs": list(configs) if configs else None, "bench_options": dict(bench_options or {}),
                 "device": device}

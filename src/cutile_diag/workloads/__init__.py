@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..workload import Workload, WorkloadError, _FunctionWorkload, instantiate, validate
 from ..output import prog
 from ..capture.loader import import_file, is_kernel
-from ..replay.workload import replay_workload
+from ..replay.workload import describe as describe_recordings, replay_workload
 from ..source.ref import split_ref
 
 
@@ -55,9 +55,9 @@ def builtin_names() -> list[str]:
     return list(BUILTIN)
 
 
-def resolve_builtin(ref: str, **kwargs) -> Workload:
-    """The built-in workload ``ref`` names (a bare name when one prefix has it), built with ``kwargs``;
-    an unknown or ambiguous name raises ``WorkloadError`` with the choices."""
+def builtin_key(ref: str) -> str:
+    """The registry key ``ref`` names (a bare name when one prefix has it); an unknown or ambiguous name raises
+    ``WorkloadError`` with the choices.  Nothing is built or imported."""
     key = ref.strip()
     if key not in BUILTIN:
         if ":" not in key:
@@ -69,9 +69,34 @@ def resolve_builtin(ref: str, **kwargs) -> Workload:
         if key not in BUILTIN:
             raise WorkloadError(f"unknown workload '{ref}'",
                                 hint="built in: " + ", ".join(BUILTIN) + "; or give path/file.py::Workload")
+    return key
+
+
+def resolve_builtin(ref: str, **kwargs) -> Workload:
+    """The built-in workload ``ref`` names (a bare name when one prefix has it), built with ``kwargs``;
+    an unknown or ambiguous name raises ``WorkloadError`` with the choices."""
+    key = builtin_key(ref)
     wl = BUILTIN[key](**kwargs)
     wl.ref = key
     return wl
+
+
+def check_ref(ref: str) -> None:
+    """A cheap check of a workload reference before a measuring process is started for it: a built-in name is known,
+    a file exists.  Importing and building the workload stays with that process (a TileGym op imports torch)."""
+    ref = (ref or "").strip()
+    if not ref:
+        raise UsageError("empty workload reference",
+                         hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
+    if ref.startswith("replay:"):
+        describe_recordings(ref[len("replay:"):])      # every manifest readable (JSON only)
+        return
+    if "::" not in ref and not ref.endswith(".py"):
+        builtin_key(ref)
+        return
+    path, _ = split_ref(ref)
+    if not Path(path).is_file():
+        raise WorkloadError(f"{path}: no such file", hint="give path/file.py::Workload")
 
 
 def _is_workload_class(obj) -> bool:
