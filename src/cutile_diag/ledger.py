@@ -49,7 +49,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import CutileDiagError
 from .output import prog, to_jsonable, write_atomic
@@ -71,6 +71,11 @@ def find_ledgers(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     gz = [g for g in folder.rglob(LEDGER_GZ) if not (g.parent / LEDGER_FILE).exists()]
     return sorted([*folder.rglob(LEDGER_FILE), *gz])
+
+
+def _clock_cut(r: Mapping[str, Any]) -> bool:
+    """An iteration the time budget ended before its verdict (decision rule ``budget``)."""
+    return (r.get("decision") or {}).get("rule") == "budget"
 
 
 class LedgerError(CutileDiagError):
@@ -380,24 +385,38 @@ class Ledger:
         return [r.get("decision", {}) for r in self.iterations if r["iteration"] > 0]
 
     def tried(self) -> Counter:
-        """Playbook entry ids to demote: tried and not a clear (>= 5 %) win."""
+        """Playbook entry ids to demote: tried and not a clear (>= 5 %) win.  A step the clock cut before its
+        verdict is not counted the first time (``attempted`` offers it again)."""
         c: Counter = Counter()
+        cut: Counter = Counter()
         for r in self.iterations:
             entry = (r.get("entry") or {}).get("id")
             if not entry or r["iteration"] == 0:
                 continue
+            if _clock_cut(r):
+                cut[entry] += 1
+                if cut[entry] == 1:
+                    continue
             d = r.get("decision", {})
             if r["status"] != "keep" or d.get("demote"):
                 c[entry] += 1
         return c
 
     def attempted(self) -> set[tuple[str, str, str]]:
-        """(base version digest, transform, params json) of every candidate already tried."""
+        """(base version digest, transform, params json) of every candidate already tried.  A candidate whose
+        step the clock cut before a verdict (a time slice that ended during its test command, say) is offered
+        once more: cut twice, it counts as tried."""
         out = set()
+        cut: Counter = Counter()
         for r in self.iterations:
             base = r.get("base_digest")
             for cand in (r.get("change") or {}).get("tried", []):
-                out.add((base, cand.get("transform", ""), json.dumps(cand.get("params", {}), sort_keys=True)))
+                key = (base, cand.get("transform", ""), json.dumps(cand.get("params", {}), sort_keys=True))
+                if _clock_cut(r):
+                    cut[key] += 1
+                    if cut[key] == 1:
+                        continue
+                out.add(key)
         return out
 
     def last_stop(self) -> dict | None:

@@ -5,7 +5,7 @@ import json
 import sys
 import time
 
-
+import pytest
 from looptools import FakeTransform, RankedDiagnoser, dirty, make_loop, rec, reload_runner, table_rows, untouched
 
 
@@ -320,3 +320,45 @@ def test_a_screened_point_killed_while_confirming_is_out_of_time_not_a_crash(rep
     assert "time budget ran out while confirming" in it["decision"]["reason"]
     assert it["latency_ms"] is not None and it["latency_source"] == "screening"
     assert it["correctness"] == "not checked (simulated)"          # the point's check passed before the clock ran out
+
+
+@pytest.mark.parametrize("beam", [1, None])
+def test_a_gain_whose_test_command_the_clock_cut_is_tried_again_first(repo, beam):
+    """H200, TileGym geglu in a campaign: BLOCK_SIZE 256 -> 512 measured 0.90x (CI 0.897-0.909) on the recordings,
+    then the kernel's time slice ended during the test command that confirms a keep.  The step was reverted without a
+    verdict, and the next slices went to other entries and never offered it again.  Cut by the clock, a candidate is
+    offered once more, and its measured gain puts it first."""
+    from cutile_diag.loop.errors import MeasurementTimeout
+    ts = {"tile": FakeTransform("tile", "G", params=[{"v": 512}]), "hint": FakeTransform("hint", "C")}
+    r = make_loop(repo, {"effects": {'tile{"v": 512}': 0.9, "hint": 0.995}}, recs=[rec("G", "tile"), rec("C", "hint")],
+                  transforms=ts, max_iterations=1, rounds=2, beam=beam)
+    tests_run = []
+
+    def confirm_keep(v, ws, deadline):
+        tests_run.append(v.label)
+        if len(tests_run) == 1:                 # the slice's --time-limit ends during the test command
+            r.time_left = lambda: 0.5
+            raise MeasurementTimeout("the test command was killed at the time budget", label=v.label)
+        return None
+    r.backend.suite, r.backend.confirm_keep = True, confirm_keep
+    r.start()
+    cut = r.led.iterations[-1]
+    assert cut["decision"]["rule"] == "budget" and cut["comparison"]["ratio"] < 0.95
+    assert r.led.attempted() == set() and not r.led.tried()
+    r2 = reload_runner(repo, r, max_iterations=2)
+    r2.backend.suite, r2.backend.confirm_keep = True, confirm_keep
+    r2.run()
+    again = r2.led.iterations[2]
+    assert again["change"]["params"] == {"v": 512} and again["status"] == "keep"
+    assert len(tests_run) == 2
+
+
+def test_a_candidate_the_clock_cuts_twice_counts_as_tried():
+    from cutile_diag.ledger import Ledger
+    led = Ledger.__new__(Ledger)
+    cut = {"type": "iteration", "status": "revert", "base_digest": "a", "entry": {"id": "G"},
+           "change": {"tried": [{"transform": "tile", "params": {"v": 512}}]}, "decision": {"rule": "budget"}}
+    led.records = [{"type": "iteration", "iteration": 0, "status": "keep", "digest": "a"}, {**cut, "iteration": 1}]
+    assert led.attempted() == set() and not led.tried()
+    led.records.append({**cut, "iteration": 2})
+    assert led.attempted() == {("a", "tile", '{"v": 512}')} and led.tried() == {"G": 1}
