@@ -618,3 +618,26 @@ def test_a_plain_wrapper_the_recorded_version_rejects_replays_bare_in_every_late
     assert wrapper_verdict(folder, m) is None
     (folder / WRAPPER_VERDICT).write_text("{not json")
     assert wrapper_verdict(folder, m) is None
+
+
+def test_a_damaged_recording_costs_its_own_configuration_not_another_kernels(tmp_path, monkeypatch):
+    """H200, a campaign's second call: the dropout kernel's recording had lost a tensor file, and every candidate of
+    geglu's backward failed its check on that (`_dropout_kernel-... is incomplete: s0.pt is missing`)."""
+    from cutile_diag.workloads import load_workload
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "kops.py").write_text(KERNELS)
+    out = tmp_path / "replay"
+    try:
+        _record_executed(root, out, monkeypatch)
+        by = {f.name.split("-")[0]: f for f in replay.store.replay_folders(out)}
+        lost = next(f for f in by["scale_"].glob("s*.pt") if ".after" not in f.name)
+        lost.unlink()                                       # the in-place kernel's recording loses an input
+        wl = load_workload(f"replay:{out}", kernel="gather_rows")
+        assert [c.name.split("-")[0] for c in wl.configs] == ["gather_rows"] and not wl.notes
+        # the damaged kernel itself: one clear line
+        with pytest.raises(replay.ReplayError, match="is incomplete"):
+            load_workload(f"replay:{out}", kernel="scale_")
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("kops", None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,14 @@ def folders_of(target: str | Path) -> list[Path]:
     return found
 
 
+def _kernel_named(folder: Path) -> str | None:
+    """The kernel a recording names, read leniently (None: not even that can be read)."""
+    try:
+        return json.loads((folder / "replay.json").read_text())["kernel"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class ReplayWorkload(Workload):
     """The recordings in a folder as a workload: one configuration per recording, checked against the recorded answer.
     The recordings in a folder as a workload: one configuration per recording, checked against the recorded answer."""
@@ -61,15 +70,29 @@ class ReplayWorkload(Workload):
         self.tolerances = {k: tuple(v) for k, v in (tolerances or {}).items()}
         self.counts = dict(counts or {})
         self.manifests = {}
+        self.notes: dict[str, str] = {}
+        damaged: list[str] = []
         for f in self.folders:
-            m = read_manifest(f)
+            try:
+                m = read_manifest(f)
+            except ReplayError as e:
+                # one damaged recording (a survey killed half-way, a file lost in a copy) costs its own configuration,
+                # not every kernel's: another kernel's is not this workload's, and this kernel's others still replay
+                if len(self.folders) == 1:
+                    raise
+                if kernel and _kernel_named(f) not in (None, kernel):
+                    continue
+                damaged.append(e.one_line())
+                self.notes[f.name] = f"not replayed: {e.one_line()}"
+                continue
             if kernel and m["kernel"]["name"] != kernel:
                 continue
             if m.get("error"):
                 continue
             self.manifests[f.name] = (f, m)
         if not self.manifests:
-            raise ReplayError(f"{folder} holds no replayable recording" + (f" of {kernel}" if kernel else ""))
+            raise ReplayError(f"{folder} holds no replayable recording" + (f" of {kernel}" if kernel else "")
+                              + (f" ({damaged[0]})" if damaged else ""))
         first = next(iter(self.manifests.values()))[1]["kernel"]
         self.name = f"replay:{first['name']}"
         self.kernel_name = first["name"]
@@ -81,7 +104,6 @@ class ReplayWorkload(Workload):
         self._loaded: dict[str, Replay] = {}
         self._names = {m["kernel"]["name"] for _f, m in self.manifests.values()}
         self._launch_mods: list | None = None
-        self.notes: dict[str, str] = {}
         self._accesses: dict[str, dict[str, str] | None] = {}
 
     def _file(self, m: dict) -> str | None:
