@@ -236,3 +236,15 @@ def test_a_given_plan_is_sampled_as_given_and_a_kept_set_up_follows_it():
     other = Spinning(est_ms=2.2, samples=[2.2])
     measure(lambda: None, opts, backend=other, keep=keep, plan=Plan(7, 30, 1, 0.05))   # other counts: set up anew
     assert be.calls[-1] == "teardown" and "setup" in other.calls and ("time", 30) in other.calls
+
+
+def test_a_call_whose_time_is_its_hosts_is_timed_as_a_graph():
+    """H200, TileGym's persistent layer norm replayed through its wrapper, which calls ``kernel.replace_hints`` (a
+    recompile) on every call: eager events read 42 ms for a 0.027 ms kernel, the GPU idle behind Python."""
+    from cutile_diag.harness.timing import plan_batch
+    opts = BenchOptions()
+    assert plan_batch(42.0, opts, host_ms=41.5) > 1          # the host's time: a graph holds the GPU work alone
+    assert plan_batch(42.0, opts, host_ms=0.02) == 1         # a long kernel: eager, as before
+    assert plan_batch(4.0, opts, host_ms=2.0) == 1           # host time the spin covers: eager
+    assert plan_batch(42.0, BenchOptions(sleep=False), host_ms=41.5) == 1
+    assert plan_batch(42.0, BenchOptions(batch=None), host_ms=41.5) == 1
