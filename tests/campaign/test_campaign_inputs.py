@@ -99,6 +99,11 @@ def test_step_cost_without_rounds_given(tmp_path):
     assert c.step_cost("a") == pytest.approx((4.0 + 2 * 3 * 1.0) / budget.MARGIN)      # cheap runs: 3 rounds
     assert c.step_cost("b") == pytest.approx((4.0 + 2 * 2 * 20.0) / budget.MARGIN)     # 6 x 20 s > 600/8: 2
     assert c.time_share("a", time.monotonic()) > 0
+    # a replay loop keeps a step only after the user's test command: its step, and its least share, hold one
+    Ledger(c.ledger_dir("a")).adopt([{"type": "setup", "backend": {"backend": "replay"}},
+                                     {"type": "iteration", "iteration": 0, "status": "keep",
+                                      "costs": {"verify_s": 4.0, "run_s": 1.0}}])
+    assert c.step_cost("a") == pytest.approx((4.0 + 2 * 3 * 1.0 + budget.KEEP_PRIOR_S) / budget.MARGIN)
 
 
 def test_resume_retries_crashed_kernels(tmp_path, monkeypatch):

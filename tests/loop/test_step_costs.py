@@ -215,3 +215,20 @@ def test_a_sweeps_workers_load_at_once_each_with_its_own_files(repo):
         assert ws.current() == good.files                      # the worktree was never written
     finally:
         b.close()
+
+
+def test_a_step_that_may_keep_costs_the_test_command_that_confirms_the_keep():
+    """H200 campaign: geglu's tile step was measured and decided in 28 s of a 31.7 s slice; the test command that
+    confirms a keep did not fit, and the gain was cut.  A replay loop plans each step with that command in it: the
+    prior until one has run, then the longest one measured (a run the clock cut counts as at least that long)."""
+    base = {"iteration": 0, "costs": {"verify_s": 5.0, "run_s": 2.0}}
+    plain = budget_mod.costs_from_ledger([base])
+    assert plain.keep_s == 0.0
+    prior = budget_mod.costs_from_ledger([base], budget_mod.KEEP_PRIOR_S)
+    assert prior.keep_s == budget_mod.KEEP_PRIOR_S
+    assert prior.iteration_s(1, 2) == pytest.approx(plain.iteration_s(1, 2) + budget_mod.KEEP_PRIOR_S)
+    ran = {"iteration": 1, "costs": {"verify_s": 4.0}, "step_costs": {"confirm": {"s": 31.5}}}
+    assert budget_mod.costs_from_ledger([base, ran], budget_mod.KEEP_PRIOR_S).keep_s == 31.5
+    # nothing measured yet: no costs, no prior (the plan cuts nothing)
+    assert not budget_mod.costs_from_ledger([], budget_mod.KEEP_PRIOR_S).known
+    assert budget_mod.Costs.from_json(prior.to_json()) == prior

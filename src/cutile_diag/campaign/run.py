@@ -278,7 +278,10 @@ class Campaign:
         """Seconds one step of this kernel's loop needs to start (one check and one comparison, at
         the costs its ledger measured, within the loop's planning margin); None before its baseline."""
         led = self.ledger(name)
-        costs = budget_mod.costs_from_ledger(led.iterations) if led else budget_mod.Costs()
+        # a replay loop confirms a keep with the user's test command: a step that cannot fit it cannot keep
+        suite = bool(led) and (led.setup.get("backend") or {}).get("backend") == "replay"
+        costs = budget_mod.costs_from_ledger(led.iterations, budget_mod.KEEP_PRIOR_S if suite else 0.0) \
+            if led else budget_mod.Costs()
         if not costs.known:
             return None
         opts = api.LoopOverrides.from_json(self.data["options"]).apply()

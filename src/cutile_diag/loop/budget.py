@@ -32,6 +32,9 @@ RUNS_SHARE = 1 / 8            # cheap: a comparison's 2 x 3 runs (a sweep's scre
 SKIPPED = "skipped (budget)"
 
 
+KEEP_PRIOR_S = 20.0     # a TileGym test file's correctness tests in a fresh pytest process (start-up, imports, JIT)
+
+
 @dataclass
 class Costs:
     """Seconds measured at the baseline (0 where unknown: the plan then cannot cut anything)."""
@@ -39,6 +42,7 @@ class Costs:
     run_s: float = 0.0             # one measurement run of one version over every configuration
     capture_s: float = 0.0         # one AOT capture (0 with --no-capture)
     compile_s: float = 0.0         # one candidate's compile (loop.compile_pool); 0: none yet
+    keep_s: float = 0.0            # the user's test command that confirms a keep (replay loops); 0: none
 
     @property
     def candidate_capture_s(self) -> float:
@@ -69,24 +73,27 @@ class Costs:
             screen = 2 * screen_rounds * self.run_s * points if points > 1 else 0.0
             checks = math.ceil(points / max(1, check_workers)) * self.verify_s
         compiles = math.ceil(points / max(1, compile_workers)) * self.candidate_capture_s
-        return compiles + checks + screen + self.confirm_s(rounds)
+        # a step that gains is kept only after the test command: a step that cannot fit it cannot keep
+        return compiles + checks + screen + self.confirm_s(rounds) + self.keep_s
 
     def to_json(self) -> dict:
         """The costs in seconds, as the ledger's baseline record stores them."""
         return {"verify_s": round(self.verify_s, 3), "run_s": round(self.run_s, 3),
-                "capture_s": round(self.capture_s, 3), "compile_s": round(self.compile_s, 3)}
+                "capture_s": round(self.capture_s, 3), "compile_s": round(self.compile_s, 3),
+                "keep_s": round(self.keep_s, 3)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Costs":
         """Costs from their stored JSON (missing ones 0)."""
         d = dict(d or {})
         return cls(float(d.get("verify_s") or 0.0), float(d.get("run_s") or 0.0), float(d.get("capture_s") or 0.0),
-                   float(d.get("compile_s") or 0.0))
+                   float(d.get("compile_s") or 0.0), float(d.get("keep_s") or 0.0))
 
     def merge(self, other: "Costs") -> "Costs":
         """The larger of each cost (a later, slower version must not be planned with the baseline's speed)."""
         return Costs(max(self.verify_s, other.verify_s), max(self.run_s, other.run_s),
-                     max(self.capture_s, other.capture_s), max(self.compile_s, other.compile_s))
+                     max(self.capture_s, other.capture_s), max(self.compile_s, other.compile_s),
+                     max(self.keep_s, other.keep_s))
 
 
 @dataclass
@@ -189,15 +196,22 @@ def min_budget_s(costs: Costs, margin: float = MARGIN) -> int | None:
     return max(1, math.ceil(costs.iteration_s(1, 1) / margin))
 
 
-def costs_from_ledger(iterations: list[dict]) -> Costs:
+def costs_from_ledger(iterations: list[dict], keep_prior_s: float = 0.0) -> Costs:
     """The baseline's costs, raised by any slower run a later iteration measured.  A check and a
     compile cost what the latest step measured: the baseline's check pays once for starting the
     measuring process and compiling cold, a step's checks run in processes started ahead
-    (``loop.spares``) — planning every step with the baseline's would screen too few points."""
+    (``loop.spares``) — planning every step with the baseline's would screen too few points.
+    ``keep_prior_s``: what the test command that confirms a keep is taken to cost until one has run (a replay
+    loop defers it to its first keep); the longest one measured since (a run the clock cut counts as at least as
+    long as it ran)."""
     c = Costs()
+    keep = 0.0
     for rec in iterations:
         new = Costs.from_json(rec.get("costs"))
         c = c.merge(Costs(run_s=new.run_s, capture_s=new.capture_s))
         c.verify_s = new.verify_s or c.verify_s
         c.compile_s = new.compile_s or c.compile_s
+        keep = max(keep, float(((rec.get("step_costs") or {}).get("confirm") or {}).get("s") or 0.0))
+    if c.known:
+        c.keep_s = max(keep, keep_prior_s)
     return c

@@ -128,7 +128,8 @@ class Evaluation:
 
     def costs(self) -> budget_mod.Costs:
         """What a check, a run and a capture cost, as the ledger's iterations measured them."""
-        return budget_mod.costs_from_ledger(self.led.iterations)
+        return budget_mod.costs_from_ledger(self.led.iterations,
+                                            budget_mod.KEEP_PRIOR_S if self.backend.suite else 0.0)
 
     def time_left(self) -> float | None:
         """Seconds left of this invocation's --time-limit (None: no limit)."""
