@@ -641,3 +641,31 @@ def test_a_damaged_recording_costs_its_own_configuration_not_another_kernels(tmp
     finally:
         sys.path.remove(str(root))
         sys.modules.pop("kops", None)
+
+
+def test_recordings_that_cannot_be_read_stop_the_loop_instead_of_failing_each_candidate(tmp_path, monkeypatch):
+    """A recording damaged on disk fails every version alike: the measuring worker says it is the recordings, and
+    the backend raises (the loop stops with one line) instead of reverting candidate after candidate as incorrect."""
+    from cutile_diag.loop.backends import Version, WorkloadBackend, Workspace
+    from cutile_diag.loop.errors import BackendError
+    from cutile_diag.loop.proc import Deadline
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "kops.py").write_text(KERNELS)
+    out = tmp_path / "replay"
+    try:
+        _record_executed(root, out, monkeypatch)
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("kops", None)
+    for f in replay.store.replay_folders(out):
+        if f.name.startswith("gather_rows"):
+            next(p for p in f.glob("s*.pt") if ".after" not in p.name).unlink()
+    ws = Workspace(root, tmp_path / "state", ["kops.py"])
+    b = WorkloadBackend(f"replay:{out}", kwargs={"kernel": "gather_rows", "file": str(root / "kops.py")},
+                        log_dir=tmp_path / "logs")
+    try:
+        with pytest.raises(BackendError, match="recorded launches cannot be replayed.*is incomplete"):
+            b.verify(Version("baseline", ws.current()), ws, Deadline(120))
+    finally:
+        b.close()

@@ -64,7 +64,12 @@ def _load(req: dict, st: _State) -> dict:
     from ...measure.tuning import TuningPins
     st.tuning = TuningPins(given=dict(req.get("tuning") or {}))
     st.tuning.install()
-    wl = load_workload(req["workload"], **(req.get("kwargs") or {}))
+    from ...replay.store import ReplayError
+    try:
+        wl = load_workload(req["workload"], **(req.get("kwargs") or {}))
+    except ReplayError as e:
+        # the recordings, read before any version's code runs: every version would fail the same way
+        return {"ok": False, "error": e.one_line(), "recordings": True}
     why = wl.available()
     if why:
         return {"ok": False, "error": f"workload {wl.name} cannot run here: {why}"}

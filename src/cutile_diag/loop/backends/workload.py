@@ -349,6 +349,10 @@ class WorkloadBackend(Backend):
             err = reply.get("error", "the worker could not load the workload")
             if "cannot run here" in err or "no CUDA GPU" in err:
                 raise BackendError(err)
+            if reply.get("recordings"):
+                raise BackendError(f"the recorded launches cannot be replayed: {err}",
+                                   hint="record them again (the campaign's survey, or the loop's first bench run), "
+                                        "or go on with --no-replay")
             return Verification(False, f"error: {err}", seconds=time.monotonic() - t0)
         checks = reply.get("checks", {})
         bad = {c: d for c, d in checks.items() if not d.get("passed")}
