@@ -217,5 +217,13 @@ case "${1:-}" in
         run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
           --ops "${S16C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
           --state-in .gpu/campaign_state_s16.tgz --state-out "$OUT/campaign_state_s16.tgz" ;;
+  # session 23's follow-ups: every GPU-marked test alone (a fresh H200 compiles cold: 9 tests took 150 s), and a
+  # fresh campaign with the clock-cut retry, the keep's test command in every step's plan and the graph timing of
+  # host-bound wrapper calls (#29), its state kept apart from the earlier campaigns'
+  s23a) bash bench/gpu/gpu_tests.sh "${S23A_CAP_S:-540}" ;;
+  s23c) b=${S23C_BUDGET:-530}
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
+          --ops "${S23C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
+          --state-in .gpu/campaign_state_s23.tgz --state-out "$OUT/campaign_state_s23.tgz" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
