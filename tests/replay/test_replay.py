@@ -635,6 +635,8 @@ def test_a_damaged_recording_costs_its_own_configuration_not_another_kernels(tmp
         lost.unlink()                                       # the in-place kernel's recording loses an input
         wl = load_workload(f"replay:{out}", kernel="gather_rows")
         assert [c.name.split("-")[0] for c in wl.configs] == ["gather_rows"] and not wl.notes
+        from cutile_diag.workloads import check_ref
+        check_ref(f"replay:{out}")      # the folder is not refused up front for one damaged recording
         # the damaged kernel itself: one clear line
         with pytest.raises(replay.ReplayError, match="is incomplete"):
             load_workload(f"replay:{out}", kernel="scale_")

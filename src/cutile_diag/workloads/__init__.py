@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..workload import Workload, WorkloadError, _FunctionWorkload, instantiate, validate
 from ..output import prog
 from ..capture.loader import import_file, is_kernel
-from ..replay.workload import describe as describe_recordings, replay_workload
+from ..replay.workload import folders_of, replay_workload
 from ..source.ref import split_ref
 
 
@@ -89,7 +89,7 @@ def check_ref(ref: str) -> None:
         raise UsageError("empty workload reference",
                          hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
     if ref.startswith("replay:"):
-        describe_recordings(ref[len("replay:"):])      # every manifest readable (JSON only)
+        folders_of(ref[len("replay:"):])       # a recording or a folder of them (a damaged one is judged later)
         return
     if "::" not in ref and not ref.endswith(".py"):
         builtin_key(ref)
