@@ -73,9 +73,13 @@ def find_ledgers(folder: str | Path) -> list[Path]:
     return sorted([*folder.rglob(LEDGER_FILE), *gz])
 
 
-def _clock_cut(r: Mapping[str, Any]) -> bool:
-    """An iteration the time budget ended before its verdict (decision rule ``budget``)."""
-    return (r.get("decision") or {}).get("rule") == "budget"
+def _first_cut(r: Mapping[str, Any], key: Any, cuts: Counter) -> bool:
+    """Whether ``r`` is ``key``'s first step the time budget ended before its verdict (decision rule ``budget``):
+    such a step is offered once more, so it does not count as tried."""
+    if (r.get("decision") or {}).get("rule") != "budget":
+        return False
+    cuts[key] += 1
+    return cuts[key] == 1
 
 
 class LedgerError(CutileDiagError):
@@ -393,10 +397,8 @@ class Ledger:
             entry = (r.get("entry") or {}).get("id")
             if not entry or r["iteration"] == 0:
                 continue
-            if _clock_cut(r):
-                cut[entry] += 1
-                if cut[entry] == 1:
-                    continue
+            if _first_cut(r, entry, cut):
+                continue
             d = r.get("decision", {})
             if r["status"] != "keep" or d.get("demote"):
                 c[entry] += 1
@@ -412,10 +414,8 @@ class Ledger:
             base = r.get("base_digest")
             for cand in (r.get("change") or {}).get("tried", []):
                 key = (base, cand.get("transform", ""), json.dumps(cand.get("params", {}), sort_keys=True))
-                if _clock_cut(r):
-                    cut[key] += 1
-                    if cut[key] == 1:
-                        continue
+                if _first_cut(r, key, cut):
+                    continue
                 out.add(key)
         return out
 

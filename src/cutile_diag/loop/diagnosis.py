@@ -184,7 +184,8 @@ class ApplicabilityDiagnoser:
         recommendation per playbook entry."""
         from ..diagnose.engine import render_reason
         from ..transforms import applicability
-        cls, reasons = _class_of(ctx)
+        facts = source_facts(ctx.source, ctx.kernel)
+        cls, reasons = _class_of(ctx, facts.get("ir.mma_ops"))
         notes: list[str] = []
         try:
             from ..diagnose.playbook import default_playbook
@@ -193,7 +194,6 @@ class ApplicabilityDiagnoser:
             pb = None
             notes.append(f"playbook not loaded ({e}); using the recipe's priority order")
         recs = []
-        facts = source_facts(ctx.source, ctx.kernel)
         for t, ok, why in applicability(ctx.source, ctx.kernel):
             if not ok or getattr(t, "kind", "source") != "source":
                 continue
@@ -266,13 +266,15 @@ def _source_clause(entry, facts: Mapping[str, Any]):
     return None
 
 
-def _class_of(ctx: DiagnoseContext) -> tuple[str, list[str]]:
+def _class_of(ctx: DiagnoseContext, mma_ops: int | None) -> tuple[str, list[str]]:
+    """The recipe's class: by arithmetic intensity, where balanced or unknown by whether this kernel computes a matrix
+    product (``mma_ops``, the source's count; None where the kernel could not be read: a text search then)."""
     ais = []
     for c, info in ctx.workload_info.items():
         f, b = info.get("flops"), info.get("bytes")
         if f and b:
             ais.append((c, float(f) / float(b)))
-    mma = _has_matrix_products(ctx)
+    mma = mma_ops > 0 if mma_ops is not None else "mma(" in ctx.source
     if ais:
         c, ai = ais[0]
         if ai < 10:
@@ -284,17 +286,6 @@ def _class_of(ctx: DiagnoseContext) -> tuple[str, list[str]]:
     if mma:
         return "compute-bound", ["the kernel computes matrix products (no FLOP/byte counts)"]
     return "memory-bound", ["no matrix product in the kernel (no FLOP/byte counts)"]
-
-
-def _has_matrix_products(ctx: DiagnoseContext) -> bool:
-    """Whether this kernel (with its helpers) computes a matrix product; another kernel's in the same file does not
-    count.  A source the model cannot load falls back to a plain text search."""
-    from ..source.analysis import matrix_products
-    from ..source.model import TransformError, load
-    try:
-        return matrix_products(load(ctx.source, ctx.kernel)) > 0
-    except TransformError:
-        return "mma(" in ctx.source
 
 
 class ScriptedDiagnoser:

@@ -32,7 +32,7 @@ from ..source.analysis import param_access
 from ..source.model import load as load_kernel
 from ..workload import Workload, WorkloadConfig, WorkloadError
 from .load import Replay, load, regen_tag
-from .store import (ReplayError, read_manifest, replay_folders, source_sha256, wrapper_verdict,
+from .store import (MANIFEST, ReplayError, read_manifest, replay_folders, source_sha256, wrapper_verdict,
                     write_wrapper_verdict)
 
 REF_PREFIX = "replay:"
@@ -42,7 +42,7 @@ _REGEN_CACHE = "expected-regenerated-{tag}.pt"      # per replay.load.regen_tag:
 def folders_of(target: str | Path) -> list[Path]:
     """A recording folder, or a folder of recordings."""
     p = Path(target)
-    if (p / "replay.json").is_file():
+    if (p / MANIFEST).is_file():
         return [p]
     found = replay_folders(p)
     if not found:
@@ -53,7 +53,7 @@ def folders_of(target: str | Path) -> list[Path]:
 def _kernel_named(folder: Path) -> str | None:
     """The kernel a recording names, read leniently (None: not even that can be read)."""
     try:
-        return json.loads((folder / "replay.json").read_text())["kernel"]["name"]
+        return json.loads((folder / MANIFEST).read_text())["kernel"]["name"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
