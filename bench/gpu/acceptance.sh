@@ -225,5 +225,21 @@ case "${1:-}" in
         run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 2 \
           --ops "${S23C_OPS:-layer_norm_legacy,layer_norm,geglu,dropout}" \
           --state-in .gpu/campaign_state_s23.tgz --state-out "$OUT/campaign_state_s23.tgz" ;;
+  # session 24 (#29): the campaign on three test files with one kernel each (layer_norm's three-pass gather norm,
+  # geglu fwd, dropout): s23's five kernels left slices of 29-36 s, shorter than one replayed step and its keep.
+  # s24c a whole call; s24b every GPU-marked test, then the same campaign resumed in what is left
+  s24c) b=${S24C_BUDGET:-560}
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 1 \
+          --ops "${S24_OPS:-layer_norm,geglu,dropout}" \
+          --state-in .gpu/campaign_state_s24.tgz --state-out "$OUT/campaign_state_s24.tgz" ;;
+  s24b) t0=$SECONDS
+        bash bench/gpu/gpu_tests.sh "${S24B_CAP_S:-240}"
+        b=$(( ${S24B_END_S:-570} - (SECONDS - t0) - 25 )); [ "$b" -ge 150 ] || b=150
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 1 \
+          --ops "${S24_OPS:-layer_norm,geglu,dropout}" \
+          --state-in .gpu/campaign_state_s24.tgz --state-out "$OUT/campaign_state_s24.tgz" ;;
+  # session 24 (#30): the A/A calibrate sitting on matmul 8192^3 with the 5-round keep minimum
+  s24d) b=${S24D_BUDGET:-300}
+        run frontier_suite $((b + 20)) --budget-s "$b" --only calibrate ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
