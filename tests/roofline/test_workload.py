@@ -54,6 +54,14 @@ def test_unknown_and_ambiguous_builtins():
         load_workload("  ")
 
 
+@pytest.mark.parametrize("ref", ["", "   ", None])
+def test_an_empty_reference_is_one_usage_error_before_and_at_loading(ref):
+    from cutile_diag.workloads import check_ref
+    for resolve in (check_ref, load_workload):
+        with pytest.raises(UsageError, match="empty workload reference"):
+            resolve(ref)
+
+
 def test_example_kernel_path_maps_to_its_workload():
     from cutile_diag.examples import EXAMPLES_DIR
     wl = load_workload(f"{EXAMPLES_DIR / 'matmul.py'}::matmul_tuned")

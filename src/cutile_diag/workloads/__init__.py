@@ -81,13 +81,18 @@ def resolve_builtin(ref: str, **kwargs) -> Workload:
     return wl
 
 
+def _stripped(ref) -> str:
+    """The reference without surrounding blanks; an empty one is a usage error."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise UsageError("empty workload reference",
+                         hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
+    return ref.strip()
+
+
 def check_ref(ref: str) -> None:
     """A cheap check of a workload reference before a measuring process is started for it: a built-in name is known,
     a file exists.  Importing and building the workload stays with that process (a TileGym op imports torch)."""
-    ref = (ref or "").strip()
-    if not ref:
-        raise UsageError("empty workload reference",
-                         hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
+    ref = _stripped(ref)
     if ref.startswith("replay:"):
         folders_of(ref[len("replay:"):])       # a recording or a folder of them (a damaged one is judged later)
         return
@@ -122,10 +127,7 @@ def load_workload(ref: str, **kwargs) -> Workload:
       (``path/to/file.py`` alone when the file defines exactly one);
     * ``replay:FOLDER`` — recorded launches (``cutile_diag.replay``), one configuration each.
     """
-    if not isinstance(ref, str) or not ref.strip():
-        raise UsageError("empty workload reference",
-                         hint="give examples:<kernel>, tilegym:<op> or path/file.py::Workload")
-    ref = ref.strip()
+    ref = _stripped(ref)
     if ref.startswith("replay:"):
         # recorded launches (``cutile_diag.replay``): the kernel's module as it is now, on the recorded inputs
         wl = replay_workload(ref, **kwargs)
