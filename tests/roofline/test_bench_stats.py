@@ -248,3 +248,20 @@ def test_a_call_whose_time_is_its_hosts_is_timed_as_a_graph():
     assert plan_batch(4.0, opts, host_ms=2.0) == 1           # host time the spin covers: eager
     assert plan_batch(42.0, BenchOptions(sleep=False), host_ms=41.5) == 1
     assert plan_batch(42.0, BenchOptions(batch=None), host_ms=41.5) == 1
+
+
+def test_a_kernel_replace_hints_gives_anew_is_held_once_per_hints():
+    """A wrapper's per-call ``replace_hints`` gives one kernel object per (kernel, hints), kept alive: no recompile
+    per call, and no library unload inside a CUDA-graph capture (which aborts the process)."""
+    import cuda.tile as ct
+
+    from cutile_diag.examples.vector_add import vector_add
+    from cutile_diag.harness.kernels import hold_replaced_kernels
+
+    assert hold_replaced_kernels() and hold_replaced_kernels()      # idempotent
+    a, b = vector_add.replace_hints(occupancy=2), vector_add.replace_hints(occupancy=2)
+    c = vector_add.replace_hints(occupancy=4)
+    assert a is b and a is not c and isinstance(a, ct.kernel)
+    assert a._compiler_options.occupancy == 2 and c._compiler_options.occupancy == 4
+    assert a.replace_hints(occupancy=2) is not a                     # another source kernel: its own entry
+    assert a.replace_hints(occupancy=2) is a.replace_hints(occupancy=2)

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from .kernels import hold_replaced_kernels
 from .stats import TimingStats, summarize
 from ..output import prog
 from ..errors import NoGPUError
@@ -216,6 +217,7 @@ def measure(fn: Callable[[], Any], opts: BenchOptions | None = None, *, backend:
     enqueue needs); the plan used is in ``observed["plan"]``.
     """
     opts = opts or BenchOptions()
+    hold_replaced_kernels()          # a wrapper's per-call replace_hints: one kernel, kept (no unload in a capture)
     reuse = keep is not None and keep.holds(opts, plan)
     if reuse:
         backend, first_call_s = keep.backend, 0.0
