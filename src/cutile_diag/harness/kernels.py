@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 _LOCK = threading.Lock()
-_HELD: dict[tuple, Any] = {}      # (id(kernel), hints) -> the kernel it gave; the key's kernel is held in the value's
+_HELD: dict[tuple, Any] = {}      # (kernel, hints) -> the kernel it gave (kernels hash by identity)
 _INSTALLED = False
 
 
@@ -29,13 +29,11 @@ def hold_replaced_kernels() -> bool:
     original = kernel.replace_hints
 
     def replace_hints(self, **hints):
-        key = (id(self), tuple(sorted((k, repr(v)) for k, v in hints.items())))
+        key = (self, tuple(sorted((k, repr(v)) for k, v in hints.items())))
         with _LOCK:
-            held = _HELD.get(key)
-            if held is None:
-                # the source kernel rides along so that its id is never reused by another object
-                held = _HELD[key] = (self, original(self, **hints))
-        return held[1]
+            if key not in _HELD:
+                _HELD[key] = original(self, **hints)
+            return _HELD[key]
 
     replace_hints.__doc__ = original.__doc__
     replace_hints.__wrapped__ = original
