@@ -18,7 +18,10 @@ def test_stop_rules_with_headroom():
     assert "at 40.0% of the measured ceiling, below --until-roof 0.9: going on" in chk.reason
     assert not stop_rules([tiny, tiny], roof_pct=40.0, until_roof=0.9).stop        # past no-improvement too
     chk = stop_rules([tiny], roof_pct=93.0, until_roof=0.9)
-    assert chk.stop and chk.rule == "below-threshold" and "93.0% of the measured ceiling" in chk.reason
+    assert chk.stop and chk.rule == "at-roof" and "93.0% of the measured ceiling, at or above" in chk.reason
+    assert stop_rules([], roof_pct=90.0, until_roof=0.9).rule == "at-roof"          # before any step too
+    assert not stop_rules([], roof_pct=89.9, until_roof=0.9).stop
+    assert stop_rules([tiny], roof_pct=93.0).rule == "below-threshold"            # without it: the recipe's rules
     assert stop_rules([tiny], roof_pct=None, until_roof=0.9).stop                  # no ceiling: the recipe rule
     assert stop_rules([tiny] * 25, roof_pct=10.0, until_roof=0.9).rule == "max-iterations"
     # default: the recipe's rule, with the % of roof and the option when the headroom is large
@@ -155,6 +158,7 @@ def test_until_roof_stops_a_kernel_at_its_attainable_time(repo):
     # three steps inside the noise: against the flat ceiling (66 % < 90 %) the loop goes on to the good one
     res, ts = run(spec["ceiling"], "flat")
     assert ts["good"].applied == 1
+    # against the time attainable at its size it is already there: the loop ends before its first step
     res, ts = run({**spec["ceiling"], "curve": True}, "sized")
-    assert ts["good"].applied == 0 and res.stop_rule == "no-improvement"
-    assert "% of the attainable time at its size; --until-roof 0.9 does not hold it back" in res.stop_reason
+    assert not any(t.applied for t in ts.values()) and res.stop_rule == "at-roof"
+    assert "% of the attainable time at its size, at or above --until-roof 0.9" in res.stop_reason

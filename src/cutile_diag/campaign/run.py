@@ -92,6 +92,8 @@ def outcome_text(outcome: dict) -> str:
     if r.get("stop_rule") == api.BASELINE_ONLY:
         return "baseline " + (f"{r['baseline_ms']:.6f} ms" if r.get("baseline_ms") else "not measured") \
             + "; its steps come after every baseline"
+    if r.get("stop_rule") == api.AT_ROOF:
+        return f"done: {r.get('stop_reason')}"
     return f"{r.get('stop_rule')}, " + (ratio_text(r) or "no speedup")
 
 

@@ -64,7 +64,7 @@ def register(sub) -> None:
     lp.add_argument("--max-iterations", type=int, help="per kernel (1..25)")
     lp.add_argument("--until-roof", type=float, metavar="F",
                     help="each loop goes on past small steps while below F of the time attainable at the kernel's "
-                         "size (default 0.9 in a campaign)")
+                         "size; a kernel already there after its baseline takes no step (default 0.9 in a campaign)")
     lp.add_argument("--no-capture", action="store_true", help="no AOT capture for the diagnoses")
     lp.add_argument("--rounds", type=int,
                     help="interleaved measurement rounds per comparison (default 3; 2 when the 2 x 3 runs of "

@@ -72,7 +72,7 @@ def register(sub) -> None:
                     help="go on after a step that gained < 2 %% (the recipe stops there)")
     lp.add_argument("--until-roof", type=float, default=None, metavar="F",
                     help="go on past a < 2 %% step (and past two steps without gain) while the kept "
-                         "version is below F (0..1) of the measured ceiling")
+                         "version is below F (0..1) of the time attainable at the kernel's size; stop once it is there")
     lp.add_argument("--lookahead", type=float, default=None, metavar="F",
                     help="with --until-roof/--continue: a structural step at most F slower (default 0.05; 0: off) "
                          "stays a frontier for one more step, whose candidates are screened on it too")

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ..errors import CutileDiagError, UsageError
 from . import worktree as worktree_mod
 from .errors import LoopError
+from .decide import AT_ROOF
 from ..output import prog
 
 Echo = Callable[[str], None] | None
@@ -201,6 +202,11 @@ def _baseline_only(runner):
     from (a campaign measures every kernel's starting point before it spends time on any step)."""
     if not runner.led.iterations:
         runner.baseline()
+    chk = runner.check_stop()
+    if chk.stop and chk.rule == AT_ROOF:
+        # already where --until-roof aims: done, so that no later pass of the campaign resumes it
+        runner.record_stop(chk.rule, chk.reason)
+        return runner.result(chk.rule, chk.reason)
     reason = "the baseline only (the campaign measures every kernel's baseline before any step); go on with --resume"
     runner.record_stop(BASELINE_ONLY, reason)
     return runner.result(BASELINE_ONLY, reason)
