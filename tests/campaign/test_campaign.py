@@ -491,6 +491,57 @@ def test_time_a_loop_leaves_goes_to_more_passes_while_they_measure_something(tmp
     assert list(it) == [] and c2.time_share("a", _time.monotonic()) == 0.0
 
 
+def test_a_loop_that_yielded_waits_until_the_others_have_had_their_steps(tmp_path):
+    """A loop with no move expected to gain stops (rule ``unpromising``: the campaign's loops run with ``yield_flat``
+    while another kernel is to do) and is left out of the passes while another loop can take a step; then the passes
+    explore: the yielded loops go on without yielding.  On an H100 geglu's loop spent three steps expected at x1.000
+    beside its x0.893 keep while the layer norm waited."""
+    import time as _time
+
+    from cutile_diag.campaign.plan import CampaignPlan, KernelPlan
+    from cutile_diag.campaign.run import Campaign, record_outcome
+    from cutile_diag.ledger import Ledger
+    ks = [KernelPlan("a", "/r/a.py::a", "a.py", expected_gain=0.5), KernelPlan("b", "/r/b.py::b", "b.py", expected_gain=0.5)]
+    c = Campaign.create(tmp_path, CampaignPlan(["pytest"], "/r", True, ks, "test"), ks, time_limit=600.0,
+                        simulate=None, options={"rounds": 2}, executor={"executor": "local"}, baselines_first=True)
+    led = {k.name: Ledger(c.ledger_dir(k.name)) for k in ks}
+    base = {"type": "iteration", "iteration": 0, "status": "keep", "costs": {"verify_s": 4.0, "run_s": 1.0}}
+
+    def step(name: str, rule: str) -> None:
+        n = len(led[name].iterations)
+        led[name].adopt([{"type": "setup"}, *led[name].iterations, {**base, "iteration": n, "status": "revert"}])
+        end(name, rule)
+
+    def end(name: str, rule: str) -> None:
+        record_outcome(c, name, {"status": "done", "result": {"stop_rule": rule, "state_dir": str(c.ledger_dir(name)),
+                                                              "branch": f"b-{name}"}})
+        c.data["spent_s"] += 20.0
+
+    seen, lines = [], []
+    for baseline_only in c.passes(_time.monotonic(), lines.append):
+        seen.append((baseline_only, c.explore, c.todo()))
+        yields = {n: c.job(n, 50.0).options.get("yield_flat") for n in c.todo()}
+        if baseline_only:
+            for k in ks:
+                led[k.name].adopt([{"type": "setup"}, base])
+                end(k.name, "baseline-only")
+        elif len(seen) == 2:              # both step; a has nothing promising left
+            assert yields == {"a": True, "b": True}
+            step("a", "unpromising")
+            step("b", "time-limit")
+        elif len(seen) == 3:              # b alone: nothing to yield to
+            assert yields == {"b": None}
+            step("b", "unpromising")
+        elif len(seen) == 4:              # every loop yielded: they go on, without yielding
+            assert yields == {"a": None, "b": None}
+            step("a", "time-limit")
+        assert len(seen) < 8
+    assert seen == [(True, False, ["a", "b"]), (False, False, ["a", "b"]), (False, False, ["b"]),
+                    (False, True, ["a", "b"]), (False, True, ["a", "b"])], seen
+    assert c.state("a")["unpromising"] is False and c.state("a")["status"] == "paused"
+    assert any("the loops that yielded go on with their less promising moves" in ln for ln in lines), lines
+
+
 def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say_it_can_give_back(tmp_path):
     """The survey's launch times carry the observer's and the host's overhead; once a loop has measured a version,
     its roofline (latency against the attainable time, per configuration of the plan) ranks it instead."""

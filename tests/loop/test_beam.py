@@ -135,3 +135,16 @@ def test_the_paired_ratio_follows_the_kept_line_and_ignores_the_sittings_drift(t
     recs[5]["comparison"] = None
     (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert Ledger.load(tmp_path).paired_ratio() is None
+
+
+def test_a_loop_told_to_yield_stops_when_no_move_is_expected_to_gain(row_norm_repo):
+    """A campaign's loop (``yield_flat``) takes only moves expected to beat the best member by the keep threshold,
+    then stops (rule ``unpromising``) so that kernels with more to gain get the time; alone it goes on."""
+    r = _loop(row_norm_repo, yield_flat=True)
+    res = r.start()
+    assert res.stop_rule == "unpromising" and "no gain on the best version's x0." in res.stop_reason, res.stop_reason
+    steps = [p for p in r.led.of_type("parent") if p.get("step") is not None]
+    assert steps and all(p["move"]["expected"] <= 0.98 * min(m["est"] for m in p["frontier"]) + 1e-9 for p in steps)
+    alone = _loop(row_norm_repo, branch="alone")
+    assert alone.start().stop_rule != "unpromising"
+    assert len(alone.led.iterations) > len(r.led.iterations)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -175,9 +176,12 @@ def _plan(req: CampaignRequest, sv, dev, ceilings, say) -> CampaignPlan:
             say("plan: reused from an earlier run of this survey")
             return CampaignPlan.from_json(d["plan"])
     say("plan: static counts per kernel and configuration")
+    t0 = time.monotonic()
     plan = build_plan(sv, req.root, device=dev, ceilings=ceilings, on_step=lambda m: say(f"plan: {m}"),
                       max_tests=req.max_tests, test_k=req.test_k)
+    t1 = time.monotonic()
     check_test_commands(plan, sv.command, req.root, test_k=req.test_k, on_step=lambda m: say(f"plan: {m}"))
+    say(f"plan: static counts in {t1 - t0:.1f} s, correctness commands checked in {time.monotonic() - t1:.1f} s")
     plan.kernels.sort(key=lambda k: not k.ok)            # a kernel with a problem goes last, as build_plan ranks
     path.write_text(json.dumps({"key": key, "plan": plan.to_json()}, indent=1))
     return plan

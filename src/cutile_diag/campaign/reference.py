@@ -81,6 +81,7 @@ def time_reference(prefix: list[str], tests: Iterable[str], *, cwd: str, timeout
     say(f"reference: timing {len(run)} {REFERENCE} test(s) at the surveyed tests' parameters")
     res = proc.run([*prefix, *run, *plugin_args(), "--print-record", "-s", "-q", "-p", "no:cacheprovider"], cwd=cwd,
                    timeout=timeout)
+    say(f"reference: {len(run)} {REFERENCE} test(s) run in {res.wall_s:.1f} s")
     if res.timed_out:
         out.warnings.append(f"reference ({REFERENCE}) tests: stopped after {timeout:.0f} s")
     recs = latencies(parse_records(res.stdout + "\n" + res.stderr, framework=REFERENCE))

@@ -33,6 +33,7 @@ from ..loop import api
 from ..loop import budget as budget_mod
 from ..loop.git import Git, slug
 from ..loop.session import owned_folder
+from ..loop.beam import UNPROMISING
 from .plan import CampaignPlan, KernelPlan
 
 STATE_FILE = "campaign.json"
@@ -148,6 +149,7 @@ class Campaign:
         self._started: float | None = None      # this run's clock (start_clock): saves count its time
         self._base = self._saved = 0.0
         self._ledgers: dict[Path, tuple[tuple, Ledger]] = {}     # read ledgers, by their file's size and mtime
+        self.explore = False        # the loops that yielded (no promising move) run too: set by ``passes``
 
     @property
     def path(self) -> Path:
@@ -205,7 +207,8 @@ class Campaign:
 
     def todo(self, *, baseline_only: bool = False) -> list[str]:
         """The kernels still to run, in rank order; ``baseline_only``: those without a baseline yet."""
-        todo = [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry", "paused")]
+        todo = [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry", "paused")
+                and (self.explore or not self.state(n).get("unpromising"))]
         return [n for n in todo if self.ledger(n) is None or not self.ledger(n).iterations] if baseline_only else todo
 
     def phases(self) -> list[bool]:
@@ -218,22 +221,35 @@ class Campaign:
         steps over the loops still paused while one of them can take a step in the time left and the last pass
         measured something.  A loop that stops before its share ends (its next step would not fit, or nothing is
         left to try) leaves the rest to the others: on an H100 a campaign ended with 60 of its 397 s unused and four
-        of five kernels paused without a step."""
+        of five kernels paused without a step.  A loop that yielded (no move expected to gain: ``unpromising``)
+        waits until no other loop can take a step; then the passes ``explore``: those loops' other moves."""
         seen = 0                       # iterations measured before the last pass
         for baseline_only in self.phases():
             seen = self.progress()
             yield baseline_only
         for _ in range(MAX_PASSES):
             left, measured = self.time_left(started), self.progress()
-            if left is None or measured == seen:
+            if left is None:
                 return
             fits = [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
+            if (measured == seen or not fits) and not self.explore and self.yielded():
+                self.explore = True
+                fits = [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
+                if echo and fits:
+                    echo(f"campaign: {left:.0f} s left: the loops that yielded go on with their less promising moves")
+            elif measured == seen:
+                return
             if not fits:
                 return
             if echo:
                 echo(f"campaign: {left:.0f} s left of --time-limit: another pass over {len(fits)} paused loop(s)")
             seen = measured
             yield False
+
+    def yielded(self) -> list[str]:
+        """The kernels whose loop last stopped to give the time to others (rule ``unpromising``), still to do."""
+        return [n for n in self.data["selected"] if self.state(n).get("unpromising")
+                and self.state(n)["status"] in ("pending", "running", "retry", "paused")]
 
     def progress(self) -> int:
         """Iterations measured over every selected kernel's loop (a pass that adds none ends the passes)."""
@@ -364,9 +380,12 @@ class Campaign:
         k = self.kernel(name)
         # a loop started earlier (its ledger exists) continues from its ledger
         resume = Ledger.exists(self.ledger_dir(name))
+        options = dict(self.data["options"])
+        if time_limit is not None and not self.explore and [n for n in self.todo() if n != name]:
+            options["yield_flat"] = True        # the others may use the time better than its unpromising moves
         return Job(name=name, ref=k.ref, test_cmd=k.test_cmd, bench_cmd=k.bench_cmd, counts=k.counts,
                    loops=str(self.out / "loops"), simulate=self.data["simulate"].get(name),
-                   time_limit_s=time_limit, resume=resume, options=dict(self.data["options"]),
+                   time_limit_s=time_limit, resume=resume, options=options,
                    baseline_only=baseline_only, replay=self.data.get("replay", True),
                    replay_dir=next((str(Path(c["replay"]).parent) for c in k.configs if c.get("replay")), None),
                    branch_prefix=self.data.get("branch_prefix"))
@@ -402,9 +421,11 @@ def record_outcome(c: Campaign, name: str, outcome: dict) -> None:
     st = c.state(name)
     if outcome["status"] == "done":
         r = outcome["result"]
-        # a loop stopped by its share of the time limit, or after its baseline, is paused: it goes on later
-        c.mark(name, status="paused" if r.get("stop_rule") in ("time-limit", api.BASELINE_ONLY) else "done", result=r,
-               state_dir=r["state_dir"], branch=r["branch"], error=None)
+        # a loop stopped by its share of the time limit, after its baseline, or to let others go first, is paused: it
+        # goes on later
+        rule = r.get("stop_rule")
+        c.mark(name, status="paused" if rule in ("time-limit", api.BASELINE_ONLY, UNPROMISING) else "done", result=r,
+               state_dir=r["state_dir"], branch=r["branch"], error=None, unpromising=rule == UNPROMISING)
     else:
         c.mark(name, status="crashed", error=outcome.get("error"), result=None,
                crashes=st.get("crashes", 0) + (1 if outcome.get("worker_died") else 0))

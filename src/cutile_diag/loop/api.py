@@ -64,6 +64,7 @@ class LoopOverrides:
     keep_going: bool | None = None                             # --continue (this invocation only)
     until_roof: float | None = None
     time_limit_s: float | None = None                          # --time-limit (this invocation only)
+    yield_flat: bool | None = None                             # a campaign's: stop when no move is expected to gain
     capture: bool | None = None                                # False: --no-capture
     archs: list[str] | None = None
     capture_args: list[str] | None = None

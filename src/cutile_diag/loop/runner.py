@@ -53,7 +53,7 @@ from . import spares as spares_mod
 from .ceiling import ensure_ceiling
 from .costs import StepClock
 from .evidence import capture_sources, changed_launch_host, changed_outside_kernel
-from .beam import Beam
+from .beam import UNPROMISING, Beam, promising
 from .frontier import DEFAULT_LOOKAHEAD, lookahead_choice
 from .integrations import CaptureResult, capture_version
 from ..ledger import Ledger
@@ -88,11 +88,13 @@ class LoopOptions:
     noise_source: str = "default"                      # where noise_floor came from (loop.calibrate)
 
     # given for one invocation only: a later plain --resume does not inherit them silently
-    PER_RUN = ("keep_going", "time_limit_s")
+    PER_RUN = ("keep_going", "time_limit_s", "yield_flat")
     until_roof: float | None = None     # go on past small steps while below this fraction of the roof
     beam: int | None = None             # frontier width (loop.beam); None: 3 under --until-roof/--continue, else 1
     lookahead: float = DEFAULT_LOOKAHEAD  # a structural step at most this much slower stays a frontier (loop.frontier)
     time_limit_s: float | None = None   # this invocation's wall time: no step starts that would not fit
+    yield_flat: bool = False            # stop (rule unpromising) when no move is expected to beat the best member:
+    #                                     a campaign's other kernels get the time first (this invocation only)
 
     def __post_init__(self):
         if not 1 <= int(self.max_iterations) <= MAX_ITERATIONS:
@@ -793,6 +795,11 @@ class Runner(Evaluation, Steps):
                             [r.to_json() for r in best.recommendations if not r.automatic])
             raise _Stop("exhausted", f"no automatic optimisation left to try on any of the "
                         f"{len(self.beam.members())} frontier member(s)")
+        if self.opt.yield_flat and not promising(moves[0], self.beam.best()):
+            raise _Stop(UNPROMISING, f"the best move left ({moves[0].choice.rec.id} {moves[0].choice.transform.name} "
+                        f"on iteration {moves[0].member.record['iteration']}) expects x{moves[0].expected:.3f} of the "
+                        f"baseline, no gain on the best version's x{self.beam.best().est:.3f}: the time goes to "
+                        "kernels with more to gain first")
         mv = self.beam.pick(moves, n)
         a = self.beam.start_step(mv, n, stalled=mv is not moves[0])
         self.echo(f"  beam: {mv.kind} on iteration {mv.member.record['iteration']} (x{mv.member.est:.3f} of the "
