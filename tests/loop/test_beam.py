@@ -148,3 +148,18 @@ def test_a_loop_told_to_yield_stops_when_no_move_is_expected_to_gain(row_norm_re
     alone = _loop(row_norm_repo, branch="alone")
     assert alone.start().stop_rule != "unpromising"
     assert len(alone.led.iterations) > len(r.led.iterations)
+
+
+def test_an_untried_setting_keeps_the_prior_when_its_transform_measured_flat():
+    from cutile_diag.loop.beam import PRIOR, expectation
+
+    def step(t, params, ratio):
+        return {"iteration": 1, "status": "revert", "change": {"transform": t, "params": params},
+                "comparison": {"ratio": ratio}}
+    est = expectation([{"iteration": 0}, step("kernel_hints", {"occupancy": 1}, 1.001),
+                       step("tile_size_sweep", {"BLOCK_SIZE": 512}, 0.893), step("approx_div", {}, 0.999)])
+    assert est("kernel_hints", {"occupancy": 1}) == 1.001          # the same setting elsewhere: as measured
+    assert est("kernel_hints", {"occupancy": 4}) == PRIOR          # another setting of a flat transform: the prior
+    assert est("kernel_hints") == 1.001                            # a drop: what the transform measured
+    assert est("tile_size_sweep", {"BLOCK_SIZE": 1024}) == 0.893   # a setting of a transform that gained: its gain
+    assert est("approx_div", {}) == 0.999 and est("exp2", {}) == PRIOR
