@@ -540,6 +540,14 @@ def test_a_loop_that_yielded_waits_until_the_others_have_had_their_steps(tmp_pat
                     (False, True, ["a", "b"]), (False, True, ["a", "b"])], seen
     assert c.state("a")["unpromising"] is False and c.state("a")["status"] == "paused"
     assert any("the loops that yielded go on with their less promising moves" in ln for ln in lines), lines
+    # resumed without a time limit, a loop that yielded goes on (once: it no longer yields)
+    c.mark("b", status="paused", unpromising=True)
+    again = Campaign.load(tmp_path)
+    again.data["time_limit_s"] = None
+    assert again.todo() == ["a"]
+    runs = [(b, again.todo()) for b in again.passes(_time.monotonic())]
+    assert runs == [(True, ["a"]), (False, ["a"]), (False, ["a", "b"])], runs      # its phases, then b too
+    assert again.job("b", None).options.get("yield_flat") is None
 
 
 def test_once_measured_a_kernel_shares_the_time_by_what_its_own_measurements_say_it_can_give_back(tmp_path):

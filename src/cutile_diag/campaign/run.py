@@ -230,7 +230,12 @@ class Campaign:
         for _ in range(MAX_PASSES):
             left, measured = self.time_left(started), self.progress()
             if left is None:
-                return
+                # no time limit (a plain --resume): loops that yielded in a timed run go on now, once
+                if self.explore or not self.yielded():
+                    return
+                self.explore = True
+                yield False
+                continue
             fits = [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
             if (measured == seen or not fits) and not self.explore and self.yielded():
                 self.explore = True
