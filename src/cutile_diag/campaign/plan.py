@@ -34,6 +34,7 @@ import math
 import re
 import shlex
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -323,6 +324,7 @@ def _test_times(kp: KernelPlan, sv: Survey) -> dict[str, list[float]]:
 
 
 COLLECT_TIMEOUT_S = 300.0
+COLLECT_JOBS = 4            # correctness commands collected side by side
 
 
 def _collect(words: list[str], root: Path) -> tuple[list[str] | None, str]:
@@ -344,13 +346,16 @@ def check_test_commands(plan: CampaignPlan, user_cmd: list[str], root: Path, *, 
     command cannot be collected, the kernel gets a problem (``--test-k`` chooses another)."""
     say = on_step or (lambda _m: None)
     prefix = pytest_prefix(user_cmd)
+    cmds = list(dict.fromkeys(kp.test_cmd for kp in plan.kernels if kp.test_cmd)) if prefix is not None else []
     seen: dict[str, tuple[list[str] | None, str]] = {}
+    if cmds:
+        # at once: each is a pytest start-up with the suite's imports (torch, the library), seconds apiece
+        say(f"checking {len(cmds)} correctness command(s) at once (pytest --collect-only)")
+        with ThreadPoolExecutor(max_workers=min(COLLECT_JOBS, len(cmds))) as pool:
+            seen = dict(zip(cmds, pool.map(lambda c: _collect(shlex.split(c), root), cmds)))
     for kp in plan.kernels:
         if not kp.test_cmd or prefix is None:
             continue
-        if kp.test_cmd not in seen:
-            say(f"checking the correctness command of {kp.name} (pytest --collect-only)")
-            seen[kp.test_cmd] = _collect(shlex.split(kp.test_cmd), root)
         ids, why = seen[kp.test_cmd]
         if ids is None:
             kp.problems.append(f"its correctness command cannot be collected ({why}): {kp.test_cmd}")
