@@ -241,5 +241,11 @@ case "${1:-}" in
   # session 24 (#30): the A/A calibrate sitting on matmul 8192^3 with the 5-round keep minimum
   s24d) b=${S24D_BUDGET:-300}
         run frontier_suite $((b + 20)) --budget-s "$b" --only calibrate ;;
+  # session 25 (#29): the 10-minute campaign in one call, never resumed (a resumed loop re-records the launches the
+  # state leaves out: 55-65 s each in s25), with the at-roof and unpromising rules: survey and plan ~130 s, then
+  # ~380 s of loops; the plan's phases are timed in campaign_suite/campaign.log
+  s25c) b=${S25C_BUDGET:-565}
+        run campaign_suite $((b + 25)) --budget-s "$b" --grace-s 30 --per-file 1 \
+          --ops "${S25_OPS:-layer_norm,geglu,dropout}" --state-out "$OUT/campaign_state_s25.tgz" ;;
   *) echo "usage: $0 <entry> (see the case labels above)" >&2; exit 2 ;;
 esac
