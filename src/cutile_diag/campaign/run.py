@@ -41,6 +41,7 @@ MAX_PASSES = 100           # passes of steps after the first (each must measure 
 PASS_STEPS = 4             # at most this many steps of a loop a pass: between passes the kernels are ranked again
 RESUME_S = 5.0             # a paused loop's start before its first step (worktree, its kept version's workers)
 STEP_SLACK = 1.2           # the loop's estimate of its next step may exceed the ledger's average
+TO_DO = ("pending", "running", "retry", "paused")       # the statuses of a kernel whose loop is still to run
 Echo = Callable[[str], None] | None
 
 
@@ -207,7 +208,7 @@ class Campaign:
 
     def todo(self, *, baseline_only: bool = False) -> list[str]:
         """The kernels still to run, in rank order; ``baseline_only``: those without a baseline yet."""
-        todo = [n for n in self.data["selected"] if self.state(n)["status"] in ("pending", "running", "retry", "paused")
+        todo = [n for n in self.data["selected"] if self.state(n)["status"] in TO_DO
                 and (self.explore or not self.state(n).get("unpromising"))]
         return [n for n in todo if self.ledger(n) is None or not self.ledger(n).iterations] if baseline_only else todo
 
@@ -236,10 +237,10 @@ class Campaign:
                 self.explore = True
                 yield False
                 continue
-            fits = [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
+            fits = self._fitting(left)
             if (measured == seen or not fits) and not self.explore and self.yielded():
                 self.explore = True
-                fits = [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
+                fits = self._fitting(left)
                 if echo and fits:
                     echo(f"campaign: {left:.0f} s left: the loops that yielded go on with their less promising moves")
             elif measured == seen:
@@ -251,10 +252,13 @@ class Campaign:
             seen = measured
             yield False
 
+    def _fitting(self, left: float) -> list[str]:
+        """The kernels to do whose loop can take one step in ``left`` seconds."""
+        return [n for n in self.todo() if (b := self.share_bounds(n)) is not None and b[0] <= left]
+
     def yielded(self) -> list[str]:
         """The kernels whose loop last stopped to give the time to others (rule ``unpromising``), still to do."""
-        return [n for n in self.data["selected"] if self.state(n).get("unpromising")
-                and self.state(n)["status"] in ("pending", "running", "retry", "paused")]
+        return [n for n in self.data["selected"] if self.state(n).get("unpromising") and self.state(n)["status"] in TO_DO]
 
     def progress(self) -> int:
         """Iterations measured over every selected kernel's loop (a pass that adds none ends the passes)."""

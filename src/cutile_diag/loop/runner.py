@@ -795,11 +795,11 @@ class Runner(Evaluation, Steps):
                             [r.to_json() for r in best.recommendations if not r.automatic])
             raise _Stop("exhausted", f"no automatic optimisation left to try on any of the "
                         f"{len(self.beam.members())} frontier member(s)")
-        if self.opt.yield_flat and not promising(moves[0], self.beam.best()):
-            raise _Stop(UNPROMISING, f"the best move left ({moves[0].choice.rec.id} {moves[0].choice.transform.name} "
-                        f"on iteration {moves[0].member.record['iteration']}) expects x{moves[0].expected:.3f} of the "
-                        f"baseline, no gain on the best version's x{self.beam.best().est:.3f}: the time goes to "
-                        "kernels with more to gain first")
+        top, best = moves[0], self.beam.best()
+        if self.opt.yield_flat and not promising(top, best):
+            raise _Stop(UNPROMISING, f"the best move left ({top.choice.rec.id} {top.choice.transform.name} on iteration "
+                        f"{top.member.record['iteration']}) expects x{top.expected:.3f} of the baseline, no gain on the "
+                        f"best version's x{best.est:.3f}: the time goes to kernels with more to gain first")
         mv = self.beam.pick(moves, n)
         a = self.beam.start_step(mv, n, stalled=mv is not moves[0])
         self.echo(f"  beam: {mv.kind} on iteration {mv.member.record['iteration']} (x{mv.member.est:.3f} of the "
